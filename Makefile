@@ -1,0 +1,64 @@
+# gpu-labkit: two commands do all the setup.
+#   make lab    create .venv if needed, install the pinned environment, open JupyterLab
+#   make test   same setup, then ruff, the notebook format check, pytest and strict nbval
+#
+# GPU machines:  make lab EXTRAS=gpu,lab,dev   (only the NVIDIA driver is needed)
+
+PYTHON      ?= python3
+VENV        ?= .venv
+EXTRAS      ?= cpu,lab,dev
+CONSTRAINTS := requirements/constraints.txt
+PY          := $(VENV)/bin/python
+comma       := ,
+STAMP       := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+# Extra arguments for pytest (e.g. PYTEST_ARGS="-k timing") and JupyterLab.
+PYTEST_ARGS ?=
+LAB_ARGS    ?=
+NOTEBOOKS   := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
+SANITIZE    := notebooks/nbval_sanitize.cfg
+
+.PHONY: help setup lab test lint check-notebooks notebooks clean
+
+help:
+	@echo "make lab               set up .venv and open JupyterLab on notebooks/"
+	@echo "make test              set up .venv, then lint and run every test (pytest + strict nbval)"
+	@echo "make notebooks         re-execute every notebook in place (the committed outputs)"
+	@echo "make check-notebooks   fail on notebooks without outputs, with errors, or not built by make notebooks"
+	@echo "Variables: EXTRAS=$(EXTRAS) (GPU: gpu,lab,dev)  PYTHON=$(PYTHON)  VENV=$(VENV)"
+
+setup: $(STAMP)
+
+# The stamp depends on the pins: editing them (or pyproject.toml) reinstalls.
+$(STAMP): pyproject.toml $(CONSTRAINTS)
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' || \
+	  { echo "gpu-labkit needs Python 3.10 or newer; '$(PYTHON)' is older. Run: make PYTHON=python3.11 ..." >&2; exit 1; }
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || \
+	  { echo "Could not create $(VENV). On Debian/Ubuntu install the venv module: apt-get install python3-venv" >&2; exit 1; }
+	$(PY) -m pip install --disable-pip-version-check -q -c $(CONSTRAINTS) -e ".[$(EXTRAS)]"
+	$(PY) -m ipykernel install --sys-prefix --name gpu-labkit --display-name "Python (gpu-labkit)" >/dev/null
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+	@echo "Environment ready in $(VENV) (extras: $(EXTRAS))."
+
+lab: $(STAMP)
+	$(PY) tools/lab.py $(LAB_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+check-notebooks: $(STAMP)
+	$(PY) tools/nbcheck.py $(NOTEBOOKS)
+
+# Strict nbval: every output is compared, except what the sanitize file masks
+# (times, rates, sizes) and cells marked NBVAL_IGNORE_OUTPUT.
+test: lint check-notebooks
+	$(PY) -m pytest -p no:cacheprovider -n 2 --dist loadfile \
+	  --nbval --nbval-current-env --nbval-sanitize-with $(SANITIZE) \
+	  tests $(NOTEBOOKS) $(PYTEST_ARGS)
+
+notebooks: $(STAMP)
+	$(PY) tools/build_notebooks.py $(NOTEBOOKS)
+
+clean:
+	rm -rf $(VENV) build .pytest_cache .ruff_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,102 @@
+"""`make lab`: JupyterLab on 127.0.0.1 with a token, --allow-root only as root."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import lab  # noqa: E402
+
+
+def test_allow_root_only_for_root() -> None:
+    assert "--allow-root" in lab.lab_command([], uid=0)
+    assert "--allow-root" not in lab.lab_command([], uid=1000)
+
+
+def test_listens_on_loopback_and_serves_the_notebooks() -> None:
+    cmd = lab.lab_command([], uid=1000)
+    assert "--ServerApp.ip=127.0.0.1" in cmd
+    assert f"--ServerApp.root_dir={ROOT / 'notebooks'}" in cmd
+
+
+@pytest.mark.parametrize("arg", ["--ip=0.0.0.0", "--ServerApp.ip=0.0.0.0"])
+def test_refuses_other_interfaces(arg: str) -> None:
+    with pytest.raises(SystemExit, match="127.0.0.1 only"):
+        lab.lab_command([arg], uid=1000)
+
+
+def test_refuses_an_empty_token() -> None:
+    with pytest.raises(SystemExit, match="empty token"):
+        lab.lab_command(["--IdentityProvider.token="], uid=1000)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def _launch_command(args: list[str]) -> list[str]:
+    """`make lab` itself when this venv is the set-up one, else the script make runs."""
+    venv = Path(sys.prefix)
+    up_to_date = subprocess.run(
+        ["make", "-q", "-C", str(ROOT), f"VENV={venv}", "setup"], capture_output=True
+    ).returncode == 0
+    if up_to_date and list(venv.glob(".installed-*")):
+        return ["make", "-s", "-C", str(ROOT), f"VENV={venv}", f"LAB_ARGS={' '.join(args)}", "lab"]
+    return [sys.executable, str(ROOT / "tools" / "lab.py"), *args]
+
+
+def test_make_lab_serves_jupyterlab(tmp_path: Path) -> None:
+    port, token = _free_port(), secrets.token_hex(16)
+    args = [
+        "--no-browser",
+        f"--ServerApp.port={port}",
+        f"--IdentityProvider.token={token}",
+        "--ServerApp.port_retries=0",
+    ]
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path), JUPYTER_CONFIG_DIR=str(tmp_path))
+    log = tmp_path / "lab.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            _launch_command(args), stdout=out, stderr=subprocess.STDOUT, env=env,
+            start_new_session=True,
+        )
+    try:
+        status, deadline = None, time.monotonic() + 90
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                status = _get(f"http://127.0.0.1:{port}/api/status?token={token}")
+                break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(0.5)
+        text = log.read_text(errors="replace")
+        assert status == 200, f"/api/status did not answer 200 (got {status}); log:\n{text}"
+        assert _get(f"http://127.0.0.1:{port}/api/status") == 403, "served without a token"
+        assert f"http://127.0.0.1:{port}/lab?token=" in text, text
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
