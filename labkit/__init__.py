@@ -1,0 +1,35 @@
+"""gpu-labkit: the helper package behind the course notebooks.
+
+``import labkit`` imports no deep-learning framework. torch, TensorFlow and
+CuPy are imported inside the functions that need them, so that opening a
+notebook (or running ``labkit doctor``) never pays for a framework it does not
+use, and a missing framework is a clear message rather than an ImportError at
+import time.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from labkit._optional import MissingPackageError, import_tensorflow, is_installed, try_import
+from labkit.compare import compare
+from labkit.device import DeviceReport, device_report, pick_device
+from labkit.gpu import has_gpu, require_gpu
+from labkit.timing import NoisyTimingWarning, Timing, bench
+
+__all__ = [
+    "DeviceReport",
+    "MissingPackageError",
+    "NoisyTimingWarning",
+    "Timing",
+    "bench",
+    "compare",
+    "device_report",
+    "has_gpu",
+    "import_tensorflow",
+    "is_installed",
+    "pick_device",
+    "require_gpu",
+    "try_import",
+    "__version__",
+]
