@@ -1,0 +1,71 @@
+"""Plot helpers: units on every axis, the device in the title, bad input named."""
+
+from __future__ import annotations
+
+import warnings
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from labkit import notebook, plots  # noqa: E402
+from labkit.timing import NoisyTimingWarning, Timing  # noqa: E402
+
+
+def _timing() -> Timing:
+    return Timing(samples_ms=(2.0, 2.1, 1.9, 2.0, 3.0), label="op", device="cpu", first_call_ms=9.0)
+
+
+def test_plot_samples_labels_units_and_device() -> None:
+    ax = plots.plot_samples(_timing())
+    try:
+        assert ax.get_ylabel() == "time per call (ms)"
+        assert "call number" in ax.get_xlabel()
+        assert ax.get_title().startswith("op: every sample\non ")
+        assert ax.get_yscale() == "log"
+        low, high = ax.get_ylim()
+        assert low < 1.9 and high > 9.0  # every sample and the first call are visible
+    finally:
+        plt.close(ax.figure)
+
+
+def test_plot_samples_scales_the_unit() -> None:
+    t = Timing(samples_ms=(0.002, 0.0021, 0.0019), label="tiny", device="cpu")
+    ax = plots.plot_samples(t)
+    try:
+        assert ax.get_ylabel() == "time per call (µs)"
+    finally:
+        plt.close(ax.figure)
+
+
+def test_plot_samples_rejects_other_types() -> None:
+    with pytest.raises(TypeError, match="Expected an instance of Timing"):
+        plots.plot_samples([1.0, 2.0])
+
+
+def test_style_axes_needs_both_labels() -> None:
+    fig, ax = plt.subplots()
+    try:
+        with pytest.raises(ValueError, match="xlabel and ylabel"):
+            plots.style_axes(ax, xlabel="", ylabel="time (ms)", title="t")
+    finally:
+        plt.close(fig)
+
+
+def test_device_name() -> None:
+    assert plots.device_name("cpu")  # the CPU model, never empty
+    assert plots.device_name("xpu:3") == "xpu:3"
+    with pytest.raises(TypeError, match="device"):
+        plots.device_name(None)
+
+
+def test_notebook_setup_is_silent_and_validates(capsys: pytest.CaptureFixture[str]) -> None:
+    with warnings.catch_warnings():
+        notebook.setup()
+        assert capsys.readouterr() == ("", "")
+        assert any(f[0] == "ignore" and f[2] is NoisyTimingWarning for f in warnings.filters)
+    for bad in (-1, 1.5, True, "0"):
+        with pytest.raises(ValueError, match="seed"):
+            notebook.setup(bad)
