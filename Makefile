@@ -46,11 +46,7 @@ lab: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-check-# Progress bars print elapsed times to stderr: off wherever outputs are stored
-# or compared (a student's `make lab` keeps them).
-test notebooks: export LABKIT_PROGRESS := 0
-
-notebooks: $(STAMP)
+check-notebooks: $(STAMP)
 	$(PY) tools/nbcheck.py $(NOTEBOOKS)
 
 # Strict nbval: every output is compared, except what the sanitize file masks
