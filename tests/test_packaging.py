@@ -110,3 +110,18 @@ def test_readme_shows_the_two_commands_first() -> None:
     readme = (ROOT / "README.md").read_text()
     first_block = readme.split("```", 2)[1]
     assert "make lab" in first_block and "make test" in first_block
+
+
+def test_makefile_parses_and_keeps_progress_bars_out_of_stored_outputs() -> None:
+    import subprocess
+
+    for target in ("test", "lab", "notebooks"):
+        dry = subprocess.run(
+            ["make", "-n", "-C", str(ROOT), target], capture_output=True, text=True, timeout=60
+        )
+        assert dry.returncode == 0, dry.stderr
+    db = subprocess.run(
+        ["make", "-p", "-n", "-C", str(ROOT), "test"], capture_output=True, text=True, timeout=60
+    ).stdout
+    assert "test: LABKIT_PROGRESS := 0" in db and "notebooks: LABKIT_PROGRESS := 0" in db
+    assert "lab: LABKIT_PROGRESS" not in db
