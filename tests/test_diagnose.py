@@ -5,23 +5,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from fakes import H100
 
 from labkit.diagnose import Finding, diagnose, min_driver_text
 from labkit.frameworks import FrameworkInfo, GpuDevice
-from labkit.nvidia import CUDA_ERROR_NO_DEVICE, DriverGpu, NvidiaInfo, PciGpu, SmiGpu
+from labkit.nvidia import CUDA_ERROR_NO_DEVICE, NvidiaInfo, PciGpu, SmiGpu
 
-H100 = DriverGpu(
-    index=0,
-    name="NVIDIA H100 80GB HBM3",
-    uuid="a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf",
-    compute_capability="9.0",
-    sm_count=132,
-    memory_bytes=85520809984,
-    memory_clock_khz=2_619_000,
-    memory_bus_width_bits=5120,
-    l2_cache_bytes=50 * 1024**2,
-    bandwidth_gb_per_s=3352.32,
-)
 CUDA_DEVICE = GpuDevice(index=0, kind="cuda", name=H100.name, compute_capability="9.0")
 
 

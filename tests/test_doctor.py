@@ -17,6 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from fakes import H100
 
 from labkit import doctor
 from labkit.cli import main
@@ -25,25 +26,14 @@ from labkit.device import DeviceReport, SystemInfo
 from labkit.diagnose import Finding
 from labkit.doctor import format_bytes, format_report, run_doctor, use_color
 from labkit.frameworks import FrameworkInfo, GpuDevice
-from labkit.nvidia import DriverGpu, NvidiaInfo, SmiGpu
+from labkit.nvidia import NvidiaInfo, SmiGpu
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def gpu_report() -> DeviceReport:
     """A fake H100 machine, so the GPU rows are formatted on a machine without one."""
-    h100 = DriverGpu(
-        index=0,
-        name="NVIDIA H100 80GB HBM3",
-        uuid="a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf",
-        compute_capability="9.0",
-        sm_count=132,
-        memory_bytes=85520809984,
-        memory_clock_khz=2_619_000,
-        memory_bus_width_bits=5120,
-        l2_cache_bytes=50 * 1024**2,
-        bandwidth_gb_per_s=3352.32,
-    )
+    h100 = H100
     device = GpuDevice(
         index=0,
         kind="cuda",

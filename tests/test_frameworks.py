@@ -10,6 +10,7 @@ import sys
 from types import SimpleNamespace
 
 import pytest
+from fakes import H100, H100_UUID
 
 from labkit import frameworks
 from labkit._optional import MissingPackageError, is_installed
@@ -19,24 +20,11 @@ from labkit.frameworks import (
     cupy_wheel_cuda_major,
     probe_framework,
 )
-from labkit.nvidia import DriverGpu, NvidiaInfo
-
-H100_UUID = "a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf"
+from labkit.nvidia import NvidiaInfo
 
 
 def driver_with_h100() -> NvidiaInfo:
-    gpu = DriverGpu(
-        index=0,
-        name="NVIDIA H100 80GB HBM3",
-        uuid=H100_UUID,
-        compute_capability="9.0",
-        sm_count=132,
-        memory_bytes=85520809984,
-        memory_clock_khz=2_619_000,
-        memory_bus_width_bits=5120,
-        l2_cache_bytes=50 * 1024**2,
-        bandwidth_gb_per_s=3352.32,
-    )
+    gpu = H100
     return NvidiaInfo(
         library="libcuda.so.1",
         library_error=None,
