@@ -56,7 +56,48 @@ def _build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="store the GPU result in labkit's reference data (needs a GPU)",
     )
+    bandwidth = bench_sub.add_parser(
+        "bandwidth",
+        help="memory bandwidth: labkit's STREAM probes next to NumPy and a compiled C loop",
+        description=(
+            "Measure labkit's CPU copy and triad bandwidth next to NumPy's copy and a C STREAM "
+            "loop compiled here, on the same DRAM-sized arrays, and report labkit / best "
+            "reference (the bar is 0.90). With a GPU: device-to-device copy against torch, "
+            "CuPy and the datasheet peak, host<->device transfers, overlap and strided reads; "
+            "--record stores those as the reference CPU-only learners see."
+        ),
+    )
+    bandwidth.add_argument("--json", action="store_true", help="print the results as JSON")
+    bandwidth.add_argument(
+        "--record",
+        action="store_true",
+        help="store the GPU results in labkit's reference data (needs a GPU)",
+    )
+    bandwidth.add_argument(
+        "--max-bytes",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="cap the bytes per array (a cache-sized cap measures the cache, not DRAM)",
+    )
+    bandwidth.add_argument(
+        "--rounds",
+        type=_positive_int,
+        default=4,
+        metavar="N",
+        help="rounds in which labkit and the references take turns (default 4)",
+    )
     return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -72,6 +113,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 from labkit.pitfalls import run_timing_benchmark
 
                 return run_timing_benchmark(as_json=args.json, record=args.record)
+            if args.bench == "bandwidth":
+                from labkit.bench_bandwidth import run_bandwidth_benchmark
+
+                return run_bandwidth_benchmark(
+                    as_json=args.json,
+                    record=args.record,
+                    max_bytes=args.max_bytes,
+                    rounds=args.rounds,
+                )
             parser.parse_args(["bench", "--help"])
         parser.print_help()
         return 0

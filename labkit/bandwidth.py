@@ -1,0 +1,571 @@
+"""STREAM-style memory-bandwidth probes: how many GB/s the memory system really delivers.
+
+Most deep-learning kernels (elementwise ops, normalisations, optimiser steps)
+do a few flops per byte, so their speed is the memory's speed, not the
+processor's. John McCalpin's STREAM benchmark measures that speed with four
+kernels over arrays of ``n`` float64 values, and labkit follows its rules:
+
+============  ===============  ======================  ========================
+kernel        does             bytes counted per call  labkit runs (torch)
+============  ===============  ======================  ========================
+copy          a = b            2 arrays × 8 B × n      ``a.copy_(b)``
+scale         a = s·b          2 arrays × 8 B × n      ``torch.mul(b, s, out=a)``
+add           a = b + c        3 arrays × 8 B × n      ``torch.add(b, c, out=a)``
+triad         a = b + s·c      3 arrays × 8 B × n      ``torch.add(b, c, alpha=s, out=a)``
+============  ===============  ======================  ========================
+
+Bytes are counted the way STREAM counts them: each array read or written
+once. A CPU that writes ``a`` with ordinary stores first reads each line of
+``a`` into cache (write-allocate), so the hardware really moves one more
+array; STREAM does not count it, and neither does labkit, so numbers compare
+with published STREAM results. torch's kernels (like NumPy's ufuncs and
+plain C loops) use ordinary stores; a libc ``memcpy`` of a large buffer uses
+non-temporal stores that skip that read, which is why it can report up to
+1.5× the copy bandwidth (``labkit bench bandwidth`` shows it for information).
+
+Why torch and not NumPy: each torch call above is a *single pass* over
+memory and runs on every core (torch's intra-op threads), which is what a
+bandwidth probe needs. NumPy is single-threaded, and has no one-pass triad:
+``a[:] = b + s * c`` makes a temporary ``s * c`` (an extra array written and
+read back), and ``np.multiply(c, s, out=a); a += b`` walks ``a`` twice. Both
+move 5 arrays' worth of bytes for STREAM's 3, so they understate the
+bandwidth. ``labkit bench bandwidth`` checks these probes against NumPy's
+copy and a compiled C loop measured in the same run.
+
+:func:`stream_sweep` runs the kernels from L1-sized to DRAM-sized arrays,
+which draws the cache hierarchy as steps; :func:`peak_bandwidth` is the
+single DRAM-sized number the roofline uses (the sweep lives in
+:mod:`labkit.stream_sweep`). Buffers are sized by
+:mod:`labkit.memory`, so nothing allocates more than a fraction of the free
+memory. Strided access, host-device transfers and the copy-compute pipeline
+live in :mod:`labkit.strided`, :mod:`labkit.transfers` and
+:mod:`labkit.pipeline`; all of them can be imported from here by name.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from labkit import memory as _memory
+from labkit.memory import DEFAULT_FRACTION, MemoryBudgetError, MemoryBudgetWarning, format_bytes
+from labkit.timing import Timing, bench, format_duration
+
+#: The four STREAM kernels, in STREAM's order.
+KERNELS: tuple[str, ...] = ("copy", "scale", "add", "triad")
+#: Arrays each kernel reads or writes once (STREAM's byte counting).
+ARRAYS: dict[str, int] = {"copy": 2, "scale": 2, "add": 3, "triad": 3}
+#: What each kernel computes.
+FORMULAS: dict[str, str] = {"copy": "a = b", "scale": "a = s·b", "add": "a = b + c",
+                            "triad": "a = b + s·c"}  # fmt: skip
+#: The torch call labkit times for each kernel (all one pass, multithreaded).
+IMPLEMENTATIONS: dict[str, str] = {
+    "copy": "a.copy_(b)",
+    "scale": "torch.mul(b, s, out=a)",
+    "add": "torch.add(b, c, out=a)",
+    "triad": "torch.add(b, c, alpha=s, out=a)",
+}
+#: STREAM's element type and scalar.
+DTYPE = "float64"
+ITEMSIZE_BYTES = 8
+SCALAR = 3.0
+#: Initial values of b and c, and what a must hold after each kernel (checked before timing).
+_B, _C = 2.0, 1.0
+_EXPECTED: dict[str, float] = {"copy": _B, "scale": SCALAR * _B, "add": _B + _C,
+                               "triad": _B + SCALAR * _C}  # fmt: skip
+
+#: Smallest array labkit measures: below this a call is all overhead.
+MIN_BYTES_PER_ARRAY = 4096
+#: Bytes one timed sample should move at least: tiny arrays are run many times per sample.
+_SAMPLE_TARGET_BYTES = {"cpu": 8 * 1024**2, "cuda": 64 * 1024**2}
+_MAX_CALLS_PER_SAMPLE = 10_000
+
+
+def stream_bytes(kernel: str, n_elements: int, *, itemsize_bytes: int = ITEMSIZE_BYTES) -> int:
+    """Bytes one call of ``kernel`` moves by STREAM's rules: arrays × itemsize × n.
+
+    copy and scale touch 2 arrays, add and triad 3; write-allocate traffic is
+    not counted. ``stream_bytes("triad", 1000)`` is 24000 for float64.
+    """
+    kernel = _check_kernel(kernel)
+    n_elements = _check_int("n_elements", n_elements, minimum=1)
+    itemsize_bytes = _check_int("itemsize_bytes", itemsize_bytes, minimum=1)
+    return ARRAYS[kernel] * itemsize_bytes * n_elements
+
+
+def format_gb_per_s(gb_per_s: float) -> str:
+    """A bandwidth with 3 significant digits and its unit: "25.3 GB/s", "4790 GB/s"."""
+    if isinstance(gb_per_s, bool) or not isinstance(gb_per_s, numbers.Real):
+        raise TypeError(f"gb_per_s must be a number, got {type(gb_per_s).__name__} instead")
+    value = float(gb_per_s)
+    if not math.isfinite(value):
+        return f"{value} GB/s"
+    digits = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
+    return f"{value:.{digits}f} GB/s"
+
+
+# --------------------------------------------------------------------------- result
+
+
+@dataclass(frozen=True)
+class BandwidthResult:
+    """One bandwidth measurement: what moved, how long one call took, and the GB/s.
+
+    ``bytes_per_call`` is the traffic one call of the kernel is credited with
+    (STREAM counting for the STREAM kernels, the bytes that crossed the bus
+    for a transfer). Tiny arrays are run ``calls_per_sample`` times inside
+    each timed sample; ``median_ms`` is the median sample divided by that, so
+    it is always the time of *one* call. ``gb_per_s`` uses the median, so
+    it is typical rather than lucky; ``best_gb_per_s`` uses the fastest
+    sample. GB are 10^9 bytes, as in STREAM and GPU datasheets.
+    """
+
+    kernel: str
+    device: str
+    dtype: str
+    n_elements: int
+    bytes_per_array: int
+    bytes_per_call: int
+    calls_per_sample: int
+    timing: Timing
+    implementation: str
+    threads: int | None = None
+    median_ms: float = field(init=False)
+    gb_per_s: float = field(init=False)
+    best_gb_per_s: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.timing, Timing):
+            raise TypeError(
+                f"timing must be a Timing from labkit.bench, got {type(self.timing).__name__}"
+            )
+        for name in ("n_elements", "bytes_per_array", "bytes_per_call", "calls_per_sample"):
+            _check_int(name, getattr(self, name), minimum=1)
+        median_ms = self.timing.median_ms / self.calls_per_sample
+        min_ms = self.timing.min_ms / self.calls_per_sample
+        object.__setattr__(self, "median_ms", median_ms)
+        object.__setattr__(self, "gb_per_s", _gb_per_s(self.bytes_per_call, median_ms))
+        object.__setattr__(self, "best_gb_per_s", _gb_per_s(self.bytes_per_call, min_ms))
+
+    @property
+    def arrays(self) -> int:
+        """How many arrays' worth of bytes one call is credited with."""
+        return max(1, round(self.bytes_per_call / self.bytes_per_array))
+
+    def __str__(self) -> str:
+        threads = f", {self.threads} threads" if self.threads else ""
+        return (
+            f"{self.kernel} on {self.device}: {format_gb_per_s(self.gb_per_s)} "
+            f"({self.dtype}, {format_bytes(self.bytes_per_array)} per array, "
+            f"{format_bytes(self.bytes_per_call)} moved per call; median "
+            f"{format_duration(self.median_ms)}, n={self.timing.n}{threads})"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The measurement as JSON-native values, with the full timing."""
+        return {
+            "kernel": self.kernel,
+            "device": self.device,
+            "dtype": self.dtype,
+            "implementation": self.implementation,
+            "threads": self.threads,
+            "n_elements": self.n_elements,
+            "bytes_per_array": self.bytes_per_array,
+            "bytes_per_call": self.bytes_per_call,
+            "calls_per_sample": self.calls_per_sample,
+            "median_ms": self.median_ms,
+            "gb_per_s": self.gb_per_s,
+            "best_gb_per_s": self.best_gb_per_s,
+            "timing": self.timing.to_dict(),
+        }
+
+
+def _gb_per_s(nbytes: int, ms: float) -> float:
+    return nbytes / (ms * 1e-3) / 1e9 if ms > 0 else math.inf
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _check_int(name: str, value: Any, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} instead")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value!r}")
+    return int(value)
+
+
+def _check_ms(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0:
+        raise ValueError(f"{name} must be a time budget in ms >= 0, got {value!r}")
+    return float(value)
+
+
+def _check_kernel(kernel: Any) -> str:
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
+    return str(kernel)
+
+
+def _check_kernels(kernels: Any) -> tuple[str, ...]:
+    if isinstance(kernels, str):
+        kernels = (kernels,)
+    if not isinstance(kernels, Iterable):
+        raise TypeError(f"kernels must be a sequence of kernel names, got {kernels!r}")
+    chosen = tuple(kernels)
+    if not chosen:
+        raise ValueError(f"kernels is empty: choose from {', '.join(KERNELS)}")
+    for kernel in chosen:
+        if kernel not in KERNELS:
+            raise ValueError(f"kernels must be chosen from {', '.join(KERNELS)}, got {kernel!r}")
+    return tuple(k for k in KERNELS if k in chosen)  # STREAM's order, no duplicates
+
+
+def check_device(device: Any) -> str:
+    """Normalise ``device`` to "cpu" or "cuda:N"; a CUDA device must exist here.
+
+    Only CUDA counts as a GPU for these probes (they time with CUDA events
+    and read CUDA's memory info).
+    """
+    if not isinstance(device, str) and type(device).__module__.startswith("torch"):
+        device = str(device)  # torch.device("cuda:0") -> "cuda:0"
+    kind, index = _memory.parse_device(device)
+    if kind == "cpu":
+        return "cpu"
+    from labkit._optional import import_optional
+
+    torch = import_optional("torch", "GPU bandwidth probes")
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"device={device!r} but torch sees no CUDA GPU here; use device='cpu', or gate the "
+            "cell with `if labkit.require_gpu(...)`. `labkit doctor` explains why no GPU is visible."
+        )
+    index = torch.cuda.current_device() if index is None else index
+    if index >= torch.cuda.device_count():
+        raise ValueError(
+            f"device={device!r} but only {torch.cuda.device_count()} CUDA device(s) exist here"
+        )
+    return f"cuda:{index}"
+
+
+# --------------------------------------------------------------------------- caches and sizes
+
+
+def cache_sizes(device: str = "cpu") -> tuple[tuple[str, int], ...]:
+    """The caches a sweep crosses, smallest first: (("L1d", bytes), ("L2", ...), ("L3", ...)).
+
+    CPU sizes come from :func:`labkit.cpu.cpu_info` (per core for L1d and L2,
+    shared for L3); a GPU has one L2 shared by all its SMs. Unknown levels are
+    left out.
+    """
+    device = check_device(device)
+    if device == "cpu":
+        from labkit.cpu import cpu_info
+
+        info = cpu_info()
+        levels = (("L1d", info.l1d_cache_bytes), ("L2", info.l2_cache_bytes),
+                  ("L3", info.l3_cache_bytes))  # fmt: skip
+        return tuple((name, int(size)) for name, size in levels if size)
+    import torch
+
+    l2 = int(getattr(torch.cuda.get_device_properties(torch.device(device)), "L2_cache_size", 0))
+    return (("L2", l2),) if l2 > 0 else ()
+
+
+def dram_bytes_per_array(device: str = "cpu") -> int:
+    """An array size that certainly lives in main memory (DRAM or HBM), not in a cache.
+
+    CPU: 4× the last-level cache and at least 256 MiB. Note that a virtual
+    machine reports the host's whole L3 (300 MiB on the course's CI VM, so
+    1.2 GiB per array). GPU: 8× the L2 and at least 1 GiB.
+    """
+    device = check_device(device)
+    caches = dict(cache_sizes(device))
+    last = max(caches.values()) if caches else 64 * 1024**2
+    if device == "cpu":
+        return _round_up(max(4 * last, 256 * 1024**2), MIN_BYTES_PER_ARRAY)
+    return _round_up(max(8 * last, 1024**3), MIN_BYTES_PER_ARRAY)
+
+
+def default_sizes(device: str = "cpu", *, points_per_decade: int = 4) -> tuple[int, ...]:
+    """Log-spaced bytes per array from L1-sized to DRAM-sized, multiples of 4 KiB.
+
+    CPU: from a quarter of the L1 data cache (32 KiB if unknown) to
+    :func:`dram_bytes_per_array`. GPU: from 64 KiB (where launch overhead
+    rules) to :func:`dram_bytes_per_array`.
+    """
+    device = check_device(device)
+    points_per_decade = _check_int("points_per_decade", points_per_decade, minimum=1)
+    caches = dict(cache_sizes(device))
+    if device == "cpu":
+        low = max(MIN_BYTES_PER_ARRAY, caches.get("L1d", 32 * 1024) // 4)
+    else:
+        low = 64 * 1024
+    return log_sizes(low, dram_bytes_per_array(device), points_per_decade=points_per_decade)
+
+
+def log_sizes(low_bytes: int, high_bytes: int, *, points_per_decade: int = 4) -> tuple[int, ...]:
+    """Sizes from ``low_bytes`` to ``high_bytes``, evenly spaced on a log axis, 4 KiB multiples."""
+    low_bytes = _check_int("low_bytes", low_bytes, minimum=1)
+    high_bytes = _check_int("high_bytes", high_bytes, minimum=low_bytes)
+    points_per_decade = _check_int("points_per_decade", points_per_decade, minimum=1)
+    steps = max(1, math.ceil(points_per_decade * math.log10(high_bytes / low_bytes)))
+    sizes = {
+        _round_up(round(low_bytes * (high_bytes / low_bytes) ** (k / steps)), MIN_BYTES_PER_ARRAY)
+        for k in range(steps + 1)
+    }
+    return tuple(sorted(sizes))
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return max(multiple, -(-int(value) // multiple) * multiple)
+
+
+# --------------------------------------------------------------------------- buffers and kernels
+
+
+def _allocate(n_elements: int, count: int, device: str) -> list[Any]:
+    """``count`` float64 tensors of ``n_elements`` on ``device``: a = 0, b = 2, c = 1.
+
+    Filling them also touches every page now, so page faults (the OS
+    mapping fresh memory) never land inside a timed call. Tests replace this
+    function to record how much a probe asks for.
+    """
+    import torch
+
+    values = (0.0, _B, _C)[:count]
+    return [torch.full((n_elements,), v, dtype=torch.float64, device=device) for v in values]
+
+
+def _kernel_call(kernel: str, a: Any, b: Any, c: Any) -> Any:
+    import torch
+
+    if kernel == "copy":
+        return lambda: a.copy_(b)
+    if kernel == "scale":
+        return lambda: torch.mul(b, SCALAR, out=a)
+    if kernel == "add":
+        return lambda: torch.add(b, c, out=a)
+    return lambda: torch.add(b, c, alpha=SCALAR, out=a)
+
+
+def _calls_per_sample(bytes_per_call: int, device: str) -> int:
+    target = _SAMPLE_TARGET_BYTES["cpu" if device == "cpu" else "cuda"]
+    return max(1, min(_MAX_CALLS_PER_SAMPLE, target // bytes_per_call))
+
+
+def _threads(device: str) -> int | None:
+    if device != "cpu":
+        return None
+    import torch
+
+    return int(torch.get_num_threads())
+
+
+@dataclass(frozen=True)
+class PreparedKernel:
+    """A checked STREAM kernel on a set of buffers, ready to time.
+
+    ``sample()`` runs the kernel ``calls_per_sample`` times (tiny arrays need
+    many calls per timed sample); :meth:`result` turns a Timing of ``sample``
+    into a :class:`BandwidthResult`. ``labkit bench bandwidth`` uses this to
+    take turns with its references a few samples at a time.
+    """
+
+    kernel: str
+    device: str
+    n_elements: int
+    call: Any
+    calls_per_sample: int
+
+    def sample(self) -> None:
+        for _ in range(self.calls_per_sample):
+            self.call()
+
+    def result(self, timing: Timing) -> BandwidthResult:
+        return BandwidthResult(
+            kernel=self.kernel,
+            device=self.device,
+            dtype=DTYPE,
+            n_elements=self.n_elements,
+            bytes_per_array=self.n_elements * ITEMSIZE_BYTES,
+            bytes_per_call=stream_bytes(self.kernel, self.n_elements),
+            calls_per_sample=self.calls_per_sample,
+            timing=timing,
+            implementation=IMPLEMENTATIONS[self.kernel],
+            threads=_threads(self.device),
+        )
+
+
+def prepare_kernel(
+    kernel: str, buffers: Sequence[Any], n_elements: int, device: str
+) -> PreparedKernel:
+    """Run ``kernel`` once on the first ``n_elements`` of ``buffers`` and check what it wrote.
+
+    ``buffers`` are a, b (and c) as made by the probes (b = 2, c = 1). A wrong
+    result means overlapping or modified buffers, and a timing of a wrong
+    computation is meaningless, so it raises instead of timing.
+    """
+    kernel = _check_kernel(kernel)
+    a, b = buffers[0][:n_elements], buffers[1][:n_elements]
+    c = buffers[2][:n_elements] if len(buffers) > 2 else None
+    call = _kernel_call(kernel, a, b, c)
+    call()
+    expected = _EXPECTED[kernel]
+    low, high = (float(v) for v in a.aminmax())  # two scalars: no n-sized temporary
+    if not low == high == expected:
+        raise RuntimeError(
+            f"the {kernel} kernel ({FORMULAS[kernel]}) left values other than {expected} in a; "
+            "the probe's buffers overlap or were changed while it ran, so its timing would "
+            "be meaningless"
+        )
+    calls = _calls_per_sample(stream_bytes(kernel, n_elements), device)
+    return PreparedKernel(kernel, device, n_elements, call, calls)
+
+
+def _measure(
+    kernel: str,
+    buffers: Sequence[Any],
+    n_elements: int,
+    device: str,
+    *,
+    warmup_ms: float,
+    rep_ms: float,
+    min_reps: int,
+) -> BandwidthResult:
+    """Check one kernel's result, then time it on the first ``n_elements`` of ``buffers``."""
+    prepared = prepare_kernel(kernel, buffers, n_elements, device)
+    timing = bench(prepared.sample, warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps,
+                   device=device, label=kernel, warn=False)  # fmt: skip
+    return prepared.result(timing)
+
+
+def stream_kernel(
+    kernel: str = "triad",
+    bytes_per_array: int | None = None,
+    device: str = "cpu",
+    *,
+    fraction: float = DEFAULT_FRACTION,
+    warmup_ms: float = 25.0,
+    rep_ms: float = 100.0,
+    min_reps: int = 5,
+) -> BandwidthResult:
+    """Time one STREAM kernel at one array size (DRAM-sized by default).
+
+    An explicit ``bytes_per_array`` that does not fit the memory budget
+    raises :class:`~labkit.memory.MemoryBudgetError`; the default size
+    shrinks to fit instead (with a :class:`~labkit.memory.MemoryBudgetWarning`).
+    """
+    kernel = _check_kernel(kernel)
+    device = check_device(device)
+    size = _single_size(bytes_per_array, device, fraction, ARRAYS[kernel], f"the {kernel} probe")
+    n = size // ITEMSIZE_BYTES
+    buffers = _allocate(n, ARRAYS[kernel], device)
+    return _measure(kernel, buffers, n, device, warmup_ms=_check_ms("warmup_ms", warmup_ms),
+                    rep_ms=_check_ms("rep_ms", rep_ms),
+                    min_reps=_check_int("min_reps", min_reps, minimum=1))  # fmt: skip
+
+
+def _single_size(
+    bytes_per_array: int | None, device: str, fraction: float, arrays: int, what: str
+) -> int:
+    """An explicit size is checked (error if too big); the default shrinks to fit (warning)."""
+    if bytes_per_array is not None:
+        size = _check_int("bytes_per_array", bytes_per_array, minimum=ITEMSIZE_BYTES)
+        _memory.check_fits(size, device=device, fraction=fraction, arrays=arrays, what=what)
+        return size - size % ITEMSIZE_BYTES
+    wanted = dram_bytes_per_array(device)
+    size = _memory.fit_bytes(wanted, device=device, fraction=fraction, arrays=arrays)
+    size -= size % MIN_BYTES_PER_ARRAY
+    if size < MIN_BYTES_PER_ARRAY:
+        _memory.check_fits(wanted, device=device, fraction=fraction, arrays=arrays, what=what)
+    if size < wanted:
+        warnings.warn(
+            f"{what}: measuring {format_bytes(size)} per array instead of {format_bytes(wanted)}, "
+            f"because {arrays} arrays of {format_bytes(wanted)} exceed {fraction:.0%} of the free "
+            "memory. Part of the data may come from cache, which overstates main-memory "
+            "bandwidth; close other programs for a cleaner number.",
+            MemoryBudgetWarning,
+            stacklevel=3,
+        )
+    return size
+
+
+def peak_bandwidth(
+    device: str = "cpu",
+    *,
+    fraction: float = DEFAULT_FRACTION,
+    bytes_per_array: int | None = None,
+    kernels: Sequence[str] = ("copy", "triad"),
+    warmup_ms: float = 25.0,
+    rep_ms: float = 100.0,
+    min_reps: int = 5,
+) -> BandwidthResult:
+    """The best of copy and triad on DRAM-sized arrays: the memory roof of a roofline.
+
+    It is what torch's one-pass kernels reach, with ordinary stores and STREAM
+    byte counting; that is the roof the course's torch operations live under.
+    The default size (:func:`dram_bytes_per_array`) shrinks to fit the
+    memory budget with a warning; an explicit ``bytes_per_array`` that does
+    not fit raises :class:`~labkit.memory.MemoryBudgetError`.
+    """
+    kernels = _check_kernels(kernels)
+    device = check_device(device)
+    warmup_ms, rep_ms = _check_ms("warmup_ms", warmup_ms), _check_ms("rep_ms", rep_ms)
+    min_reps = _check_int("min_reps", min_reps, minimum=1)
+    arrays = max(ARRAYS[k] for k in kernels)
+    size = _single_size(bytes_per_array, device, fraction, arrays, "peak_bandwidth")
+    n = size // ITEMSIZE_BYTES
+    buffers = _allocate(n, arrays, device)
+    results = [
+        _measure(k, buffers, n, device, warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps)
+        for k in kernels
+    ]
+    return max(results, key=lambda r: r.gb_per_s)
+
+
+# --------------------------------------------------------------------------- neighbours
+
+_ELSEWHERE = {
+    "stream_sweep": "labkit.stream_sweep",
+    "StreamSweep": "labkit.stream_sweep",
+    "strided_read": "labkit.strided",
+    "StridedResult": "labkit.strided",
+    "pipeline_breakdown": "labkit.pipeline",
+    "PipelineBreakdown": "labkit.pipeline",
+    "device_copy": "labkit.transfers",
+    "host_device_sweep": "labkit.transfers",
+    "copy_compute_overlap": "labkit.transfers",
+    "theoretical_peak_gb_per_s": "labkit.transfers",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """``labkit.bandwidth.strided_read`` etc.: the neighbouring probes, imported on first use."""
+    if name in _ELSEWHERE:
+        import importlib
+
+        return getattr(importlib.import_module(_ELSEWHERE[name]), name)
+    raise AttributeError(f"module 'labkit.bandwidth' has no attribute {name!r}")
+
+
+__all__ = [
+    "ARRAYS",
+    "DTYPE",
+    "KERNELS",
+    "BandwidthResult",
+    "MemoryBudgetError",
+    "cache_sizes",
+    "check_device",
+    "default_sizes",
+    "dram_bytes_per_array",
+    "format_gb_per_s",
+    "log_sizes",
+    "peak_bandwidth",
+    "stream_bytes",
+    "stream_kernel",
+]

@@ -1,0 +1,491 @@
+"""Moving data to, from and within a GPU, and the copy-in → compute → copy-back pipeline.
+
+The old picture of GPU computing ("copy the data in, compute, copy it back")
+hides the numbers that decide whether a GPU helps: its own memory (HBM)
+moves several TB/s, while the PCIe bus to the host moves a few tens of GB/s,
+a hundred times less. This module measures each piece:
+
+- :func:`device_copy`: a device-to-device copy against the card's
+  theoretical peak, and against torch (timed with raw CUDA events) and CuPy;
+- :func:`host_device_sweep`: host↔device bandwidth over sizes, from
+  pageable and from pinned (page-locked) host memory, both directions;
+- :func:`copy_compute_overlap`: N chunks copied and processed, serialized on
+  one stream versus copies on a side stream overlapping the compute;
+- :func:`labkit.pipeline.pipeline_breakdown`: the seed's pipeline, timed
+  piece by piece (it also runs on the CPU).
+
+Everything here needs a CUDA GPU and says so plainly without one. All timing goes through :func:`labkit.bench`, which uses
+CUDA events on the GPU.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from labkit import memory as _memory
+from labkit.bandwidth import (
+    BandwidthResult,
+    _check_int,
+    _check_ms,
+    check_device,
+    format_gb_per_s,
+    log_sizes,
+    stream_kernel,
+)
+from labkit.memory import DEFAULT_FRACTION, format_bytes
+from labkit.progress import progress
+from labkit.timing import Timing, bench, format_duration
+
+DIRECTIONS = ("h2d", "d2h")
+HOST_MEMORY = ("pageable", "pinned")
+
+
+def _require_cuda(device: str, what: str) -> str:
+    device = check_device(device)
+    if device == "cpu":
+        raise ValueError(
+            f"{what} needs a CUDA GPU, and device='cpu' was given. On a machine without a GPU, "
+            "gate the cell with `if labkit.require_gpu(...)` to show the recorded result instead."
+        )
+    return device
+
+
+def theoretical_peak_gb_per_s(device: str = "cuda") -> float | None:
+    """The GPU memory's datasheet bandwidth: 2 × memory clock × bus width / 8.
+
+    Read from torch's device properties, or from the CUDA driver
+    (:mod:`labkit.nvidia`) when torch does not expose the clock; None if
+    neither knows it.
+    """
+    import torch
+
+    from labkit.nvidia import nvidia_info, theoretical_bandwidth_gb_per_s
+
+    device = _require_cuda(device, "theoretical_peak_gb_per_s")
+    props = torch.cuda.get_device_properties(torch.device(device))
+    peak = theoretical_bandwidth_gb_per_s(
+        getattr(props, "memory_clock_rate", None), getattr(props, "memory_bus_width", None)
+    )
+    if peak:
+        return peak
+    index = int(device.split(":")[1])
+    driver = [d for d in nvidia_info().devices if d.index == index]
+    return driver[0].bandwidth_gb_per_s if driver else None
+
+
+# --------------------------------------------------------------------------- device-to-device
+
+
+@dataclass(frozen=True)
+class DeviceCopy:
+    """A device-to-device copy: labkit's probe, independent references, and the datasheet.
+
+    ``labkit`` is :func:`labkit.bandwidth.stream_kernel` ("copy", torch
+    ``a.copy_(b)`` timed by ``labkit.bench``). ``references`` are the same
+    traffic measured other ways: torch timed with raw CUDA events and no
+    labkit, CuPy's ``copyto`` kernel and CuPy's ``cudaMemcpyAsync``. Every
+    copy is credited with 2 × the array (read + write), like STREAM and
+    like the datasheet peak, which counts both directions of the memory bus.
+    """
+
+    labkit: BandwidthResult
+    references: tuple[BandwidthResult, ...]
+    peak_gb_per_s: float | None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def best_reference(self) -> BandwidthResult | None:
+        return max(self.references, key=lambda r: r.gb_per_s, default=None)
+
+    @property
+    def ratio_to_best(self) -> float | None:
+        """labkit's GB/s over the best reference's."""
+        best = self.best_reference
+        return None if best is None else self.labkit.gb_per_s / best.gb_per_s
+
+    @property
+    def fraction_of_peak(self) -> float | None:
+        """labkit's GB/s over the datasheet peak (0.8–0.95 is typical for HBM)."""
+        return None if not self.peak_gb_per_s else self.labkit.gb_per_s / self.peak_gb_per_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "labkit": self.labkit.to_dict(),
+            "references": [r.to_dict() for r in self.references],
+            "peak_gb_per_s": self.peak_gb_per_s,
+            "ratio_to_best": self.ratio_to_best,
+            "fraction_of_peak": self.fraction_of_peak,
+            "notes": list(self.notes),
+        }
+
+
+def _result(kernel: str, device: str, nbytes: int, traffic: int, timing: Timing,
+            implementation: str, calls: int = 1, dtype: str = "uint8") -> BandwidthResult:  # fmt: skip
+    itemsize = 8 if dtype == "float64" else 4 if dtype == "float32" else 1
+    return BandwidthResult(
+        kernel=kernel, device=device, dtype=dtype, n_elements=max(1, nbytes // itemsize),
+        bytes_per_array=nbytes, bytes_per_call=traffic, calls_per_sample=calls,
+        timing=timing, implementation=implementation,
+    )  # fmt: skip
+
+
+def _raw_event_copy(dst: Any, src: Any, reps: int, device: str) -> Timing:
+    """torch ``dst.copy_(src)`` timed by hand with CUDA events: checks labkit's own timing."""
+    import torch
+
+    stream = torch.cuda.current_stream(torch.device(device))
+    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+             for _ in range(reps)]  # fmt: skip
+    for _ in range(3):  # warm-up
+        dst.copy_(src)
+    torch.cuda.synchronize(torch.device(device))
+    for start, end in pairs:
+        start.record(stream)
+        dst.copy_(src)
+        end.record(stream)
+    torch.cuda.synchronize(torch.device(device))
+    samples = tuple(start.elapsed_time(end) for start, end in pairs)
+    return Timing(samples, label="torch copy_ (raw events)", device=device, method="device events")
+
+
+def device_copy(
+    bytes_per_array: int | None = None,
+    device: str = "cuda",
+    *,
+    fraction: float = DEFAULT_FRACTION,
+    warmup_ms: float = 25.0,
+    rep_ms: float = 100.0,
+    min_reps: int = 5,
+) -> DeviceCopy:
+    """Device-to-device copy bandwidth by labkit and by references, with the datasheet peak.
+
+    DRAM-sized by default (8 × L2, at least 1 GiB per array, shrunk to fit the
+    GPU's free memory). CuPy references are skipped, with a note, when CuPy
+    is missing or cannot run; CuPy works on the same buffers through DLPack,
+    so it allocates nothing more.
+    """
+    import torch
+
+    device = _require_cuda(device, "device_copy")
+    labkit_row = stream_kernel("copy", bytes_per_array, device, fraction=fraction,
+                               warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps)  # fmt: skip
+    n = labkit_row.n_elements
+    nbytes = labkit_row.bytes_per_array
+    src = torch.full((n,), 2.0, dtype=torch.float64, device=device)
+    dst = torch.zeros_like(src)
+    reps = max(min_reps, labkit_row.timing.n)
+    refs = [_result("copy", device, nbytes, 2 * nbytes, _raw_event_copy(dst, src, reps, device),
+                    "torch dst.copy_(src), raw CUDA events", dtype="float64")]  # fmt: skip
+    notes: list[str] = []
+    try:
+        refs += _cupy_copies(dst, src, device, nbytes, warmup_ms, rep_ms, min_reps)
+    except Exception as exc:  # CuPy missing or unable to run: the torch reference remains
+        notes.append(f"CuPy references skipped: {str(exc).splitlines()[0] if str(exc) else exc!r}")
+    return DeviceCopy(labkit=labkit_row, references=tuple(refs),
+                      peak_gb_per_s=theoretical_peak_gb_per_s(device), notes=tuple(notes))  # fmt: skip
+
+
+def _cupy_copies(dst: Any, src: Any, device: str, nbytes: int, warmup_ms: float, rep_ms: float,
+                 min_reps: int) -> list[BandwidthResult]:  # fmt: skip
+    import torch
+
+    from labkit._optional import import_optional
+
+    cupy = import_optional("cupy", "the CuPy copy references")
+    if not cupy.is_available():
+        raise RuntimeError("cupy.is_available() is False")
+    index = int(device.split(":")[1])
+    torch.cuda.synchronize(torch.device(device))  # torch's writes are done before CuPy reads
+    rows = []
+    with cupy.cuda.Device(index):
+        a, b = cupy.from_dlpack(dst), cupy.from_dlpack(src)
+        cases = [
+            ("cupy.copyto(dst, src)", lambda: cupy.copyto(a, b)),
+            ("cupy memcpy (cudaMemcpyAsync)",
+             lambda: a.data.copy_from_device_async(b.data, nbytes)),
+        ]  # fmt: skip
+        for label, fn in cases:
+            timing = bench(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps,
+                           device=f"cupy:{index}", label=label, warn=False)  # fmt: skip
+            rows.append(_result("copy", device, nbytes, 2 * nbytes, timing, label, dtype="float64"))
+        cupy.cuda.Device(index).synchronize()
+    return rows
+
+
+# --------------------------------------------------------------------------- host <-> device
+
+
+@dataclass(frozen=True)
+class TransferSweep:
+    """Host↔device bandwidth for each (direction, host memory, size); bytes counted once."""
+
+    rows: tuple[BandwidthResult, ...]
+    device: str
+
+    def rows_for(self, direction: str, host_memory: str) -> tuple[BandwidthResult, ...]:
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+        if host_memory not in HOST_MEMORY:
+            raise ValueError(f"host_memory must be one of {HOST_MEMORY}, got {host_memory!r}")
+        return tuple(r for r in self.rows if r.kernel == f"{direction} {host_memory}")
+
+    def peak(self, direction: str, host_memory: str) -> BandwidthResult:
+        return max(self.rows_for(direction, host_memory), key=lambda r: r.gb_per_s)
+
+    def table(self) -> str:
+        kinds = sorted({r.kernel for r in self.rows})
+        sizes = sorted({r.bytes_per_array for r in self.rows})
+        lines = [["size", *kinds]]
+        for size in sizes:
+            cells = [format_bytes(size)]
+            for kind in kinds:
+                row = next((r for r in self.rows if r.kernel == kind and r.bytes_per_array == size),
+                           None)  # fmt: skip
+                cells.append(format_gb_per_s(row.gb_per_s) if row else "-")
+            lines.append(cells)
+        widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+        return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True))
+                         for line in lines)  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"device": self.device, "rows": [r.to_dict() for r in self.rows]}
+
+
+def _check_choices(name: str, values: Any, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    if isinstance(values, str):
+        values = (values,)
+    if not isinstance(values, Iterable) or not (chosen := tuple(values)):
+        raise ValueError(f"{name} must be a non-empty sequence drawn from {allowed}")
+    for value in chosen:
+        if value not in allowed:
+            raise ValueError(f"{name} must be drawn from {allowed}, got {value!r}")
+    return tuple(v for v in allowed if v in chosen)
+
+
+def host_device_sweep(
+    sizes_bytes: Sequence[int] | None = None,
+    device: str = "cuda",
+    *,
+    directions: Sequence[str] = DIRECTIONS,
+    host_memory: Sequence[str] = HOST_MEMORY,
+    fraction: float = DEFAULT_FRACTION,
+    warmup_ms: float = 10.0,
+    rep_ms: float = 40.0,
+    show_progress: bool | None = None,
+) -> TransferSweep:
+    """Host→device ("h2d") and device→host ("d2h") GB/s over sizes, pageable vs pinned.
+
+    Pageable memory is what ``torch.empty`` gives; the driver must first copy
+    it into a pinned staging buffer, so it is slower and never asynchronous.
+    Pinned memory (``pin_memory=True``) is DMA'd directly and allows
+    ``non_blocking=True``. Default sizes: 64 KiB to 1 GiB, log-spaced,
+    shrunk to fit both the host's and the GPU's budget.
+    """
+    import torch
+
+    device = _require_cuda(device, "host_device_sweep")
+    directions = _check_choices("directions", directions, DIRECTIONS)
+    host_memory = _check_choices("host_memory", host_memory, HOST_MEMORY)
+    warmup_ms, rep_ms = _check_ms("warmup_ms", warmup_ms), _check_ms("rep_ms", rep_ms)
+    sizes = log_sizes(64 * 1024, 1024**3, points_per_decade=3) if sizes_bytes is None else (
+        tuple(_check_int("sizes_bytes[...]", s, minimum=1) for s in sizes_bytes))  # fmt: skip
+    kept, dropped = _memory.fit_sizes(sizes, device="cpu", fraction=fraction,
+                                      arrays=len(host_memory))  # fmt: skip
+    kept, dropped_gpu = _memory.fit_sizes(kept, device=device, fraction=fraction, arrays=1)
+    if not kept:
+        _memory.check_fits(min(sizes), device="cpu", fraction=fraction, arrays=len(host_memory),
+                           what="host_device_sweep")  # fmt: skip
+        _memory.check_fits(min(sizes), device=device, fraction=fraction, what="host_device_sweep")
+    if dropped or dropped_gpu:
+        import warnings
+
+        warnings.warn(
+            f"host_device_sweep: skipped {len(dropped) + len(dropped_gpu)} size(s) above "
+            f"{format_bytes(max(kept))} that do not fit {fraction:.0%} of the free memory.",
+            _memory.MemoryBudgetWarning,
+            stacklevel=2,
+        )
+    top = max(kept)
+    on_device = torch.empty(top, dtype=torch.uint8, device=device)
+    hosts = {kind: torch.ones(top, dtype=torch.uint8, pin_memory=(kind == "pinned"))
+             for kind in host_memory}  # fmt: skip
+    points = [(size, d, m) for size in kept for d in directions for m in host_memory]
+    rows = []
+    for size, direction, kind in progress(points, desc="host<->device sweep",
+                                          total=len(points), show=show_progress):  # fmt: skip
+        dev, host = on_device[:size], hosts[kind][:size]
+        pinned = kind == "pinned"
+        fn = _transfer(dev, host, direction, pinned)
+        text = (f"device.copy_(host, non_blocking={pinned})" if direction == "h2d"
+                else f"host.copy_(device, non_blocking={pinned})")  # fmt: skip
+        calls = max(1, min(1000, (16 * 1024**2) // size))
+
+        def sample(fn: Callable[[], Any] = fn, calls: int = calls) -> None:
+            for _ in range(calls):
+                fn()
+
+        timing = bench(sample, warmup_ms=warmup_ms, rep_ms=rep_ms, device=device,
+                       label=f"{direction} {kind}", warn=False)  # fmt: skip
+        rows.append(_result(f"{direction} {kind}", device, size, size, timing, text, calls))
+    return TransferSweep(rows=tuple(rows), device=device)
+
+
+def _transfer(dev: Any, host: Any, direction: str, pinned: bool) -> Callable[[], Any]:
+    if direction == "h2d":
+        return lambda: dev.copy_(host, non_blocking=pinned)
+    return lambda: host.copy_(dev, non_blocking=pinned)
+
+
+# --------------------------------------------------------------------------- overlap
+
+
+@dataclass(frozen=True)
+class OverlapResult:
+    """N chunks copied host→device and processed: serialized versus overlapped.
+
+    ``copy`` and ``compute`` time each half alone, for all chunks; the best
+    overlap can do is about ``max(copy, compute)`` plus one chunk's worth of
+    the other, which is ``ideal_ms``.
+    """
+
+    device: str
+    n_chunks: int
+    chunk_bytes: int
+    compute_repeats: int
+    copy: Timing
+    compute: Timing
+    serialized: Timing
+    overlapped: Timing
+
+    @property
+    def speedup(self) -> float:
+        """Serialized time over overlapped time."""
+        return self.serialized.median_ms / self.overlapped.median_ms
+
+    @property
+    def ideal_ms(self) -> float:
+        longer = max(self.copy.median_ms, self.compute.median_ms)
+        shorter = min(self.copy.median_ms, self.compute.median_ms)
+        return longer + shorter / self.n_chunks
+
+    def __str__(self) -> str:
+        return (
+            f"{self.n_chunks} chunks of {format_bytes(self.chunk_bytes)} on {self.device}: "
+            f"copies alone {format_duration(self.copy.median_ms)}, compute alone "
+            f"{format_duration(self.compute.median_ms)}; one stream (serialized) "
+            f"{format_duration(self.serialized.median_ms)}, copies on a side stream "
+            f"(overlapped) {format_duration(self.overlapped.median_ms)}, best possible about "
+            f"{format_duration(self.ideal_ms)}: overlap is {self.speedup:.2f}× faster"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device, "n_chunks": self.n_chunks, "chunk_bytes": self.chunk_bytes,
+            "compute_repeats": self.compute_repeats, "speedup": self.speedup,
+            "ideal_ms": self.ideal_ms, "copy": self.copy.to_dict(),
+            "compute": self.compute.to_dict(), "serialized": self.serialized.to_dict(),
+            "overlapped": self.overlapped.to_dict(),
+        }  # fmt: skip
+
+
+def balance_repeats(copy_ms: float, pass_ms: float, *, limit: int = 1000) -> int:
+    """How many compute passes make the compute about as long as the copy (1 to ``limit``).
+
+    Overlap pays most when the two are equal; with one far longer than the
+    other there is little to hide.
+    """
+    for name, value in (("copy_ms", copy_ms), ("pass_ms", pass_ms)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+            raise ValueError(f"{name} must be a positive duration in ms, got {value!r}")
+    return max(1, min(limit, round(copy_ms / pass_ms)))
+
+
+def copy_compute_overlap(
+    n_chunks: int = 8,
+    chunk_bytes: int = 64 * 1024**2,
+    device: str = "cuda",
+    *,
+    compute_repeats: int | None = None,
+    fraction: float = DEFAULT_FRACTION,
+    rep_ms: float = 200.0,
+) -> OverlapResult:
+    """Copy ``n_chunks`` pinned host chunks to the GPU and process each, two ways.
+
+    Serialized: every copy and every kernel on the current stream, so the
+    copy engine and the SMs take turns. Overlapped: copies go on a side
+    stream (``torch.cuda.Stream``) with ``non_blocking=True`` from pinned
+    memory; the compute stream waits only for *its* chunk's copy (an event),
+    so chunk i+1 crosses the bus while chunk i is processed. The compute is
+    ``compute_repeats`` passes of ``torch.sin`` over the chunk (by default
+    as many as make it last about as long as the chunk's copy).
+    """
+    import torch
+
+    device = _require_cuda(device, "copy_compute_overlap")
+    n_chunks = _check_int("n_chunks", n_chunks, minimum=2)
+    chunk_bytes = _check_int("chunk_bytes", chunk_bytes, minimum=4096)
+    rep_ms = _check_ms("rep_ms", rep_ms)
+    n = chunk_bytes // 4
+    _memory.check_fits(n * 4, device="cpu", fraction=fraction, arrays=n_chunks,
+                       what="copy_compute_overlap (pinned host chunks)")  # fmt: skip
+    _memory.check_fits(n * 4, device=device, fraction=fraction, arrays=2 * n_chunks,
+                       what="copy_compute_overlap (device chunks)")  # fmt: skip
+    where = torch.device(device)
+    hosts = [torch.ones(n, dtype=torch.float32, pin_memory=True) for _ in range(n_chunks)]
+    inputs = [torch.empty(n, dtype=torch.float32, device=where) for _ in range(n_chunks)]
+    outputs = [torch.empty_like(x) for x in inputs]
+    side = torch.cuda.Stream(device=where)
+    copied = [torch.cuda.Event() for _ in range(n_chunks)]
+
+    def work(i: int, repeats: int) -> None:
+        for _ in range(repeats):
+            torch.sin(inputs[i], out=outputs[i])
+
+    if compute_repeats is None:
+        one_copy = bench(lambda: inputs[0].copy_(hosts[0], non_blocking=True), device=device,
+                         warmup_ms=10, rep_ms=30, warn=False)  # fmt: skip
+        one_pass = bench(lambda: work(0, 1), device=device, warmup_ms=10, rep_ms=30, warn=False)
+        compute_repeats = balance_repeats(one_copy.median_ms, one_pass.median_ms)
+    repeats = _check_int("compute_repeats", compute_repeats, minimum=1)
+
+    def copies_only() -> None:
+        for i in range(n_chunks):
+            inputs[i].copy_(hosts[i], non_blocking=True)
+
+    def compute_only() -> None:
+        for i in range(n_chunks):
+            work(i, repeats)
+
+    def serialized() -> None:
+        for i in range(n_chunks):
+            inputs[i].copy_(hosts[i], non_blocking=True)
+            work(i, repeats)
+
+    def overlapped() -> None:
+        main = torch.cuda.current_stream(where)
+        # Copies start after everything queued before (the timing's start event, and the
+        # previous call's compute, which still reads these input buffers).
+        side.wait_stream(main)
+        for i in range(n_chunks):
+            with torch.cuda.stream(side):
+                inputs[i].copy_(hosts[i], non_blocking=True)
+                copied[i].record(side)
+            main.wait_event(copied[i])
+            work(i, repeats)
+
+    overlapped()
+    torch.cuda.synchronize(where)
+    expected = torch.sin(torch.ones(1, device=where))
+    if not torch.allclose(outputs[-1][:1], expected):
+        raise RuntimeError("the overlapped pipeline computed a wrong value: a stream dependency "
+                           "is missing, so its timing would be meaningless")  # fmt: skip
+    timings = {
+        name: bench(fn, device=device, warmup_ms=rep_ms / 4, rep_ms=rep_ms, label=name, warn=False)
+        for name, fn in (("copy", copies_only), ("compute", compute_only),
+                         ("serialized", serialized), ("overlapped", overlapped))
+    }  # fmt: skip
+    return OverlapResult(device=device, n_chunks=n_chunks, chunk_bytes=n * 4,
+                         compute_repeats=repeats, **timings)  # fmt: skip
