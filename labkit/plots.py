@@ -110,3 +110,245 @@ def plot_samples(timing: Timing, *, ax: Any = None) -> Any:
         title=f"{timing.label or 'timed call'}: every sample",
         device=timing.device,
     )
+
+
+def plot_size_sweep(
+    sweep: Any, *, ax: Any = None, slow: str = "torch-all-threads", fast: str = "torch-cuda"
+) -> Any:
+    """Throughput against problem size, one line per backend (log-log), with the GPU crossover.
+
+    On the left every backend is dominated by fixed costs (interpreter
+    overhead, kernel launches, waking threads), so throughput grows with the
+    size; each line flattens where that backend's hardware is saturated.
+    When the sweep has both ``slow`` and ``fast`` (by default all CPU threads
+    and CUDA), a dashed line marks the size from which ``fast`` stays faster.
+    """
+    from labkit.parallel import SizeSweep
+    from labkit.rates import round3
+
+    if not isinstance(sweep, SizeSweep):
+        raise TypeError(
+            f"Expected an instance of SizeSweep, got {type(sweep).__name__} instead; pass the "
+            "result of labkit.parallel.sweep_add() or sweep_matmul()"
+        )
+    plt = _pyplot()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.5))
+    for result in sweep.backends:
+        if result.points:
+            values = [getattr(point, sweep.metric) for point in result.points]
+            ax.plot(result.sizes, values, marker="o", ms=3, label=result.label)
+    if sweep.has_backend(slow) and sweep.has_backend(fast):
+        size = sweep.crossover(slow, fast)
+        if size is not None:
+            ax.axvline(size, color="0.3", ls="--", lw=1, label=f"crossover: n ≈ {round3(size):,}")
+    ax.legend(fontsize="small")
+    if sweep.op == "add":
+        xlabel, what = "n (elements per vector)", "c = a + b"
+    else:
+        xlabel, what = "n (n×n matrices)", "n×n matmul"
+    devices = ["cpu"] + sorted({b.device for b in sweep.backends} - {"cpu"})
+    names = " and ".join(device_name(d) for d in devices)
+    return style_axes(
+        ax,
+        xlabel=xlabel,
+        ylabel=f"throughput ({sweep.metric_unit})",
+        title=f"{what} ({sweep.dtype}): throughput by size\non {names}",
+        logx=True,
+        logy=True,
+    )
+
+
+def plot_amdahl(scaling: Any, *, ax: Any = None, max_threads: int = 64) -> Any:
+    """Measured speedups, Amdahl's curve for the measured serial fraction, and the ideal line.
+
+    The curve extends the few thread counts a laptop has to ``max_threads``:
+    with a serial fraction f the speedup flattens towards 1/f (the dashed
+    line) long before the ideal S(n) = n, which is the lesson of the law.
+    """
+    from labkit.amdahl import ThreadScaling, amdahl_speedup
+
+    if not isinstance(scaling, ThreadScaling):
+        raise TypeError(
+            f"Expected an instance of ThreadScaling, got {type(scaling).__name__} instead; pass "
+            "the result of labkit.amdahl.measure_thread_scaling()"
+        )
+    if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 2:
+        raise ValueError(f"max_threads must be an integer >= 2, got {max_threads!r}")
+    plt = _pyplot()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.5, 4.5))
+    top = max(max_threads, *(p.threads for p in scaling.points))
+    ns = [top ** (i / 100) for i in range(101)]
+    ax.plot(ns, ns, ls=":", color="0.5", label="ideal: S(n) = n")
+    f = scaling.serial_fraction
+    if f is not None:
+        ax.plot(ns, [amdahl_speedup(f, n) for n in ns], color="C1",
+                label=f"Amdahl, measured f = {f:.3f}")  # fmt: skip
+        if f > 0:
+            ax.axhline(1 / f, color="C1", ls="--", lw=1, label=f"limit 1/f = {1 / f:.3g}×")
+    ax.plot([p.threads for p in scaling.points], [p.speedup for p in scaling.points], "o",
+            color="C0", ms=7, zorder=3, label="measured")  # fmt: skip
+    ax.legend(fontsize="small", loc="upper left")
+    style_axes(
+        ax,
+        xlabel="threads n",
+        ylabel="speedup S(n) = T(1) / T(n) (×)",
+        title=f"Amdahl's law: {scaling.workload}",
+        device=scaling.device,
+    )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    _plain_log_ticks(ax.xaxis)
+    _plain_log_ticks(ax.yaxis)
+    return ax
+
+
+def plot_roofline(roofline: Any, points: Any = (), *, ax: Any = None) -> Any:
+    """The roofline (log-log): the memory roof, one compute roof per dtype, and measured ops.
+
+    ``points`` are :class:`labkit.roofline_measure.OpMeasurement` results or
+    ``(label, FLOP/byte, GFLOP/s)`` tuples. A point under the slanted roof
+    is limited by memory, one under a flat roof by arithmetic; the distance
+    below its roof is what the kernel leaves on the table.
+    """
+    from labkit.rates import format_gflop_per_s, three_digits
+    from labkit.roofline import Roofline
+
+    if not isinstance(roofline, Roofline):
+        raise TypeError(
+            f"Expected an instance of Roofline, got {type(roofline).__name__} instead; build one "
+            "with labkit.roofline.measure_roofline() or Roofline(device, peaks, gb_per_s)"
+        )
+    marks = _roofline_points(points)
+    plt = _pyplot()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7.5, 5))
+    ridges = {dtype: roofline.ridge_point(dtype) for dtype in roofline.dtypes}
+    intensities = [ai for _, ai, _ in marks]
+    x_lo = min([min(ridges.values()) / 30, *(ai / 3 for ai in intensities)])
+    x_hi = max([max(ridges.values()) * 30, *(ai * 3 for ai in intensities)])
+    bw = roofline.peak_gb_per_s
+    top_ridge = max(ridges.values())
+    ax.plot([x_lo, top_ridge], [bw * x_lo, bw * top_ridge], color="k", lw=2,
+            label=f"memory roof: {three_digits(bw)} GB/s")  # fmt: skip
+    for i, (dtype, peak) in enumerate(roofline.peak_gflop_per_s.items()):
+        ridge, color = ridges[dtype], f"C{i}"
+        ax.plot([ridge, x_hi], [peak, peak], color=color, lw=2,
+                label=f"{dtype} roof: {format_gflop_per_s(peak)}")  # fmt: skip
+        ax.plot([ridge], [peak], "o", color=color, ms=5)
+        ax.annotate(f"ridge {three_digits(ridge)} FLOP/B", (ridge, peak), color=color,
+                    textcoords="offset points", xytext=(4, -12), fontsize="x-small")  # fmt: skip
+    for label, ai, gflop_per_s in marks:
+        ax.plot([ai], [gflop_per_s], "*", color="C3", ms=11, zorder=3)
+        ax.annotate(label, (ai, gflop_per_s), textcoords="offset points", xytext=(6, 4),
+                    fontsize="small")  # fmt: skip
+    ax.set_xlim(x_lo, x_hi)
+    lowest = min([bw * x_lo, *(g for _, _, g in marks)])
+    ax.set_ylim(lowest / 2, max(roofline.peak_gflop_per_s.values()) * 3)
+    ax.legend(fontsize="small", loc="lower right")
+    return style_axes(
+        ax,
+        xlabel="arithmetic intensity (FLOP/byte)",
+        ylabel="performance (GFLOP/s)",
+        title="Roofline: measured roofs and operations",
+        device=roofline.device,
+        logx=True,
+        logy=True,
+    )
+
+
+def _roofline_points(points: Any) -> list[tuple[str, float, float]]:
+    """Normalise OpMeasurements and (label, FLOP/byte, GFLOP/s) tuples; both numbers > 0."""
+    import math
+    import numbers
+
+    from labkit.roofline_measure import OpMeasurement
+
+    if isinstance(points, (str, bytes)) or not hasattr(points, "__iter__"):
+        raise TypeError(f"points must be a list of measurements, got {type(points).__name__}")
+    marks = []
+    for i, point in enumerate(points):
+        if isinstance(point, OpMeasurement):
+            mark = (point.label, point.arithmetic_intensity, point.gflop_per_s)
+        elif isinstance(point, tuple) and len(point) == 3 and isinstance(point[0], str):
+            mark = point
+        else:
+            raise TypeError(
+                f"points[{i}] must be an OpMeasurement (labkit.roofline.measure_op) or a "
+                f"(label, FLOP/byte, GFLOP/s) tuple, got {point!r}"
+            )
+        for what, value in (("FLOP/byte", mark[1]), ("GFLOP/s", mark[2])):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise TypeError(f"points[{i}]: {what} must be a number, got {value!r}")
+            if not math.isfinite(value) or value <= 0:
+                raise ValueError(f"points[{i}]: {what} must be > 0 on a log axis, got {value!r}")
+        marks.append((mark[0], float(mark[1]), float(mark[2])))
+    return marks
+
+
+def _bytes_ticks(axis: Any, low: float, high: float) -> None:
+    """Ticks at powers of two labelled "16 KiB", "1 MiB", "1 GiB", at most about eight of them."""
+    import math
+
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    from labkit.memory import format_bytes
+
+    first, last = math.floor(math.log2(low)), math.ceil(math.log2(high))
+    step = max(1, math.ceil((last - first + 1) / 8))
+    ticks = [2.0**e for e in range(first, last + 1) if e % step == 0]
+    axis.set_major_locator(FixedLocator(ticks))
+    axis.set_minor_locator(NullLocator())
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: format_bytes(int(round(v)))))
+
+
+def plot_stream_sweep(result: Any, ax: Any = None) -> Any:
+    """GB/s against working-set size for each STREAM kernel, with the cache sizes marked.
+
+    The x axis is the working set, all the bytes one call touches (2 arrays
+    for copy and scale, 3 for add and triad), so every kernel falls off a
+    cliff at the same place: where the data stops fitting in a cache. Dotted
+    lines mark the caches; L1d and L2 are per core, so with several threads
+    running the cliff can sit a little to their right.
+    """
+    from labkit.memory import format_bytes
+    from labkit.stream_sweep import StreamSweep
+
+    if not isinstance(result, StreamSweep):
+        raise TypeError(
+            f"Expected an instance of StreamSweep, got {type(result).__name__} instead; pass the "
+            "result of labkit.bandwidth.stream_sweep()"
+        )
+    if not result.rows:
+        raise ValueError("the sweep has no rows to plot")
+    plt = _pyplot()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7.5, 4.5))
+    for i, kernel in enumerate(result.kernels):
+        rows = result.rows_for(kernel)
+        ax.plot([r.bytes_per_call for r in rows], [r.gb_per_s for r in rows], marker="o", ms=3,
+                color=f"C{i}", label=kernel)  # fmt: skip
+    xs = [r.bytes_per_call for r in result.rows]
+    low, high = min(xs) / 1.5, max(xs) * 1.5
+    per_core = result.device == "cpu"
+    for name, size in result.caches:
+        if low <= size <= high:
+            ax.axvline(size, color="0.4", ls=":", lw=1)
+            where = " per core" if per_core and name in ("L1d", "L2") else ""
+            ax.annotate(f"{name}{where}\n{format_bytes(size)}", (size, 0.98),
+                        xycoords=("data", "axes fraction"), xytext=(3, 0),
+                        textcoords="offset points", va="top", fontsize="x-small", color="0.3")  # fmt: skip
+    style_axes(
+        ax,
+        xlabel="working set: bytes of all arrays one call touches",
+        ylabel="bandwidth (GB/s, STREAM counting)",
+        title=f"STREAM kernels by working-set size ({result.dtype})",
+        device=result.device,
+        logx=True,
+    )
+    ax.set_xlim(low, high)
+    ax.set_ylim(0, max(r.gb_per_s for r in result.rows) * 1.15)
+    _bytes_ticks(ax.xaxis, low, high)
+    ax.legend(fontsize="small", loc="upper right")
+    return ax

@@ -1,0 +1,62 @@
+"""Rates and counts as text: 3 significant digits, the unit always spelled out.
+
+Notebooks print measurements through these formatters so that the strict
+nbval sanitize file can mask the hardware-dependent numbers (see
+``notebooks/nbval_sanitize.cfg``): "184 GFLOP/s", "1.87 TFLOP/s",
+"1.23 G elements/s", "2.15 GFLOP".
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+_SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+
+def _check_finite(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def three_digits(value: float) -> str:
+    """3 significant digits without exponent: 1.23, 12.3, 123, 0.00123."""
+    if value == 0:
+        return "0"
+    digits = max(0, 2 - math.floor(math.log10(abs(float(f"{value:.3g}")))))
+    return f"{value:.{digits}f}"
+
+
+def _scaled(value: float) -> tuple[str, str]:
+    """The digits and the SI prefix; rounding first, so 999.6e6 reads "1.00 G", not "1000 M"."""
+    rounded = abs(float(f"{value:.3g}"))
+    for scale, prefix in _SI:
+        if rounded >= scale:
+            return three_digits(value / scale), prefix
+    return three_digits(value), ""
+
+
+def format_rate(per_s: float, unit: str) -> str:
+    """A rate with an SI prefix: ``format_rate(1.234e9, "elements/s")`` is "1.23 G elements/s"."""
+    digits, prefix = _scaled(_check_finite("per_s", per_s))
+    return f"{digits} {prefix} {unit}" if prefix else f"{digits} {unit}"
+
+
+def format_gflop_per_s(gflop_per_s: float) -> str:
+    """A compute rate: "184 GFLOP/s", "0.00213 GFLOP/s", and "1.87 TFLOP/s" from 1000 GFLOP/s up."""
+    value = _check_finite("gflop_per_s", gflop_per_s)
+    if abs(float(f"{value:.3g}")) >= 1e3:
+        return f"{three_digits(value / 1e3)} TFLOP/s"
+    return f"{three_digits(value)} GFLOP/s"
+
+
+def format_count(value: float, unit: str) -> str:
+    """A count with a decimal SI prefix glued to the unit: "2.15 GFLOP", "12.6 MB", "640 B"."""
+    digits, prefix = _scaled(_check_finite("value", value))
+    return f"{digits} {prefix}{unit}"
+
+
+def round3(value: float) -> int:
+    """A number rounded to 3 significant digits, as an integer: 123456.7 -> 123000."""
+    return round(float(f"{_check_finite('value', value):.3g}"))
