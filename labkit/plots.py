@@ -246,7 +246,7 @@ def plot_roofline(roofline: Any, points: Any = (), *, ax: Any = None) -> Any:
     ax.set_xlim(x_lo, x_hi)
     lowest = min([bw * x_lo, *(g for _, _, g in marks)])
     ax.set_ylim(lowest / 2, max(roofline.peak_gflop_per_s.values()) * 3)
-    ax.legend(fontsize="small", loc="lower right")
+    ax.legend(fontsize="small", loc="upper left")
     return style_axes(
         ax,
         xlabel="arithmetic intensity (FLOP/byte)",
@@ -352,3 +352,79 @@ def plot_stream_sweep(result: Any, ax: Any = None) -> Any:
     _bytes_ticks(ax.xaxis, low, high)
     ax.legend(fontsize="small", loc="upper right")
     return ax
+
+
+def plot_strided(result: Any, *, ax: Any = None) -> Any:
+    """Effective bandwidth against stride, with the bytes-only model for comparison.
+
+    The model (one cache line fetched per value once the stride passes a
+    line) explains the first steps; where the measurement departs from it,
+    prefetchers and the TLB are at work.
+    """
+    from labkit.strided import StridedResult
+
+    if not isinstance(result, StridedResult):
+        raise TypeError(
+            f"Expected an instance of StridedResult, got {type(result).__name__} instead."
+        )
+    plt = _pyplot()
+    if ax is None:
+        _, ax = plt.subplots()
+    strides = list(result.strides)
+    base = result.row(1).gb_per_s if 1 in strides else result.rows[0].gb_per_s
+    ax.plot(strides, [r.gb_per_s for r in result.rows], "o-", label="measured")
+    ax.plot(
+        strides,
+        [base / result.expected_slowdown(s) for s in strides],
+        "--", color="0.5", label=f"bytes-only model ({result.line_bytes}-byte lines)",
+    )  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(strides, [str(s) for s in strides])
+    ax.legend(fontsize="small")
+    style_axes(
+        ax,
+        xlabel="stride (elements between the values summed)",
+        ylabel="effective bandwidth (useful GB/s)",
+        title=f"Strided reads of {result.dtype}",
+        device=result.device,
+        logy=True,
+    )
+    _plain_log_ticks(ax.yaxis)
+    return ax
+
+
+def plot_pipeline(breakdowns: Any, *, ax: Any = None) -> Any:
+    """Copy-in, compute and copy-back as stacked bars, one bar per operation.
+
+    Side by side, a memory-bound op (most of its bar is copying) and a
+    compute-heavy op (a sliver of copying) show when transfers dominate.
+    """
+    from labkit.pipeline import PipelineBreakdown
+
+    items = list(breakdowns) if not isinstance(breakdowns, PipelineBreakdown) else [breakdowns]
+    if not items or not all(isinstance(b, PipelineBreakdown) for b in items):
+        raise TypeError("breakdowns must be one PipelineBreakdown or a non-empty list of them")
+    plt = _pyplot()
+    if ax is None:
+        _, ax = plt.subplots()
+    labels = [b.op for b in items]
+    parts = [
+        ("copy in", [b.copy_in_ms for b in items], "C0"),
+        ("compute", [b.compute_ms for b in items], "C1"),
+        ("copy back", [b.copy_back_ms for b in items], "C2"),
+    ]
+    left = [0.0] * len(items)
+    for name, values, color in parts:
+        ax.barh(labels, values, left=left, color=color, label=name)
+        left = [a + b for a, b in zip(left, values, strict=True)]
+    for y, b in enumerate(items):
+        ax.text(left[y], y, f"  {b.transfer_fraction:.0%} moving data", va="center", fontsize="small")
+    ax.set_xlim(0, max(left) * 1.45)
+    ax.legend(loc="lower right", fontsize="small")
+    return style_axes(
+        ax,
+        xlabel="time per call (ms, medians)",
+        ylabel="operation",
+        title="Copy in → compute → copy back",
+        device=items[0].device,
+    )

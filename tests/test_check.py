@@ -76,3 +76,53 @@ def test_on_best_device() -> None:
     assert check.on_best_device(torch.zeros(2, device=pick_device("torch"))).passed
     assert not check.on_best_device(np.zeros(2)).passed
     assert not check.on_best_device(torch.zeros(2, device="meta")).passed
+
+
+def test_threads_to_fill() -> None:
+    assert check.threads_to_fill(520).passed  # ceil(sqrt(132 * 2048)) = ceil(519.9)
+    assert "Round *up*" in check.threads_to_fill(519).message
+    assert "number of threads" in check.threads_to_fill(132 * 2048).message
+    assert "FP32 lanes" in check.threads_to_fill(130).message  # sqrt(16896) = 130
+    assert not check.threads_to_fill(None).solved
+
+
+def test_amdahl_prediction() -> None:
+    # hand-computed: e = (1/1.6 - 1/2) / (1 - 1/2) = 0.25; S(64) = 1 / (0.25 + 0.75/64) = 3.8209
+    assert check.amdahl_prediction(0.25, 3.8209).passed
+    assert "parallel" in check.amdahl_prediction(0.75, 3.82).message
+    assert "infinitely many" in check.amdahl_prediction(0.25, 4.0).message
+    assert "S(64)" in check.amdahl_prediction(0.25, 2.0).message
+    assert not check.amdahl_prediction(0.3, 3.82).passed
+
+
+def test_stream_bytes() -> None:
+    assert check.stream_bytes(12_000_000).passed  # 3 arrays × 1e6 × 4 B
+    assert "write-allocate" in check.stream_bytes(16_000_000).message
+    assert "float64" in check.stream_bytes(24_000_000).message
+    assert "two arrays" in check.stream_bytes(8_000_000).message
+    assert not check.stream_bytes(None).solved
+
+
+def test_transfer_vs_hbm() -> None:
+    assert check.transfer_vs_hbm(134).passed  # 3350 / 25
+    assert "Upside down" in check.transfer_vs_hbm(25 / 3350).message
+    assert not check.transfer_vs_hbm(10).passed
+
+
+def test_roofline_prediction_uses_the_given_roofline() -> None:
+    from labkit.roofline import Roofline
+
+    cpu = Roofline("cpu", {"float32": 200.0}, 25.0)  # ridge 8 FLOP/byte
+    right = {"add": "memory-bound", "sum": "memory-bound", "matmul 4096": "compute-bound",
+             "conv 3x3": "compute-bound"}
+    assert check.roofline_prediction(right, cpu).passed
+    # a machine whose ridge (1000 FLOP/byte) is above the conv's 144 and the matmul's 683
+    slow_memory = Roofline("x", {"float32": 100_000.0}, 100.0)
+    result = check.roofline_prediction(right, slow_memory)
+    assert not result.passed and "conv 3x3" in result.message and "matmul 4096" in result.message
+    assert "missing: sum" in check.roofline_prediction(
+        {k: v for k, v in right.items() if k != "sum"}, cpu).message
+    assert "is 'memory-bound' or" in check.roofline_prediction({**right, "add": "slow"}, cpu).message
+    assert not check.roofline_prediction({k: None for k in right}, cpu).solved
+    with pytest.raises(TypeError, match="roofline"):
+        check.roofline_prediction(right, "cpu")

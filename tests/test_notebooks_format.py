@@ -92,6 +92,16 @@ def test_too_many_ignored_cells_fail(tmp_path: Path) -> None:
     assert any("excluded from nbval" in p for p in _check(tmp_path, nb))
 
 
+def test_a_marker_with_trailing_text_is_flagged(tmp_path: Path) -> None:
+    nb = _good()
+    nb["cells"][2]["source"] = "# NBVAL_IGNORE_OUTPUT: timing\nprint(x)"
+    nb["metadata"]["labkit"]["source_sha256"] = nbcheck.source_hash(nb)
+    assert any("does not recognise" in p for p in _check(tmp_path, nb))
+    nb["cells"][2]["source"] = "# NBVAL_IGNORE_OUTPUT\n# timing\nprint(x)"
+    nb["metadata"]["labkit"]["source_sha256"] = nbcheck.source_hash(nb)
+    assert not any("does not recognise" in p for p in _check(tmp_path, nb))
+
+
 def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     good = tmp_path / "00_good.ipynb"
     good.write_text(json.dumps(_good()))

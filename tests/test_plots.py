@@ -69,3 +69,30 @@ def test_notebook_setup_is_silent_and_validates(capsys: pytest.CaptureFixture[st
     for bad in (-1, 1.5, True, "0"):
         with pytest.raises(ValueError, match="seed"):
             notebook.setup(bad)
+
+
+def test_plot_strided_and_pipeline() -> None:
+    from labkit.pipeline import PipelineBreakdown
+    from labkit.strided import StridedResult, StridedRow
+
+    rows = tuple(
+        StridedRow(s, 1024, 4096, 4096 * s, Timing(samples_ms=(0.01 * s,) * 5), float(s))
+        for s in (1, 2, 4)
+    )
+    strided = StridedResult(rows, "cpu", "float32", 4, 64, True)
+    ax = plots.plot_strided(strided)
+    try:
+        assert ax.get_xscale() == "log" and "GB/s" in ax.get_ylabel()
+    finally:
+        plt.close(ax.figure)
+    t = Timing(samples_ms=(1.0,) * 5)
+    pipe = PipelineBreakdown("cpu", "scale", 1 << 20, "pageable", t, t, t, t, "note")
+    ax = plots.plot_pipeline([pipe, pipe])
+    try:
+        assert "ms" in ax.get_xlabel() and len(ax.patches) == 6
+    finally:
+        plt.close(ax.figure)
+    with pytest.raises(TypeError, match="StridedResult"):
+        plots.plot_strided([1, 2])
+    with pytest.raises(TypeError, match="PipelineBreakdown"):
+        plots.plot_pipeline([])

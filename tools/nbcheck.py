@@ -32,6 +32,26 @@ def _source(cell: dict) -> str:
     return "".join(src) if isinstance(src, list) else src
 
 
+def _markers(source: str) -> tuple[set[str], list[str]]:
+    """nbval's comment markers in a cell, and lines that look like one but are not.
+
+    nbval honours a marker only when the whole comment is the marker
+    (``# NBVAL_IGNORE_OUTPUT``); ``# NBVAL_IGNORE_OUTPUT: why`` is silently
+    ignored, so the cell would be compared after all.
+    """
+    found, malformed = set(), []
+    for line in source.splitlines():
+        text = line.strip()
+        if not text.startswith("#") or "NBVAL_" not in text:
+            continue
+        comment = text.lstrip("#").strip()
+        if comment.startswith("NBVAL_") and comment.replace("_", "").isalpha() and comment.isupper():
+            found.add(comment)
+        else:
+            malformed.append(text)
+    return found, malformed
+
+
 def source_hash(nb: dict) -> str:
     """A hash of what the notebook says (cell types and sources), not what it printed."""
     payload = [[c.get("cell_type"), _source(c)] for c in nb.get("cells", [])]
@@ -72,7 +92,13 @@ def check_notebook(path: Path) -> list[str]:
     kernel = nb.get("metadata", {}).get("kernelspec", {}).get("name")
     if kernel != KERNEL_NAME:
         problems.append(f"{path}: kernelspec is {kernel!r}, expected {KERNEL_NAME!r}")
-    ignored = sum(any(m in _source(c) for m in _IGNORE_MARKERS) for c in code)
+    for i, cell in enumerate(code, start=1):
+        for line in _markers(_source(cell))[1]:
+            problems.append(
+                f"{path}: code cell {i} has {line!r}, which nbval does not recognise: put the "
+                "marker alone on its line (e.g. '# NBVAL_IGNORE_OUTPUT') and explain on the next"
+            )
+    ignored = sum(bool(_markers(_source(c))[0] & set(_IGNORE_MARKERS)) for c in code)
     if ignored > MAX_IGNORED_FRACTION * len(code):
         problems.append(
             f"{path}: {ignored} of {len(code)} code cells are excluded from nbval; mask only the "
