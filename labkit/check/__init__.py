@@ -1,0 +1,49 @@
+"""Automatic checks for the notebooks' exercises.
+
+Each checker compares a learner's answer with a reference, with a tolerance,
+and returns a :class:`CheckResult` whose text says what to look at when the
+answer is off: a check that only says "wrong" teaches nothing. An answer left
+as ``None`` or ``...`` (the student edition's blank) is "not solved yet",
+never an exception, so a student notebook still runs top to bottom.
+
+``assert check.some_exercise(answer)`` works too (for nbgrader autograding):
+a result is truthy only when the answer passed.
+"""
+
+from labkit.check._result import CheckResult
+from labkit.check.bandwidth import HBM_GB_PER_S, PCIE_GB_PER_S, stream_bytes, transfer_vs_hbm
+from labkit.check.parallelism import (
+    H100_SMS,
+    H100_THREADS_PER_SM,
+    amdahl_prediction,
+    threads_to_fill,
+)
+from labkit.check.roofline import roofline_exercise_ops, roofline_prediction
+from labkit.check.setup import (
+    H100_BUS_WIDTH_BITS,
+    H100_MEMORY_CLOCK_KHZ,
+    TIMING_SAMPLES_MS,
+    on_best_device,
+    peak_bandwidth,
+    summary_statistics,
+)
+
+__all__ = [
+    "H100_BUS_WIDTH_BITS",
+    "H100_MEMORY_CLOCK_KHZ",
+    "H100_SMS",
+    "H100_THREADS_PER_SM",
+    "HBM_GB_PER_S",
+    "PCIE_GB_PER_S",
+    "TIMING_SAMPLES_MS",
+    "CheckResult",
+    "amdahl_prediction",
+    "on_best_device",
+    "peak_bandwidth",
+    "roofline_exercise_ops",
+    "roofline_prediction",
+    "stream_bytes",
+    "summary_statistics",
+    "threads_to_fill",
+    "transfer_vs_hbm",
+]

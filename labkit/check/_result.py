@@ -1,0 +1,54 @@
+"""The result every check returns, and the helpers checks share."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+_PASS, _FAIL, _TODO = "✅", "❌", "⏳"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The outcome of one exercise check, with feedback a student can act on."""
+
+    exercise: str
+    passed: bool
+    solved: bool
+    message: str
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __str__(self) -> str:
+        mark = _PASS if self.passed else (_FAIL if self.solved else _TODO)
+        status = "passed" if self.passed else ("not yet" if self.solved else "not solved yet")
+        return f"{mark} {self.exercise}: {status}. {self.message}"
+
+    __repr__ = __str__
+
+
+def _unsolved(answer: Any) -> bool:
+    return answer is None or answer is Ellipsis
+
+
+def _todo(exercise: str, hint: str) -> CheckResult:
+    return CheckResult(exercise, passed=False, solved=False, message=f"Hint: {hint}")
+
+
+def _number(answer: Any, name: str) -> float:
+    wrong = TypeError(f"{name} must be a number, got {type(answer).__name__} ({answer!r})")
+    if isinstance(answer, (bool, str, bytes)):
+        raise wrong
+    try:  # ints, floats, and numpy / torch scalars
+        value = float(answer)
+    except (TypeError, ValueError):
+        raise wrong from None
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value}")
+    return value
+
+
+def _close(value: float, reference: float, rel: float) -> bool:
+    return math.isclose(value, reference, rel_tol=rel)
