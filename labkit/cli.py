@@ -87,6 +87,39 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="rounds in which labkit and the references take turns (default 4)",
     )
+    parallel = bench_sub.add_parser(
+        "parallel",
+        help="size sweeps of a + b and matmul on every backend, GPU launch overhead, crossover",
+        description=(
+            "Sweep a + b and an n×n matmul over sizes on a Python loop, NumPy, torch on one "
+            "and on all threads and, with a GPU, torch on CUDA; measure the GPU's launch "
+            "overhead and the sizes where it overtakes the CPU. --record stores the GPU run "
+            "as the reference CPU-only learners see."
+        ),
+    )
+    roofline = bench_sub.add_parser(
+        "roofline",
+        help="the roofline (peak GFLOP/s per dtype, peak GB/s) and standard ops placed under it",
+        description=(
+            "Measure the compute roofs (best matmul per dtype) and the memory roof (best of "
+            "copy and triad) on every device here, then run a standard set of ops (add, sum, "
+            "matmuls, a conv2d) and report each one's arithmetic intensity, achieved GFLOP/s, "
+            "share of the attainable rate and which roof binds. --record stores the GPU's as "
+            "the reference CPU-only learners see."
+        ),
+    )
+    for command in (parallel, roofline):
+        command.add_argument("--json", action="store_true", help="print the results as JSON")
+        command.add_argument(
+            "--record",
+            action="store_true",
+            help="store the GPU results in labkit's reference data (needs a GPU)",
+        )
+        command.add_argument(
+            "--quick",
+            action="store_true",
+            help="toy sizes and tiny time budgets: checks the command works, numbers mean little",
+        )
     return parser
 
 
@@ -121,6 +154,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                     record=args.record,
                     max_bytes=args.max_bytes,
                     rounds=args.rounds,
+                )
+            if args.bench == "parallel":
+                from labkit.bench_parallel import run_parallel_benchmark
+
+                return run_parallel_benchmark(
+                    as_json=args.json, record=args.record, quick=args.quick
+                )
+            if args.bench == "roofline":
+                from labkit.bench_roofline import run_roofline_benchmark
+
+                return run_roofline_benchmark(
+                    as_json=args.json, record=args.record, quick=args.quick
                 )
             parser.parse_args(["bench", "--help"])
         parser.print_help()

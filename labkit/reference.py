@@ -34,7 +34,10 @@ ENV_VAR = "LABKIT_REFERENCE_DIR"
 _NAME = re.compile(r"[A-Za-z0-9_-]+")
 
 #: The command that makes a recording, where it differs from ``labkit bench <name> --record``.
-RECORD_COMMANDS: dict[str, str] = {"naive_timing": "labkit bench timing --record"}
+RECORD_COMMANDS: dict[str, str] = {
+    "naive_timing": "labkit bench timing --record",
+    "parallelism": "labkit bench parallel --record",
+}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,43 @@
+"""tools/gpu_checks.sh: the one script a session with a GPU machine runs; it must at least parse.
+
+Its real run needs a GPU; here it is parsed, and run with no time budget so
+that every step is skipped, which checks the bookkeeping around the steps.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "tools" / "gpu_checks.sh"
+STEPS = ("doctor", "doctor_json", "bench_timing", "bench_bandwidth", "bench_parallel",
+         "bench_roofline", "pytest_gpu")  # fmt: skip
+
+needs_bash = pytest.mark.skipif(shutil.which("bash") is None, reason="no bash here")
+
+
+@needs_bash
+def test_the_script_parses() -> None:
+    result = subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+@needs_bash
+def test_with_no_budget_every_step_is_skipped_and_logged(tmp_path: Path) -> None:
+    env = {**os.environ, "OUT": str(tmp_path), "GPU_CHECKS_BUDGET_S": "0",
+           "PYTHON": sys.executable}  # fmt: skip
+    result = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env,
+                            timeout=60, cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 1  # nothing ran, so not everything was ok
+    summary = (tmp_path / "summary.txt").read_text(encoding="utf-8").splitlines()
+    assert summary[0].startswith("gpu_checks.sh on ") and summary[-1].startswith("done in ")
+    for name in STEPS:
+        assert any(line.split()[:2] == [name, "skipped"] for line in summary), name
+    assert all(line in result.stdout for line in summary)
+    assert (tmp_path / "reference").is_dir() and (tmp_path / "environment.txt").exists()
