@@ -66,12 +66,17 @@ def style_axes(
 
 
 def _plain_log_ticks(axis: Any) -> None:
-    """Log axes labelled 2, 5, 10 rather than 2×10⁰: easier to read off."""
+    """Log axes labelled 2, 5, 10 rather than 2×10⁰; minor ticks 2 and 5 past a decade."""
     from matplotlib.ticker import FuncFormatter
 
-    fmt = FuncFormatter(lambda v, _pos: f"{v:g}")
-    axis.set_major_formatter(fmt)
-    axis.set_minor_formatter(fmt)
+    def minor(value: float, _pos: Any) -> str:
+        low, high = sorted(axis.get_view_interval())
+        if low > 0 and high / low < 10:
+            return f"{value:g}"
+        return f"{value:g}" if f"{value:e}"[0] in "25" else ""  # 2 and 5 only past a decade
+
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    axis.set_minor_formatter(FuncFormatter(minor))
 
 
 def plot_samples(timing: Timing, *, ax: Any = None) -> Any:
