@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from dataclasses import dataclass
 from typing import Any
 
 from labkit import reference as _reference
-from labkit._optional import MissingPackageError, import_optional
 from labkit.crossover import LaunchOverhead
 from labkit.parallel import BackendSweep, SizeSweep
 from labkit.rates import format_gflop_per_s, format_rate, round3
@@ -180,25 +178,12 @@ def run_parallel_benchmark(as_json: bool = False, record: bool = False, quick: b
     would misrepresent it.
     """
     from labkit import __version__
-    from labkit.gpu import has_gpu
+    from labkit._bench_cli import preflight
     from labkit.pitfalls import gpu_identity, json_safe
 
-    if record and quick:
-        raise ValueError(
-            "--record cannot be combined with --quick: a recording must use the full sizes "
-            "(run `labkit bench parallel --record`)"
-        )
-    try:
-        import_optional("torch", "labkit bench parallel")
-    except MissingPackageError as exc:
-        print(f"labkit: {exc}", file=sys.stderr)
-        return 1
-    if record and not has_gpu():
-        print(
-            "labkit bench parallel --record needs a CUDA GPU and this machine has none, so "
-            "nothing was recorded; run it on a GPU machine (`labkit doctor` shows what is here)."
-        )
-        return 0
+    early = preflight("labkit bench parallel", record=record, quick=quick)
+    if early is not None:
+        return early
     results = measure(quick=quick)
     recorded = None
     if record and results.launch is not None:

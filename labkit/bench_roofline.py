@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from labkit import reference as _reference
-from labkit._optional import MissingPackageError, import_optional
 from labkit.bandwidth import BandwidthResult, format_gb_per_s
 from labkit.memory import format_bytes
 from labkit.rates import format_gflop_per_s, three_digits
@@ -266,25 +264,12 @@ def run_roofline_benchmark(as_json: bool = False, record: bool = False, quick: b
     misrepresent the GPU to every learner who reads the recording.
     """
     from labkit import __version__
-    from labkit.gpu import has_gpu
+    from labkit._bench_cli import preflight
     from labkit.pitfalls import gpu_identity, json_safe
 
-    if record and quick:
-        raise ValueError(
-            "--record cannot be combined with --quick: a recording must use the full sizes "
-            "(run `labkit bench roofline --record`)"
-        )
-    try:
-        import_optional("torch", "labkit bench roofline")
-    except MissingPackageError as exc:
-        print(f"labkit: {exc}", file=sys.stderr)
-        return 1
-    if record and not has_gpu():
-        print(
-            "labkit bench roofline --record needs a CUDA GPU and this machine has none, so "
-            "nothing was recorded; run it on a GPU machine (`labkit doctor` shows what is here)."
-        )
-        return 0
+    early = preflight("labkit bench roofline", record=record, quick=quick)
+    if early is not None:
+        return early
     results = measure(quick=quick)
     recorded = None
     gpu_rooflines = [r for r in results if r.device != "cpu"]
