@@ -126,3 +126,27 @@ def test_roofline_prediction_uses_the_given_roofline() -> None:
     assert not check.roofline_prediction({k: None for k in right}, cpu).solved
     with pytest.raises(TypeError, match="roofline"):
         check.roofline_prediction(right, "cpu")
+
+
+def test_sync_points() -> None:
+    assert check.sync_points(dict(check.SYNC_LINES)).passed
+    flipped = {**check.SYNC_LINES, "y = x @ w": True}
+    result = check.sync_points(flipped)
+    assert not result and "only queues it" in result.message
+    assert "missing" in check.sync_points({"y = x @ w": False}).message
+    assert not check.sync_points({k: None for k in check.SYNC_LINES}).solved
+
+
+def test_cnn_checks() -> None:
+    assert check.cnn_in_features(73_728).passed  # 32 × 48 × 48
+    assert "pooling" in check.cnn_in_features(294_912).message
+    assert "article's number" in check.cnn_in_features(32_768).message
+    assert check.cnn_head_params(4_014_090).passed
+    assert "biases" in check.cnn_head_params(4_014_080).message
+
+
+def test_rnn_param_counts() -> None:
+    # hand-computed: 64·32 + 64·64 + 64 = 6,208 (Keras); + 64 = 6,272 (PyTorch)
+    assert check.rnn_param_counts(6208, 6272).passed
+    assert "Swapped" in check.rnn_param_counts(6272, 6208).message
+    assert "differ" in check.rnn_param_counts(6208, 6208).message

@@ -12,6 +12,13 @@ a result is truthy only when the answer passed.
 
 from labkit.check._result import CheckResult
 from labkit.check.bandwidth import HBM_GB_PER_S, PCIE_GB_PER_S, stream_bytes, transfer_vs_hbm
+from labkit.check.models import (
+    SYNC_LINES,
+    cnn_head_params,
+    cnn_in_features,
+    rnn_param_counts,
+    sync_points,
+)
 from labkit.check.parallelism import (
     H100_SMS,
     H100_THREADS_PER_SM,
@@ -36,7 +43,12 @@ __all__ = [
     "HBM_GB_PER_S",
     "PCIE_GB_PER_S",
     "TIMING_SAMPLES_MS",
+    "SYNC_LINES",
     "CheckResult",
+    "cnn_head_params",
+    "cnn_in_features",
+    "rnn_param_counts",
+    "sync_points",
     "amdahl_prediction",
     "on_best_device",
     "peak_bandwidth",

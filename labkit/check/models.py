@@ -1,0 +1,123 @@
+"""Checks for notebooks 04 to 06: sync points, the CNN's shapes, the RNN's parameters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from labkit.check._result import CheckResult, _number, _todo, _unsolved
+
+# --- notebook 04: which lines make the host wait for the GPU ---
+
+#: Each line of a CUDA training step, and whether it makes the host wait for the GPU.
+SYNC_LINES: dict[str, bool] = {
+    "y = x @ w": False,
+    "z = torch.relu(y)": False,
+    "loss.item()": True,
+    "print(loss)": True,
+    "y.cpu()": True,
+    "if (loss > 0).any(): ...": True,
+    "opt.step()": False,
+}
+
+_WHY = {
+    "y = x @ w": "launching a kernel only queues it",
+    "z = torch.relu(y)": "it is queued behind the matmul, on the same stream",
+    "loss.item()": "a Python float needs the finished value",
+    "print(loss)": "printing a CUDA tensor copies it to the host",
+    "y.cpu()": "a copy to the host must wait for the data to exist",
+    "if (loss > 0).any(): ...": "Python's `if` needs a bool on the host",
+    "opt.step()": "the optimizer's kernels are queued like any other",
+}
+
+
+def sync_points(answers: Any) -> CheckResult:
+    """Check a ``{line: waits}`` dict against which lines of a CUDA step synchronize."""
+    exercise = "sync points"
+    if _unsolved(answers) or (isinstance(answers, dict) and all(_unsolved(v) for v in answers.values())):
+        return _todo(exercise, "a line waits when Python needs a value computed on the GPU.")
+    if not isinstance(answers, dict):
+        raise TypeError(f"answers must be a dict of line to True/False, got {type(answers).__name__}")
+    missing = [line for line in SYNC_LINES if line not in answers]
+    if missing:
+        return CheckResult(exercise, False, True, f"Answer every line; missing: {missing}.")
+    wrong = [
+        f"`{line}` {'does' if waits else 'does not'} wait: {_WHY[line]}"
+        for line, waits in SYNC_LINES.items()
+        if bool(answers[line]) != waits
+    ]
+    if wrong:
+        return CheckResult(exercise, False, True, "; ".join(wrong) + ".")
+    return CheckResult(
+        exercise, True, True,
+        "All right. Keep the waiting lines out of the inner loop: log every N steps, not every step.",
+    )
+
+
+# --- notebook 05: the CNN's flatten size ---
+
+
+def cnn_in_features(in_features: Any) -> CheckResult:
+    """Check the Linear layer's in_features for a 3×96×96 input to the seed's conv + pool."""
+    exercise = "flatten size"
+    if _unsolved(in_features):
+        return _todo(exercise, "padding=1 keeps 96×96; MaxPool2d(2) halves it; 32 channels.")
+    value = _number(in_features, "in_features")
+    ref = 32 * 48 * 48
+    if value == ref:
+        return CheckResult(
+            exercise, True, True,
+            f"32 × 48 × 48 = {ref:,}. Or let the model compute it: AdaptiveAvgPool2d makes "
+            "the head independent of the input size.",
+        )
+    hints = {
+        32 * 96 * 96: "That forgets the pooling: MaxPool2d(2) halves height and width.",
+        48 * 48: "That forgets the 32 channels the convolution produces.",
+        32 * 32 * 32: "That is the article's number, which only fits a 64×64 input.",
+        3 * 48 * 48: "The convolution turns 3 input channels into 32.",
+    }
+    return CheckResult(exercise, False, True, hints.get(int(value), f"{value:,.0f} is off: channels × height × width after the pool."))
+
+
+def cnn_head_params(params: Any) -> CheckResult:
+    """Check the parameter count of fix 2's head, ``nn.Linear(32*112*112, 10)``."""
+    exercise = "head parameters"
+    if _unsolved(params):
+        return _todo(exercise, "a Linear layer has in × out weights plus out biases.")
+    value = _number(params, "params")
+    ref = 32 * 112 * 112 * 10 + 10
+    if value == ref:
+        return CheckResult(
+            exercise, True, True,
+            f"{ref:,}: twelve times the article's 327,690, for one layer, and the model now "
+            "accepts only 224×224 inputs. The size-agnostic head needs 5,130.",
+        )
+    if value == ref - 10:
+        return CheckResult(exercise, False, True, "Add the 10 biases.")
+    return CheckResult(exercise, False, True, f"{value:,.0f} is off: 32·112·112 inputs × 10 outputs + 10.")
+
+
+# --- notebook 06: RNN parameter counts in Keras and PyTorch ---
+
+
+def rnn_param_counts(keras_params: Any, torch_params: Any) -> CheckResult:
+    """Check SimpleRNN(64) and nn.RNN(32, 64) parameter counts for 32 input features."""
+    exercise = "RNN parameters"
+    if _unsolved(keras_params) or _unsolved(torch_params):
+        return _todo(exercise, "input weights + recurrent weights + biases; count the bias vectors.")
+    k = _number(keras_params, "keras_params")
+    t = _number(torch_params, "torch_params")
+    units, features = 64, 32
+    ref_k = units * features + units * units + units
+    ref_t = ref_k + units
+    if k == ref_k and t == ref_t:
+        return CheckResult(
+            exercise, True, True,
+            f"Keras {ref_k:,}, PyTorch {ref_t:,}: PyTorch keeps two bias vectors (b_ih and "
+            "b_hh) where Keras keeps one. The maths is the same; the counts are not.",
+        )
+    if k == ref_t and t == ref_k:
+        return CheckResult(exercise, False, True, "Swapped: it is PyTorch that has the extra bias vector.")
+    if k == t:
+        return CheckResult(exercise, False, True, "They differ: PyTorch has b_ih and b_hh, Keras one bias.")
+    which = "Keras" if k != ref_k else "PyTorch"
+    return CheckResult(exercise, False, True, f"The {which} count is off: units·features + units² + biases.")
