@@ -1,0 +1,162 @@
+"""The same MLP training step in PyTorch and in Keras/TensorFlow, timed alike.
+
+Same data (numpy, fixed seed), same architecture (784→512→512→10, ReLU),
+same optimizer (plain SGD), same batch. Before anything is timed, each
+version's first loss is checked to be near ln(10) ≈ 2.30, the loss of an
+untrained 10-class classifier: a timing of a broken step is worthless.
+
+TensorFlow shows three ways to run the step: eager (Python drives every op),
+``tf.function`` (traced once into a graph) and Keras's own
+``train_on_batch`` (a compiled train function). The gap between eager and
+graph is pure framework overhead, which matters most for small models.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from labkit._optional import import_optional, import_tensorflow
+from labkit.accel._common import check_ms, check_positive_int
+from labkit.compare import Comparison, compare
+from labkit.timing import Timing, bench
+
+VARIANTS = ("torch", "tf eager", "tf.function", "keras train_on_batch")
+LOSS_BOUNDS = (0.5, 10.0)
+
+
+@dataclass(frozen=True)
+class SideBySide:
+    """Timings of one training step per variant, and each variant's first loss."""
+
+    timings: tuple[Timing, ...]
+    first_losses: dict[str, float]
+    batch: int
+    sizes: tuple[int, ...]
+
+    def comparison(self, baseline: int | str | None = None) -> Comparison:
+        return compare(list(self.timings), baseline)
+
+    def __str__(self) -> str:
+        arch = "→".join(str(s) for s in self.sizes)
+        return f"MLP {arch}, batch {self.batch}, one SGD step:\n{self.comparison()}"
+
+
+def _data(batch: int, features: int, classes: int, seed: int) -> tuple[Any, Any]:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, features), dtype=np.float32)
+    y = rng.integers(0, classes, size=batch).astype(np.int64)
+    return x, y
+
+
+def _check_loss(variant: str, loss: float) -> float:
+    lo, hi = LOSS_BOUNDS
+    if not (math.isfinite(loss) and lo < loss < hi):
+        raise AssertionError(
+            f"{variant}: first loss {loss!r} is not near ln(classes); the step is broken, "
+            "so its timing would mean nothing"
+        )
+    return loss
+
+
+def _torch_step(x_np: Any, y_np: Any, sizes: Sequence[int], lr: float, seed: int) -> Any:
+    torch = import_optional("torch", "the side-by-side benchmark")
+    from labkit.device import pick_device
+
+    dev = pick_device("torch")
+    torch.manual_seed(seed)
+    layers: list[Any] = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+        layers.append(torch.nn.Linear(a, b))
+        if i < len(sizes) - 2:
+            layers.append(torch.nn.ReLU())
+    model = torch.nn.Sequential(*layers).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    x = torch.from_numpy(x_np).to(dev)
+    y = torch.from_numpy(y_np).to(dev)
+
+    def step() -> Any:
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step
+
+
+def _tf_steps(x_np: Any, y_np: Any, sizes: Sequence[int], lr: float, seed: int) -> dict[str, Any]:
+    tf = import_tensorflow("the side-by-side benchmark")
+    keras = import_optional("keras", "the side-by-side benchmark")
+    steps: dict[str, Any] = {}
+    x, y = tf.constant(x_np), tf.constant(y_np)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def build() -> Any:
+        keras.utils.set_random_seed(seed)
+        hidden = [keras.layers.Dense(s, activation="relu") for s in sizes[1:-1]]
+        return keras.Sequential([keras.Input((sizes[0],)), *hidden, keras.layers.Dense(sizes[-1])])
+
+    for variant in ("tf eager", "tf.function"):
+        model = build()
+        opt = keras.optimizers.SGD(learning_rate=lr)
+
+        def step(model: Any = model, opt: Any = opt) -> Any:
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x, training=True))
+            grads = tape.gradient(loss, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            return loss
+
+        steps[variant] = step if variant == "tf eager" else tf.function(step)
+    model = build()
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=lr), loss=loss_fn)
+    steps["keras train_on_batch"] = lambda: model.train_on_batch(x, y)
+    return steps
+
+
+def mlp_side_by_side(
+    batch: int = 256,
+    sizes: Sequence[int] = (784, 512, 512, 10),
+    *,
+    variants: Sequence[str] = VARIANTS,
+    lr: float = 0.01,
+    seed: int = 0,
+    warmup_ms: float = 25.0,
+    rep_ms: float = 200.0,
+) -> SideBySide:
+    """Time one SGD step of the same MLP in each of ``variants``."""
+    batch = check_positive_int("batch", batch)
+    sizes = tuple(sizes)
+    if len(sizes) < 2:
+        raise ValueError(f"sizes needs at least an input and an output size, got {sizes!r}")
+    for i, s in enumerate(sizes):
+        check_positive_int(f"sizes[{i}]", s)
+    if isinstance(variants, str):
+        variants = (variants,)
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown or not variants:
+        raise ValueError(
+            f"variants must be a non-empty subset of {VARIANTS}, got {list(variants)!r}"
+        )
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
+        raise ValueError(f"lr must be a positive learning rate, got {lr!r}")
+    warmup_ms, rep_ms = check_ms("warmup_ms", warmup_ms), check_ms("rep_ms", rep_ms)
+    x_np, y_np = _data(batch, sizes[0], sizes[-1], seed)
+    steps: dict[str, Any] = {}
+    if "torch" in variants:
+        steps["torch"] = _torch_step(x_np, y_np, sizes, lr, seed)
+    if any(v != "torch" for v in variants):
+        steps.update(_tf_steps(x_np, y_np, sizes, lr, seed))
+    first_losses = {}
+    for variant in variants:
+        loss = steps[variant]()
+        value = float(loss.item() if hasattr(loss, "item") else loss)
+        first_losses[variant] = _check_loss(variant, value)
+    opts = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "warn": False}
+    timings = tuple(bench(steps[v], label=v, **opts) for v in variants)
+    return SideBySide(timings=timings, first_losses=first_losses, batch=batch, sizes=sizes)

@@ -1,0 +1,193 @@
+"""labkit.accel on torch: sync points, mixed precision, torch.compile bookkeeping."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from labkit.accel import (  # noqa: E402
+    CompileResult,
+    MixedPrecisionResult,
+    SyncPointsResult,
+    async_launch_demo,
+    elementwise_chain,
+    mixed_precision_torch,
+    sync_points_benchmark,
+    tf32_defaults,
+    torch_compile_benchmark,
+)
+from labkit.timing import Timing  # noqa: E402
+
+FAST = {"warmup_ms": 1.0, "rep_ms": 5.0}
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+
+
+def _data() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(64, 16, generator=g), torch.randint(0, 4, (64,), generator=g)
+
+
+def test_sync_points_structure_and_text() -> None:
+    r = sync_points_benchmark(steps=3, size=8, device="cpu", **FAST)
+    assert isinstance(r, SyncPointsResult)
+    assert r.device == "cpu" and r.steps == 3
+    assert all(isinstance(t, Timing) for t in r.timings())
+    assert r.item_ratio == pytest.approx(r.item_median_ms / r.deferred_median_ms)
+    text = str(r)
+    assert ".item() every step" in text and "×" in text and "no queue" in text
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [({"steps": 0}, "steps"), ({"size": -1}, "size"), ({"rep_ms": 0}, "rep_ms")],
+)
+def test_sync_points_validates(kwargs: dict, name: str) -> None:
+    with pytest.raises((ValueError, TypeError), match=name):
+        sync_points_benchmark(**kwargs)
+
+
+def test_async_launch_demo_skips_without_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("has a GPU")
+    assert async_launch_demo(size=8) is None
+    assert "No GPU here" in capsys.readouterr().out
+
+
+def test_tf32_defaults_torch_types() -> None:
+    d = tf32_defaults(("torch",))
+    assert isinstance(d["torch_float32_matmul_precision"], str)
+    assert isinstance(d["torch_matmul_allow_tf32"], bool)
+    assert isinstance(d["torch_cudnn_allow_tf32"], bool)
+    for key in ("torch_matmul_fp32_precision", "torch_cudnn_conv_fp32_precision"):
+        assert d[key] is None or isinstance(d[key], str)
+    assert not any(k.startswith("tf_") for k in d)
+    with pytest.raises(ValueError, match="frameworks"):
+        tf32_defaults(("jax",))
+
+
+def test_tf32_defaults_changes_nothing() -> None:
+    before = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    tf32_defaults(("torch",))
+    assert (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32) == before
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_mixed_precision_torch(dtype: str) -> None:
+    r = mixed_precision_torch(_model, _data(), dtype=dtype, device="cpu", steps=2, **FAST)
+    assert isinstance(r, MixedPrecisionResult)
+    assert r.dtype == dtype and r.framework == "torch" and not r.used_loss_scaling
+    assert 0 < r.max_abs_error < 1 and math.isfinite(r.max_abs_error)
+    assert math.isfinite(r.loss_fp32) and math.isfinite(r.loss_mixed)
+    assert len(r.timings()) == 4
+    assert "unit roundoff" in str(r)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"dtype": "float8"}, "dtype"),
+        ({"steps": 0}, "steps"),
+        ({"lr": -1.0}, "lr"),
+    ],
+)
+def test_mixed_precision_torch_validates(kwargs: dict, name: str) -> None:
+    with pytest.raises((ValueError, TypeError), match=name):
+        mixed_precision_torch(_model, _data(), **kwargs)
+
+
+def test_mixed_precision_torch_validates_inputs() -> None:
+    with pytest.raises(TypeError, match="model_fn"):
+        mixed_precision_torch(None, _data())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="data"):
+        mixed_precision_torch(_model, _data()[0])  # type: ignore[arg-type]
+
+
+def test_compile_benchmark_bookkeeping_with_injected_compiler() -> None:
+    calls = []
+
+    def fake_compile(fn):  # noqa: ANN001, ANN202 - a stand-in for torch.compile
+        calls.append(fn)
+        return fn
+
+    r = torch_compile_benchmark(size=1000, compiler=fake_compile, device="cpu", **FAST)
+    assert isinstance(r, CompileResult)
+    assert calls == [elementwise_chain]
+    assert r.compiler == "fake_compile" and r.elements == 1000
+    assert r.first_call_s >= 0
+    assert isinstance(r.eager, Timing) and isinstance(r.compiled, Timing)
+    assert "first call" in str(r) and "×" in str(r)
+
+
+def test_compile_benchmark_custom_fn_and_result_check() -> None:
+    x = torch.ones(10)
+    r = torch_compile_benchmark(lambda a: a + 1, x, compiler=lambda f: f, **FAST)
+    assert r is not None and r.elements is None
+
+    def wrong(fn):  # noqa: ANN001, ANN202 - a "compiler" that changes the result
+        return lambda a: fn(a) + 1
+
+    with pytest.raises(AssertionError, match="differs"):
+        torch_compile_benchmark(lambda a: a + 1, x, compiler=wrong, **FAST)
+
+
+def test_compile_benchmark_break_even() -> None:
+    eager, compiled = Timing(samples_ms=(10.0,)), Timing(samples_ms=(2.0,))
+    r = CompileResult("torch", "c", None, eager, compiled, first_call_s=1.0)
+    assert r.speedup == pytest.approx(5.0) and r.break_even_calls == 125
+    slow = CompileResult("torch", "c", None, compiled, eager, first_call_s=1.0)
+    assert slow.break_even_calls is None and "never pays off" in str(slow)
+
+
+def test_compile_benchmark_run_false(capsys: pytest.CaptureFixture[str]) -> None:
+    assert torch_compile_benchmark(run=False) is None
+    assert "Skipped" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "name"),
+    [
+        ((), {"size": 0}, "size"),
+        ((), {"compiler": 3}, "compiler"),
+        ((), {"run": "yes"}, "run"),
+        ((lambda x: x,), {}, "fn"),
+        ((5,), {}, "fn"),
+    ],
+)
+def test_compile_benchmark_validates(args: tuple, kwargs: dict, name: str) -> None:
+    with pytest.raises((ValueError, TypeError), match=name):
+        torch_compile_benchmark(*args, **kwargs)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("LABKIT_SLOW_TESTS"), reason="set LABKIT_SLOW_TESTS=1 (takes ~20 s)"
+)
+def test_real_torch_compile_tiny() -> None:
+    """The real inductor path on a tiny chain (~10-20 s: the C++ compile dominates)."""
+    r = torch_compile_benchmark(size=1024, device="cpu", **FAST)
+    assert r is not None and r.compiler == "torch.compile" and r.first_call_s > 0
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: sync_points_benchmark(),
+        lambda: mixed_precision_torch(_model, _data()),
+        lambda: torch_compile_benchmark(),
+        lambda: tf32_defaults(("torch",)),
+    ],
+)
+def test_missing_torch(monkeypatch: pytest.MonkeyPatch, call) -> None:  # noqa: ANN001
+    from labkit._optional import MissingPackageError
+
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(MissingPackageError, match="pip install torch"):
+        call()
