@@ -23,6 +23,7 @@ INSTALL_HINTS: dict[str, str] = {
     "cupy": "pip install cupy-cuda12x (it needs an NVIDIA GPU and driver to run kernels)",
     "numba": "pip install numba numba-cuda",
     "matplotlib": "pip install matplotlib",
+    "sklearn": "pip install scikit-learn",
     "nbformat": "pip install nbformat",
 }
 

@@ -1,0 +1,186 @@
+"""Images per second against batch size: the measurement behind "batch for the GPU".
+
+One image leaves most of a GPU idle; a batch of 64 fills it. The curve of
+images/s against batch size rises and then flattens once the device is busy,
+and where it flattens is the lesson. Each point is timed with
+:func:`labkit.bench` (synchronised, warmed up, median of many calls), and
+batches that would not fit in memory are skipped with a note rather than
+taking the machine down (:mod:`labkit.memory`).
+
+Two switches that notebook 04 turns on, both also usable on the CPU:
+
+- ``amp_dtype``: run under ``torch.autocast(device_type, dtype)``.
+  bfloat16 works on CPUs too (float16 autocast needs a GPU, or a recent torch).
+- ``channels_last``: store images and weights NHWC
+  (``memory_format=torch.channels_last``), the layout Tensor Cores prefer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from labkit._optional import import_optional
+
+#: Bytes held per input byte during one forward pass of the course's one-conv CNN
+#: (input, 32-channel conv output, ReLU output, pooled map; with slack). A
+#: rough, deliberately high estimate: it only decides which batches to skip.
+ACTIVATION_FACTOR = 30
+
+
+@dataclass(frozen=True)
+class BatchThroughput:
+    """One point of the curve: a batch size, its median time per call, and images/s."""
+
+    batch_size: int
+    image_size: int
+    images_per_s: float
+    median_ms: float
+    device: str
+    dtype: str
+    channels_last: bool
+    inference: bool
+    timing: Any  # labkit.Timing
+
+    def __str__(self) -> str:
+        return (
+            f"batch {self.batch_size:>4}: {self.images_per_s:>10,.0f} images/s "
+            f"({self.median_ms:.3g} ms per batch, {self.dtype}, "
+            f"{'channels_last' if self.channels_last else 'NCHW'}, {self.device})"
+        )
+
+
+def throughput_by_batch(
+    model: Any,
+    batch_sizes: Iterable[int],
+    image_size: int,
+    *,
+    device: Any = None,
+    channels_last: bool = False,
+    amp_dtype: Any = None,
+    inference: bool = True,
+    warmup_ms: float = 25.0,
+    rep_ms: float = 200.0,
+    memory_fraction: float = 0.25,
+) -> list[BatchThroughput]:
+    """Time ``model`` on random 3×image_size×image_size batches; one point per batch size.
+
+    ``inference=True`` times a forward pass under ``torch.inference_mode``;
+    ``False`` times a training step's compute (forward, backward, gradients
+    cleared before each call; no optimizer step). ``device=None`` picks the
+    best device. ``amp_dtype`` (e.g. ``torch.bfloat16``) runs under autocast;
+    it raises ``ValueError`` naming the problem if this device's autocast
+    does not support that dtype.
+
+    Batch sizes whose estimated memory exceeds ``memory_fraction`` of the free
+    memory are skipped with a warning. The model is moved to the device (and
+    to channels_last) in place.
+    """
+    torch = import_optional("torch", "throughput_by_batch")
+    from labkit.device import pick_device
+    from labkit.memory import dropped_message, fit_sizes
+    from labkit.timing import bench
+
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__} instead")
+    sizes = list(batch_sizes)
+    if not sizes or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in sizes):
+        raise ValueError(f"batch_sizes must be a non-empty list of positive ints, got {sizes!r}")
+    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 2:
+        raise ValueError(f"image_size must be an int >= 2 (pixels per side), got {image_size!r}")
+    device = torch.device(device) if device is not None else pick_device("torch")
+    if amp_dtype is not None and not isinstance(amp_dtype, torch.dtype):
+        raise TypeError(f"amp_dtype must be a torch.dtype (e.g. torch.bfloat16), got {amp_dtype!r}")
+
+    def autocast() -> Any:
+        if amp_dtype is None:
+            return contextlib.nullcontext()
+        try:
+            return torch.autocast(device_type=device.type, dtype=amp_dtype)
+        except (RuntimeError, ValueError) as exc:
+            raise ValueError(
+                f"autocast to {amp_dtype} is not supported on {device.type} here ({exc}); "
+                "on a CPU use amp_dtype=torch.bfloat16, or amp_dtype=None for float32"
+            ) from exc
+
+    with warnings.catch_warnings():  # torch warns (not raises) for unsupported autocast dtypes
+        warnings.simplefilter("error", UserWarning)
+        try:
+            autocast()
+        except UserWarning as exc:
+            raise ValueError(
+                f"autocast to {amp_dtype} is not supported on {device.type} ({exc}); "
+                "on a CPU use amp_dtype=torch.bfloat16, or amp_dtype=None for float32"
+            ) from exc
+
+    bytes_per_image = 3 * image_size * image_size * 4
+    where = str(device)
+    kept, dropped = fit_sizes(
+        [b * bytes_per_image * ACTIVATION_FACTOR for b in sizes],
+        device=where if device.type in ("cpu", "cuda") else "cpu",
+        fraction=memory_fraction,
+    )
+    if dropped:
+        warnings.warn(
+            dropped_message(
+                [d // bytes_per_image for d in dropped],
+                [k // bytes_per_image for k in kept],
+                device=where if device.type in ("cpu", "cuda") else "cpu",
+                fraction=memory_fraction,
+                arrays=ACTIVATION_FACTOR,
+            ).replace("size(s)", "batch size(s)"),
+            stacklevel=2,
+        )
+    fitting = sorted({b for b in sizes if b * bytes_per_image * ACTIVATION_FACTOR in set(kept)})
+
+    memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    model = model.to(device=device, memory_format=memory_format)
+    model.train(not inference)
+    params = [p for p in model.parameters() if p.requires_grad]
+    dtype_name = str(amp_dtype).replace("torch.", "") if amp_dtype is not None else "float32"
+
+    results: list[BatchThroughput] = []
+    for batch in fitting:
+        x = torch.randn(batch, 3, image_size, image_size, device=device)
+        x = x.contiguous(memory_format=memory_format)
+
+        if inference:
+
+            def step(x: Any = x) -> Any:
+                with torch.inference_mode(), autocast():
+                    return model(x)
+
+        else:
+
+            def step(x: Any = x) -> Any:
+                with autocast():
+                    out = model(x)
+                out.float().sum().backward()
+                return out
+
+        timing = bench(
+            step,
+            warmup_ms=warmup_ms,
+            rep_ms=rep_ms,
+            device=where,
+            grad_to_none=None if inference else params,
+            label=f"batch {batch}",
+            warn=False,
+        )
+        results.append(
+            BatchThroughput(
+                batch_size=batch,
+                image_size=image_size,
+                images_per_s=batch / (timing.median_ms / 1e3),
+                median_ms=timing.median_ms,
+                device=where,
+                dtype=dtype_name,
+                channels_last=channels_last,
+                inference=inference,
+                timing=timing,
+            )
+        )
+    return results
