@@ -18,6 +18,10 @@ def device_name(device: str) -> str:
     if not isinstance(device, str) or not device:
         raise TypeError(f"device must be a non-empty string such as 'cpu', got {device!r}")
     kind = device.split(":")[0]
+    if kind == "tf" or device.startswith("/"):  # TensorFlow's names: "tf:CPU:0", "/GPU:0"
+        kind = "cuda" if "GPU" in device.upper() else "cpu"
+        if kind == "cuda":
+            return f"TensorFlow {device.split('/')[-1]}"
     if kind == "cpu":
         from labkit.cpu import cpu_info
 
@@ -433,3 +437,57 @@ def plot_pipeline(breakdowns: Any, *, ax: Any = None) -> Any:
         title="Copy in → compute → copy back",
         device=items[0].device,
     )
+
+
+def plot_timings(timings: Any, *, ax: Any = None, title: str = "Median time per call") -> Any:
+    """Medians as horizontal bars with the IQR as error bars: a picture of ``labkit.compare``.
+
+    The error bars are the point: two bars whose IQRs overlap are not
+    reliably different, whatever their medians say.
+    """
+    items = list(timings)
+    if not items or not all(isinstance(t, Timing) for t in items):
+        raise TypeError("timings must be a non-empty sequence of labkit Timing objects")
+    plt = _pyplot()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 0.5 * len(items) + 1.5))
+    unit = duration_unit(min(t.median_ms for t in items))
+    scale = _UNIT_SCALE[unit]
+    labels = [t.label or f"#{i}" for i, t in enumerate(items)]
+    medians = [t.median_ms * scale for t in items]
+    low = [(t.median_ms - t.q1_ms) * scale for t in items]
+    high = [(t.q3_ms - t.median_ms) * scale for t in items]
+    ax.barh(labels, medians, xerr=[low, high], color="C0", capsize=4)
+    ax.invert_yaxis()  # first timing on top, as in the compare table
+    return style_axes(
+        ax, xlabel=f"median time per call ({unit}; bars show the IQR)", ylabel="variant",
+        title=title, device=items[0].device,
+    )
+
+
+def plot_throughput(curves: Any, *, ax: Any = None) -> Any:
+    """Images per second against batch size, one line per variant (log-log).
+
+    ``curves`` maps a variant's name to the rows of
+    :func:`labkit.models.throughput_by_batch`.
+    """
+    if not isinstance(curves, dict) or not curves:
+        raise TypeError("curves must be a non-empty dict of variant name -> throughput rows")
+    plt = _pyplot()
+    if ax is None:
+        _, ax = plt.subplots()
+    device = None
+    for name, rows in curves.items():
+        rows = list(rows)
+        if not rows:
+            continue
+        device = device or rows[0].device
+        ax.plot([r.batch_size for r in rows], [r.images_per_s for r in rows], "o-", label=name)
+    ax.legend(fontsize="small")
+    style_axes(
+        ax, xlabel="batch size (images per call)", ylabel="throughput (images/s)",
+        title="Throughput against batch size", device=device, logx=True, logy=True,
+    )
+    _plain_log_ticks(ax.xaxis)
+    _plain_log_ticks(ax.yaxis)
+    return ax

@@ -57,6 +57,8 @@ def test_style_axes_needs_both_labels() -> None:
 def test_device_name() -> None:
     assert plots.device_name("cpu")  # the CPU model, never empty
     assert plots.device_name("xpu:3") == "xpu:3"
+    assert plots.device_name("tf:CPU:0") == plots.device_name("cpu")
+    assert plots.device_name("/GPU:0") == "TensorFlow GPU:0"
     with pytest.raises(TypeError, match="device"):
         plots.device_name(None)
 
@@ -96,3 +98,24 @@ def test_plot_strided_and_pipeline() -> None:
         plots.plot_strided([1, 2])
     with pytest.raises(TypeError, match="PipelineBreakdown"):
         plots.plot_pipeline([])
+
+
+def test_plot_timings_and_throughput() -> None:
+    from types import SimpleNamespace
+
+    ts = [Timing(samples_ms=(1.0, 1.2, 0.9), label="a"), Timing(samples_ms=(2.0, 2.1), label="b")]
+    ax = plots.plot_timings(ts)
+    try:
+        assert "IQR" in ax.get_xlabel() and len(ax.patches) == 2
+    finally:
+        plt.close(ax.figure)
+    rows = [SimpleNamespace(batch_size=b, images_per_s=100.0 * b, device="cpu") for b in (1, 4)]
+    ax = plots.plot_throughput({"float32": rows})
+    try:
+        assert ax.get_xscale() == "log" and "images/s" in ax.get_ylabel()
+    finally:
+        plt.close(ax.figure)
+    with pytest.raises(TypeError, match="Timing"):
+        plots.plot_timings([1.0])
+    with pytest.raises(TypeError, match="dict"):
+        plots.plot_throughput([])

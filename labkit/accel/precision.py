@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from labkit._optional import import_optional, import_tensorflow
+from labkit._optional import import_optional, import_tensorflow, is_installed
 from labkit.accel._common import check_ms, check_positive_int, ratio, times
 from labkit.timing import Timing, bench, format_duration
 
@@ -43,8 +43,12 @@ KERAS_POLICIES = ("mixed_bfloat16", "mixed_float16")
 # --------------------------------------------------------------------------- TF32
 
 
-def tf32_defaults(frameworks: Sequence[str] = ("torch", "tensorflow")) -> dict[str, Any]:
+def tf32_defaults(frameworks: Sequence[str] | None = None) -> dict[str, Any]:
     """The TF32 settings each framework is using now, read without changing them.
+
+    ``frameworks=None`` reads every one that is installed, so a learner
+    without TensorFlow still sees torch's settings; naming a missing one
+    raises :class:`MissingPackageError`.
 
     Keys (present for each framework asked for):
 
@@ -60,6 +64,8 @@ def tf32_defaults(frameworks: Sequence[str] = ("torch", "tensorflow")) -> dict[s
     The settings only matter on an NVIDIA GPU of compute capability 8.0+; on a
     CPU they are read but have no effect.
     """
+    if frameworks is None:
+        frameworks = tuple(f for f in ("torch", "tensorflow") if is_installed(f))
     if isinstance(frameworks, str):
         frameworks = (frameworks,)
     unknown = [f for f in frameworks if f not in ("torch", "tensorflow")]
