@@ -108,7 +108,38 @@ def _build_parser() -> argparse.ArgumentParser:
             "the reference CPU-only learners see."
         ),
     )
-    for command in (parallel, roofline):
+    accel = bench_sub.add_parser(
+        "accel",
+        help="framework acceleration: async launches, sync points, autocast, torch.compile",
+        description=(
+            "Measure notebook 04's lessons on the best torch device: the host returning "
+            "before the GPU finishes (GPU only), .item() every step vs one sync, bfloat16 and "
+            "float16 autocast vs float32 for a small MLP, and torch.compile's first call vs "
+            "its steady state (skipped by --quick). --record stores the GPU run as the "
+            "reference CPU-only learners see."
+        ),
+    )
+    cnn = bench_sub.add_parser(
+        "cnn",
+        help="images/s of the course's CNN by batch size: NCHW, channels_last, autocast",
+        description=(
+            "Time labkit.models.CNN (inference) over batch sizes in float32 NCHW, float32 "
+            "channels_last, channels_last under bfloat16 autocast and, on a GPU, under float16 "
+            "autocast; report each variant's peak images/s and the gains at the largest batch. "
+            "--record stores the GPU run as the reference CPU-only learners see."
+        ),
+    )
+    rnn = bench_sub.add_parser(
+        "rnn",
+        help="a fused (cuDNN) LSTM against a loop over time steps, Keras or torch",
+        description=(
+            "Time the Keras SimpleRNN, LSTM (cuDNN-eligible) and LSTM(use_cudnn=False) where "
+            "TensorFlow is installed; otherwise torch's nn.LSTM and nn.RNN against an "
+            "nn.LSTMCell stepped in a Python loop. --record stores the GPU run as the "
+            "reference CPU-only learners see."
+        ),
+    )
+    for command in (parallel, roofline, accel, cnn, rnn):
         command.add_argument("--json", action="store_true", help="print the results as JSON")
         command.add_argument(
             "--record",
@@ -167,6 +198,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return run_roofline_benchmark(
                     as_json=args.json, record=args.record, quick=args.quick
                 )
+            if args.bench in ("accel", "cnn", "rnn"):
+                import importlib
+
+                module = importlib.import_module(f"labkit.bench_{args.bench}")
+                run = getattr(module, f"run_{args.bench}_benchmark")
+                return run(as_json=args.json, record=args.record, quick=args.quick)
             parser.parse_args(["bench", "--help"])
         parser.print_help()
         return 0

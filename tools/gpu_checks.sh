@@ -96,6 +96,13 @@ step bench_parallel 120 json env LABKIT_REFERENCE_DIR="$OUT/reference" \
     "$PYTHON" -m labkit bench parallel --json --record
 step bench_roofline 120 json env LABKIT_REFERENCE_DIR="$OUT/reference" \
     "$PYTHON" -m labkit bench roofline --json --record
+# Notebooks 04-06 (torch.compile's first call on a fresh machine is most of accel's time).
+step bench_accel 90 json env LABKIT_REFERENCE_DIR="$OUT/reference" \
+    "$PYTHON" -m labkit bench accel --json --record
+step bench_cnn 60 json env LABKIT_REFERENCE_DIR="$OUT/reference" \
+    "$PYTHON" -m labkit bench cnn --json --record
+step bench_rnn 60 json env LABKIT_REFERENCE_DIR="$OUT/reference" \
+    "$PYTHON" -m labkit bench rnn --json --record
 
 if "$PYTHON" -c "import pytest" >/dev/null 2>&1; then
     # A test module whose top-level imports are missing here (matplotlib,

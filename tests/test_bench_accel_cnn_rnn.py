@@ -1,0 +1,239 @@
+"""``labkit bench accel|cnn|rnn``: quick runs on this CPU, and the GPU recording path with fakes.
+
+Quick runs check structure only: their numbers mean nothing. The recordings
+are made by the real recording code from made-up measurements.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from labkit import bench_accel, bench_cnn, bench_rnn, gpu, reference
+from labkit.accel import AsyncLaunchResult, CompileResult, MixedPrecisionResult, SyncPointsResult
+from labkit.cli import main
+from labkit.timing import Timing
+
+pytest.importorskip("torch")
+
+COMMANDS = ("accel", "cnn", "rnn")
+
+
+@pytest.fixture(autouse=True)
+def _private_reference_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    folder = tmp_path / "reference"
+    monkeypatch.setenv(reference.ENV_VAR, str(folder))
+    monkeypatch.setenv("LABKIT_PROGRESS", "0")
+    return folder
+
+
+@pytest.fixture
+def no_tensorflow(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU machine has no TensorFlow: take the torch path (and keep the tests fast)."""
+    monkeypatch.setattr(bench_rnn, "tensorflow_available", lambda: False)
+
+
+def test_importing_the_modules_imports_no_framework() -> None:
+    code = ("import labkit.bench_accel, labkit.bench_cnn, labkit.bench_rnn, sys, json; "
+            "print(json.dumps(sorted(sys.modules)))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(json.loads(out.stdout.splitlines()[-1]))
+    assert not loaded & {"torch", "matplotlib", "tensorflow", "cupy"}
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_learners_are_told_the_right_command(name: str) -> None:
+    assert reference.record_command(name) == f"labkit bench {name} --record"
+
+
+# --------------------------------------------------------------------------- quick runs here
+
+
+def test_accel_quick_text(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "accel", "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "training-like steps on cpu" in out and ".item() every step" in out
+    assert "torch bfloat16 vs float32 on cpu" in out
+    assert "torch.compile: skipped (--quick" in out and "--quick: toy sizes" in out
+
+
+def test_cnn_quick_text(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "cnn", "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("labkit.models.CNN on cpu, 32×32 images")
+    for name in ("float32 NCHW", "float32 channels_last", "bfloat16 autocast + channels_last"):
+        assert f"  {name}:" in out
+    assert "  float16 autocast" not in out  # GPU only
+    assert "vs float32 NCHW at batch 4:" in out and "not measured" not in out
+
+
+def test_rnn_quick_text_torch(no_tensorflow: None, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "rnn", "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Recurrent layers, torch (TensorFlow is not installed here) on cpu")
+    assert "nn.LSTMCell loop / nn.LSTM = " in out and "nn.RNN / nn.LSTM = " in out
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_quick_json(name: str, no_tensorflow: None, capsys: pytest.CaptureFixture[str],
+                    _private_reference_dir: Path) -> None:  # fmt: skip
+    assert main(["bench", name, "--quick", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["benchmark"] == name and data["quick"] is True and data["recorded"] is None
+    assert data["summary"] and all(isinstance(line, str) for line in data["summary"])
+    assert data["summary"][-1].startswith("(--quick")
+    assert data["device"] == ("cuda" if gpu.has_gpu() else "cpu")
+    if name == "accel":
+        assert [p["dtype"] for p in data["mixed_precision"]] == ["bfloat16", "float16"]
+        assert data["sync_points"]["item_ratio"] > 0 and data["torch_compile"] is None
+    elif name == "cnn":
+        assert data["largest_common_batch"] == 4 and data["failed"] == []
+        assert set(data["gain_vs_float32_nchw"]) == {
+            "float32 channels_last",
+            "bfloat16 autocast + channels_last",
+        }
+    else:
+        assert data["framework"] == "torch" and set(data["ratios"]) == {
+            "nn.LSTMCell loop / nn.LSTM", "nn.RNN / nn.LSTM"}  # fmt: skip
+    assert not _private_reference_dir.exists()
+
+
+def test_rnn_quick_with_tensorflow_uses_keras(capsys: pytest.CaptureFixture[str]) -> None:
+    if not bench_rnn.tensorflow_available():
+        pytest.skip("TensorFlow is not installed here")
+    assert main(["bench", "rnn", "--quick", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["framework"] == "tensorflow"
+    assert list(data["median_ms"]) == ["SimpleRNN", "LSTM", "LSTM-no-cudnn"]
+    assert "LSTM-no-cudnn / LSTM" in data["ratios"]
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_record_without_a_gpu_writes_and_measures_nothing(
+    name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    _private_reference_dir: Path,
+) -> None:  # fmt: skip
+    module = {"accel": bench_accel, "cnn": bench_cnn, "rnn": bench_rnn}[name]
+    monkeypatch.setattr(gpu, "has_gpu", lambda: False)
+    monkeypatch.setattr(module, "measure", lambda **kw: pytest.fail("measured"))
+    assert main(["bench", name, "--record"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "needs a CUDA GPU" in out and "nothing was recorded" in out
+    assert not _private_reference_dir.exists() or list(_private_reference_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_record_with_quick_is_an_error(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", name, "--quick", "--record"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith("labkit: error: --record cannot be combined with --quick")
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_missing_torch_is_one_line(name: str, monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    monkeypatch.setitem(sys.modules, "torch", None)
+    assert main(["bench", name]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert "torch is not installed" in captured.err
+
+
+# --------------------------------------------------------------------------- the GPU path, faked
+
+
+def _t(ms: float) -> Timing:
+    return Timing((ms,))
+
+
+def fake_accel() -> bench_accel.AccelResults:
+    sync = SyncPointsResult(device="cuda", steps=50, deferred=_t(2.0), item_per_step=_t(8.0),
+                            cpu_per_step=_t(9.0), print_per_step=_t(20.0))  # fmt: skip
+    mixed = MixedPrecisionResult(
+        framework="torch", device="cuda", dtype="float16", steps=5, forward_fp32=_t(0.2),
+        forward_mixed=_t(0.1), train_fp32=_t(0.6), train_mixed=_t(0.4), max_abs_error=2.0**-11,
+        loss_fp32=2.30, loss_mixed=2.31, used_loss_scaling=True)  # fmt: skip
+    compiled = CompileResult("torch", "torch.compile", 2**24, eager=_t(1.0), compiled=_t(0.25),
+                             first_call_s=3.0)  # fmt: skip
+    return bench_accel.AccelResults(
+        device="cuda", launch=AsyncLaunchResult("Test GPU", launch_ms=0.5, synchronized_ms=20.0),
+        sync=sync, precision=(mixed,), compiled=compiled,
+        failed=(("bfloat16 autocast", "RuntimeError: pretend"),))  # fmt: skip
+
+
+def fake_cnn() -> bench_cnn.CnnResults:
+    from labkit.models import BatchThroughput
+
+    def curve(name: str, per_s: tuple[float, float]) -> bench_cnn.VariantCurve:
+        return bench_cnn.VariantCurve(name, tuple(
+            BatchThroughput(batch_size=b, image_size=224, images_per_s=r, median_ms=b / r * 1e3,
+                            device="cuda", dtype="float32", channels_last=True, inference=True,
+                            timing=_t(b / r * 1e3))
+            for b, r in zip((1, 256), per_s, strict=True)))  # fmt: skip
+
+    return bench_cnn.CnnResults(device="cuda", image_size=224, curves=(
+        curve("float32 NCHW", (1000.0, 40_000.0)),
+        curve("float16 autocast + channels_last", (900.0, 100_000.0))))  # fmt: skip
+
+
+def fake_rnn() -> bench_rnn.RnnResults:
+    return bench_rnn.RnnResults("torch", "cuda", dict(bench_rnn.SHAPE),
+                                {"nn.RNN": 0.2, "nn.LSTM": 0.25, "nn.LSTMCell loop": 5.0},
+                                note="TensorFlow is not installed here")  # fmt: skip
+
+
+FAKES: dict[str, tuple[Any, Any]] = {
+    "accel": (bench_accel, fake_accel),
+    "cnn": (bench_cnn, fake_cnn),
+    "rnn": (bench_rnn, fake_rnn),
+}
+
+
+def test_fake_summaries_read_well() -> None:
+    accel = fake_accel().summary()
+    assert accel[0].startswith("cuda: matmuls launched: the host got control back after 500 µs")
+    assert "(40.00×)" in accel[0]
+    assert accel[1].startswith("cuda: .item() every step costs 4.00× the time of one sync")
+    assert accel[2].startswith("cuda: float16 autocast vs float32 (MLP 256→512→10, batch 256, "
+                               "GradScaler): forward 2.00×, train step 1.50×")  # fmt: skip
+    assert "(1.00× the unit roundoff)" in accel[2]
+    assert "first call 3.00 s" in accel[3] and "(4.00× steady-state speedup)" in accel[3]
+    assert accel[4] == "cuda: bfloat16 autocast: not measured (RuntimeError: pretend)"
+    cnn = fake_cnn().summary()
+    assert cnn[0].startswith("cuda: float32 NCHW: peak 40,000 images/s at batch 256")
+    assert cnn[-1] == "cuda: float16 autocast + channels_last vs float32 NCHW at batch 256: 2.50×"
+    rnn = fake_rnn().summary()
+    assert rnn[0].startswith("cuda: measured torch (TensorFlow is not installed here) on cuda")
+    assert "cuda: nn.LSTMCell loop / nn.LSTM = 20.00× (nn.LSTM: a cuDNN fused kernel)" in rnn
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_record_with_a_gpu_stores_a_recording_learners_can_read(
+    name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import labkit.pitfalls
+
+    module, fake = FAKES[name]
+    monkeypatch.setattr(gpu, "has_gpu", lambda: True)
+    monkeypatch.setattr(module, "measure", lambda quick=False: fake())
+    monkeypatch.setattr(labkit.pitfalls, "gpu_identity", lambda: {
+        "gpu_name": "Test GPU", "driver": "1.0", "cuda": "12.4", "torch": "2.13.0"})  # fmt: skip
+    assert main(["bench", name, "--record"]) == 0
+    assert "Recorded the GPU results to" in capsys.readouterr().out
+    saved = reference.load(name)
+    assert saved is not None and saved.gpu == "Test GPU"
+    summary = saved.results["summary"]
+    assert summary == fake().summary() and all(isinstance(line, str) for line in summary)
+    assert saved.results["device"] == "cuda"
+    monkeypatch.setattr(gpu, "has_gpu", lambda: False)
+    lines = gpu.no_gpu_lines("the demo", reference=name)
+    assert lines[1].startswith("Result recorded on Test GPU on ") and lines[2] == f"  {summary[0]}"
