@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import sys
+from typing import Any
 
 from labkit._optional import MissingPackageError, import_optional
 
@@ -35,3 +37,36 @@ def preflight(command: str, *, record: bool, quick: bool = False, gpu_here: bool
         )
         return 0
     return None
+
+
+def record_and_report(
+    benchmark: str, reference_name: str, results: Any, *, as_json: bool, record: bool
+) -> int:
+    """Store ``results`` as the GPU recording when ``record``, then print them as text or JSON.
+
+    ``results`` needs ``summary()`` (the lines CPU-only learners see),
+    ``to_dict()`` and ``__str__``. The caller decides whether this run may be
+    recorded (a GPU ran it); this only writes and reports.
+    """
+    from labkit import __version__
+    from labkit import reference as _reference
+    from labkit.pitfalls import gpu_identity, json_safe
+
+    recorded = None
+    if record:
+        data = {"summary": results.summary(), **json_safe(results.to_dict())}
+        recorded = _reference.record(reference_name, data, **gpu_identity())
+    if as_json:
+        payload = {
+            "benchmark": benchmark,
+            "labkit_version": __version__,
+            **results.to_dict(),
+            "summary": results.summary(),
+            "recorded": None if recorded is None else str(recorded),
+        }
+        print(json.dumps(json_safe(payload), indent=2, allow_nan=False))
+        return 0
+    print(results)
+    if recorded is not None:
+        print(f"\nRecorded the GPU results to {recorded}")
+    return 0

@@ -18,11 +18,9 @@ use it), and its numbers mean little.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from labkit import reference as _reference
 from labkit.accel._common import first_line, seconds, times
 from labkit.timing import format_duration
 
@@ -224,29 +222,13 @@ def run_accel_benchmark(as_json: bool = False, record: bool = False, quick: bool
     and returns 0. Without torch it prints the install command and returns
     1. ``record`` with ``quick`` is a ValueError (exit 2).
     """
-    from labkit import __version__
-    from labkit._bench_cli import preflight
-    from labkit.pitfalls import gpu_identity, json_safe
+    from labkit._bench_cli import preflight, record_and_report
 
     early = preflight("labkit bench accel", record=record, quick=quick)
     if early is not None:
         return early
     results = measure(quick=quick)
-    recorded = None
-    if record and results.device != "cpu":
-        data = {"summary": results.summary(), **json_safe(results.to_dict())}
-        recorded = _reference.record(REFERENCE_NAME, data, **gpu_identity())
-    if as_json:
-        payload = {
-            "benchmark": "accel",
-            "labkit_version": __version__,
-            **results.to_dict(),
-            "summary": results.summary(),
-            "recorded": None if recorded is None else str(recorded),
-        }
-        print(json.dumps(json_safe(payload), indent=2, allow_nan=False))
-        return 0
-    print(results)
-    if recorded is not None:
-        print(f"\nRecorded the GPU results to {recorded}")
-    return 0
+    return record_and_report(
+        "accel", REFERENCE_NAME, results, as_json=as_json,
+        record=record and results.device != "cpu",
+    )

@@ -14,11 +14,9 @@ works (the tests use it), and its numbers mean little.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from labkit import reference as _reference
 from labkit.accel._common import first_line, times
 
 #: The recording ``--record`` writes.
@@ -178,29 +176,13 @@ def measure(quick: bool = False) -> CnnResults:
 
 def run_cnn_benchmark(as_json: bool = False, record: bool = False, quick: bool = False) -> int:
     """``labkit bench cnn``; returns the exit code (same rules as the other recorders)."""
-    from labkit import __version__
-    from labkit._bench_cli import preflight
-    from labkit.pitfalls import gpu_identity, json_safe
+    from labkit._bench_cli import preflight, record_and_report
 
     early = preflight("labkit bench cnn", record=record, quick=quick)
     if early is not None:
         return early
     results = measure(quick=quick)
-    recorded = None
-    if record and results.device != "cpu":
-        data = {"summary": results.summary(), **json_safe(results.to_dict())}
-        recorded = _reference.record(REFERENCE_NAME, data, **gpu_identity())
-    if as_json:
-        payload = {
-            "benchmark": "cnn",
-            "labkit_version": __version__,
-            **results.to_dict(),
-            "summary": results.summary(),
-            "recorded": None if recorded is None else str(recorded),
-        }
-        print(json.dumps(json_safe(payload), indent=2, allow_nan=False))
-        return 0
-    print(results)
-    if recorded is not None:
-        print(f"\nRecorded the GPU results to {recorded}")
-    return 0
+    return record_and_report(
+        "cnn", REFERENCE_NAME, results, as_json=as_json,
+        record=record and results.device != "cpu",
+    )

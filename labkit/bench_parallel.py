@@ -16,12 +16,10 @@ command works (the tests use it), and its numbers mean little.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Any
 
-from labkit import reference as _reference
 from labkit.crossover import LaunchOverhead
 from labkit.parallel import BackendSweep, SizeSweep
 from labkit.rates import format_gflop_per_s, format_rate, round3
@@ -177,29 +175,13 @@ def run_parallel_benchmark(as_json: bool = False, record: bool = False, quick: b
     what learners are shown as "measured on a real GPU", and toy sizes
     would misrepresent it.
     """
-    from labkit import __version__
-    from labkit._bench_cli import preflight
-    from labkit.pitfalls import gpu_identity, json_safe
+    from labkit._bench_cli import preflight, record_and_report
 
     early = preflight("labkit bench parallel", record=record, quick=quick)
     if early is not None:
         return early
     results = measure(quick=quick)
-    recorded = None
-    if record and results.launch is not None:
-        data = {"summary": results.summary(), **json_safe(results.to_dict())}
-        recorded = _reference.record(REFERENCE_NAME, data, **gpu_identity())
-    if as_json:
-        payload = {
-            "benchmark": "parallel",
-            "labkit_version": __version__,
-            **results.to_dict(),
-            "summary": results.summary(),
-            "recorded": None if recorded is None else str(recorded),
-        }
-        print(json.dumps(json_safe(payload), indent=2, allow_nan=False))
-        return 0
-    print(results)
-    if recorded is not None:
-        print(f"\nRecorded the GPU results to {recorded}")
-    return 0
+    return record_and_report(
+        "parallel", REFERENCE_NAME, results, as_json=as_json,
+        record=record and results.launch is not None,
+    )

@@ -16,12 +16,10 @@ works (the tests use it), and its numbers mean little.
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from typing import Any
 
-from labkit import reference as _reference
 from labkit.accel._common import ratio, times
 from labkit.timing import format_duration
 
@@ -168,32 +166,16 @@ def measure(quick: bool = False) -> RnnResults:
 
 def run_rnn_benchmark(as_json: bool = False, record: bool = False, quick: bool = False) -> int:
     """``labkit bench rnn``; returns the exit code (same rules as the other recorders)."""
-    from labkit import __version__
-    from labkit._bench_cli import preflight
-    from labkit.pitfalls import gpu_identity, json_safe
+    from labkit._bench_cli import preflight, record_and_report
 
     early = preflight("labkit bench rnn", record=record, quick=quick)
     if early is not None:
         return early
     results = measure(quick=quick)
-    recorded = None
-    if record and results.cudnn:
-        data = {"summary": results.summary(), **json_safe(results.to_dict())}
-        recorded = _reference.record(REFERENCE_NAME, data, **gpu_identity())
-    elif record:  # a GPU that TensorFlow cannot see: say so rather than record a CPU run
+    if record and not results.cudnn:  # a GPU that TensorFlow cannot see: say so, record nothing
         print(f"labkit bench rnn --record: the run was on {results.device}, not a GPU, so "
               "nothing was recorded", file=sys.stderr)  # fmt: skip
-    if as_json:
-        payload = {
-            "benchmark": "rnn",
-            "labkit_version": __version__,
-            **results.to_dict(),
-            "summary": results.summary(),
-            "recorded": None if recorded is None else str(recorded),
-        }
-        print(json.dumps(json_safe(payload), indent=2, allow_nan=False))
-        return 0
-    print(results)
-    if recorded is not None:
-        print(f"\nRecorded the GPU results to {recorded}")
-    return 0
+    return record_and_report(
+        "rnn", REFERENCE_NAME, results, as_json=as_json,
+        record=record and results.cudnn,
+    )
