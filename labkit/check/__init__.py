@@ -12,6 +12,7 @@ a result is truthy only when the answer passed.
 
 from labkit.check._result import CheckResult
 from labkit.check.bandwidth import HBM_GB_PER_S, PCIE_GB_PER_S, stream_bytes, transfer_vs_hbm
+from labkit.check.kernels import bank_conflicts, occupancy, sector_efficiency
 from labkit.check.models import (
     SYNC_LINES,
     cnn_head_params,
@@ -25,7 +26,15 @@ from labkit.check.parallelism import (
     amdahl_prediction,
     threads_to_fill,
 )
+from labkit.check.pipelines import knee_batch, largest_batch, loader_workers
+from labkit.check.profiling import (
+    TIMELINE_KERNELS_MS,
+    TIMELINE_STEP_MS,
+    idle_fraction,
+    top_operator,
+)
 from labkit.check.roofline import roofline_exercise_ops, roofline_prediction
+from labkit.check.scaling import accumulation_steps, bus_bandwidth, scaling_efficiency
 from labkit.check.setup import (
     H100_BUS_WIDTH_BITS,
     H100_MEMORY_CLOCK_KHZ,
@@ -36,6 +45,19 @@ from labkit.check.setup import (
 )
 
 __all__ = [
+    "TIMELINE_KERNELS_MS",
+    "TIMELINE_STEP_MS",
+    "accumulation_steps",
+    "bank_conflicts",
+    "bus_bandwidth",
+    "idle_fraction",
+    "knee_batch",
+    "largest_batch",
+    "loader_workers",
+    "occupancy",
+    "scaling_efficiency",
+    "sector_efficiency",
+    "top_operator",
     "H100_BUS_WIDTH_BITS",
     "H100_MEMORY_CLOCK_KHZ",
     "H100_SMS",

@@ -19,14 +19,19 @@ def stream_bytes(bytes_per_call: Any) -> CheckResult:
     ref = 3 * n * item
     if _close(value, ref, 1e-9):
         return CheckResult(
-            exercise, True, True,
+            exercise,
+            True,
+            True,
             f"{ref:,} bytes: read b, read c, write a. The scalar s lives in a register and "
             "costs no memory traffic.",
         )
     wrong = [
         (2 * n * item, "That counts two arrays; the triad reads b and c and writes a."),
-        (4 * n * item, "That adds the write-allocate read of a, which the hardware does but "
-                       "STREAM does not count."),
+        (
+            4 * n * item,
+            "That adds the write-allocate read of a, which the hardware does but "
+            "STREAM does not count.",
+        ),
         (3 * n * 8, "That is float64 (8 bytes); these values are float32 (4 bytes)."),
         (3 * n, "That counts elements, not bytes: × 4 bytes per float32."),
         (ref / 1e9, "Give bytes, not GB."),
@@ -51,13 +56,19 @@ def transfer_vs_hbm(ratio: Any) -> CheckResult:
     ref = HBM_GB_PER_S / PCIE_GB_PER_S
     if _close(value, ref, 0.01):
         return CheckResult(
-            exercise, True, True,
+            exercise,
+            True,
+            True,
             f"{ref:.0f}×: moving a batch to the GPU costs as much as reading it {ref:.0f} times "
             "on the GPU. Keep data resident, and overlap the copies you cannot avoid.",
         )
     if _close(value, 1 / ref, 0.01):
-        return CheckResult(exercise, False, True, "Upside down: PCIe is the slow one (time = bytes / GB/s).")
+        return CheckResult(
+            exercise, False, True, "Upside down: PCIe is the slow one (time = bytes / GB/s)."
+        )
     return CheckResult(
-        exercise, False, True,
+        exercise,
+        False,
+        True,
         f"{value:.4g} is off. The size cancels: the ratio is {HBM_GB_PER_S:g} / {PCIE_GB_PER_S:g}.",
     )

@@ -33,10 +33,14 @@ _WHY = {
 def sync_points(answers: Any) -> CheckResult:
     """Check a ``{line: waits}`` dict against which lines of a CUDA step synchronize."""
     exercise = "sync points"
-    if _unsolved(answers) or (isinstance(answers, dict) and all(_unsolved(v) for v in answers.values())):
+    if _unsolved(answers) or (
+        isinstance(answers, dict) and all(_unsolved(v) for v in answers.values())
+    ):
         return _todo(exercise, "a line waits when Python needs a value computed on the GPU.")
     if not isinstance(answers, dict):
-        raise TypeError(f"answers must be a dict of line to True/False, got {type(answers).__name__}")
+        raise TypeError(
+            f"answers must be a dict of line to True/False, got {type(answers).__name__}"
+        )
     missing = [line for line in SYNC_LINES if line not in answers]
     if missing:
         return CheckResult(exercise, False, True, f"Answer every line; missing: {missing}.")
@@ -48,7 +52,9 @@ def sync_points(answers: Any) -> CheckResult:
     if wrong:
         return CheckResult(exercise, False, True, "; ".join(wrong) + ".")
     return CheckResult(
-        exercise, True, True,
+        exercise,
+        True,
+        True,
         "All right. Keep the waiting lines out of the inner loop: log every N steps, not every step.",
     )
 
@@ -65,7 +71,9 @@ def cnn_in_features(in_features: Any) -> CheckResult:
     ref = 32 * 48 * 48
     if value == ref:
         return CheckResult(
-            exercise, True, True,
+            exercise,
+            True,
+            True,
             f"32 × 48 × 48 = {ref:,}. Or let the model compute it: AdaptiveAvgPool2d makes "
             "the head independent of the input size.",
         )
@@ -75,7 +83,12 @@ def cnn_in_features(in_features: Any) -> CheckResult:
         32 * 32 * 32: "That is the article's number, which only fits a 64×64 input.",
         3 * 48 * 48: "The convolution turns 3 input channels into 32.",
     }
-    return CheckResult(exercise, False, True, hints.get(int(value), f"{value:,.0f} is off: channels × height × width after the pool."))
+    return CheckResult(
+        exercise,
+        False,
+        True,
+        hints.get(int(value), f"{value:,.0f} is off: channels × height × width after the pool."),
+    )
 
 
 def cnn_head_params(params: Any) -> CheckResult:
@@ -87,13 +100,17 @@ def cnn_head_params(params: Any) -> CheckResult:
     ref = 32 * 112 * 112 * 10 + 10
     if value == ref:
         return CheckResult(
-            exercise, True, True,
+            exercise,
+            True,
+            True,
             f"{ref:,}: twelve times the article's 327,690, for one layer, and the model now "
             "accepts only 224×224 inputs. The size-agnostic head needs 5,130.",
         )
     if value == ref - 10:
         return CheckResult(exercise, False, True, "Add the 10 biases.")
-    return CheckResult(exercise, False, True, f"{value:,.0f} is off: 32·112·112 inputs × 10 outputs + 10.")
+    return CheckResult(
+        exercise, False, True, f"{value:,.0f} is off: 32·112·112 inputs × 10 outputs + 10."
+    )
 
 
 # --- notebook 06: RNN parameter counts in Keras and PyTorch ---
@@ -103,7 +120,9 @@ def rnn_param_counts(keras_params: Any, torch_params: Any) -> CheckResult:
     """Check SimpleRNN(64) and nn.RNN(32, 64) parameter counts for 32 input features."""
     exercise = "RNN parameters"
     if _unsolved(keras_params) or _unsolved(torch_params):
-        return _todo(exercise, "input weights + recurrent weights + biases; count the bias vectors.")
+        return _todo(
+            exercise, "input weights + recurrent weights + biases; count the bias vectors."
+        )
     k = _number(keras_params, "keras_params")
     t = _number(torch_params, "torch_params")
     units, features = 64, 32
@@ -111,13 +130,21 @@ def rnn_param_counts(keras_params: Any, torch_params: Any) -> CheckResult:
     ref_t = ref_k + units
     if k == ref_k and t == ref_t:
         return CheckResult(
-            exercise, True, True,
+            exercise,
+            True,
+            True,
             f"Keras {ref_k:,}, PyTorch {ref_t:,}: PyTorch keeps two bias vectors (b_ih and "
             "b_hh) where Keras keeps one. The maths is the same; the counts are not.",
         )
     if k == ref_t and t == ref_k:
-        return CheckResult(exercise, False, True, "Swapped: it is PyTorch that has the extra bias vector.")
+        return CheckResult(
+            exercise, False, True, "Swapped: it is PyTorch that has the extra bias vector."
+        )
     if k == t:
-        return CheckResult(exercise, False, True, "They differ: PyTorch has b_ih and b_hh, Keras one bias.")
+        return CheckResult(
+            exercise, False, True, "They differ: PyTorch has b_ih and b_hh, Keras one bias."
+        )
     which = "Keras" if k != ref_k else "PyTorch"
-    return CheckResult(exercise, False, True, f"The {which} count is off: units·features + units² + biases.")
+    return CheckResult(
+        exercise, False, True, f"The {which} count is off: units·features + units² + biases."
+    )

@@ -24,7 +24,9 @@ def threads_to_fill(n: Any) -> CheckResult:
     ref = math.ceil(math.sqrt(resident))
     if value == ref:
         return CheckResult(
-            exercise, True, True,
+            exercise,
+            True,
+            True,
             f"n = {ref}: {ref}² = {ref * ref:,} outputs for {resident:,} resident threads. A "
             "512×512 matmul does not even fill the chip once, which is why small layers and "
             "small batches leave a big GPU mostly idle.",
@@ -37,7 +39,9 @@ def threads_to_fill(n: Any) -> CheckResult:
         )
     if _close(value, math.sqrt(H100_SMS * 128), 0.01) or _close(value, math.sqrt(16_896), 0.01):
         return CheckResult(
-            exercise, False, True,
+            exercise,
+            False,
+            True,
             "That counts FP32 lanes (CUDA cores). Resident *threads* are what hide latency: "
             "use 2,048 per SM.",
         )
@@ -63,17 +67,23 @@ def amdahl_prediction(serial_fraction: Any, speedup_64: Any) -> CheckResult:
     if not _close(f, ref_f, 1e-3):
         if _close(f, 1 - ref_f, 1e-3):
             return CheckResult(
-                exercise, False, True,
+                exercise,
+                False,
+                True,
                 f"{f:.3g} is the *parallel* fraction; the serial one is 1 minus it.",
             )
         return CheckResult(
-            exercise, False, True,
+            exercise,
+            False,
+            True,
             f"The serial fraction {f:.4g} is off. With S = 1.6 and n = 2: "
             "(1/1.6 - 1/2) / (1 - 1/2).",
         )
     if _close(s64, ref_s64, 1e-3):
         return CheckResult(
-            exercise, True, True,
+            exercise,
+            True,
+            True,
             f"f = {ref_f:.2f}, so 64 threads give {ref_s64:.2f}×, and no number of threads gives "
             f"more than 1/f = {1 / ref_f:.0f}×. Shrinking the serial part beats adding cores.",
         )
@@ -82,5 +92,8 @@ def amdahl_prediction(serial_fraction: Any, speedup_64: Any) -> CheckResult:
             exercise, False, True, "That is the limit for infinitely many threads; use n = 64."
         )
     return CheckResult(
-        exercise, False, True, f"The fraction is right; S(64) = 1 / (f + (1 - f) / 64), not {s64:.4g}."
+        exercise,
+        False,
+        True,
+        f"The fraction is right; S(64) = 1 / (f + (1 - f) / 64), not {s64:.4g}.",
     )

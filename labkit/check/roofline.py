@@ -36,17 +36,23 @@ def roofline_prediction(predictions: Any, roofline: Any) -> CheckResult:
     ):
         return _todo(exercise, "compare each op's arithmetic intensity with the ridge point.")
     if not isinstance(predictions, dict):
-        raise TypeError(f"predictions must be a dict of op name to verdict, got {type(predictions).__name__}")
+        raise TypeError(
+            f"predictions must be a dict of op name to verdict, got {type(predictions).__name__}"
+        )
     if not isinstance(roofline, Roofline):
         raise TypeError(f"roofline must be a labkit Roofline, got {type(roofline).__name__}")
     missing = sorted(set(ops) - set(predictions))
     if missing:
-        return CheckResult(exercise, False, True, f"Predict every op; missing: {', '.join(missing)}.")
+        return CheckResult(
+            exercise, False, True, f"Predict every op; missing: {', '.join(missing)}."
+        )
     allowed = {MEMORY_BOUND, COMPUTE_BOUND}
     bad = {k: v for k, v in predictions.items() if v not in allowed}
     if bad:
         return CheckResult(
-            exercise, False, True,
+            exercise,
+            False,
+            True,
             f"Each verdict is {MEMORY_BOUND!r} or {COMPUTE_BOUND!r}; got {bad}.",
         )
     ridge = roofline.ridge_point("float32")
@@ -62,7 +68,9 @@ def roofline_prediction(predictions: Any, roofline: Any) -> CheckResult:
     if wrong:
         return CheckResult(exercise, False, True, "; ".join(wrong) + ".")
     return CheckResult(
-        exercise, True, True,
+        exercise,
+        True,
+        True,
         f"All {len(ops)} right. An op whose arithmetic intensity is below the ridge point waits "
         "on memory, whatever the processor's peak.",
     )

@@ -33,7 +33,9 @@ def peak_bandwidth(answer_gb_per_s: Any) -> CheckResult:
     ref = theoretical_bandwidth_gb_per_s(H100_MEMORY_CLOCK_KHZ, H100_BUS_WIDTH_BITS)
     if _close(value, ref, 0.01):
         return CheckResult(
-            exercise, True, True,
+            exercise,
+            True,
+            True,
             f"{value:.0f} GB/s. NVIDIA's spec sheet says 3.35 TB/s for the H100 SXM: the same "
             "number. Real copies reach about 90% of it, as notebook 02 measures.",
         )
@@ -49,7 +51,9 @@ def peak_bandwidth(answer_gb_per_s: Any) -> CheckResult:
         if _close(value, wrong, 0.02):
             return CheckResult(exercise, False, True, why)
     return CheckResult(
-        exercise, False, True,
+        exercise,
+        False,
+        True,
         f"{value:.4g} GB/s is not it. Use 2 × (clock in Hz) × (bus width in bytes) ÷ 1e9, with "
         f"clock = {H100_MEMORY_CLOCK_KHZ} kHz and bus width = {H100_BUS_WIDTH_BITS} bits.",
     )
@@ -61,7 +65,18 @@ def peak_bandwidth(answer_gb_per_s: Any) -> CheckResult:
 #: first call pays for lazy initialisation, and one sample was hit by a
 #: context switch. Fixed, so that everyone's answer is the same.
 TIMING_SAMPLES_MS: tuple[float, ...] = (
-    48.0, 2.11, 2.05, 2.08, 2.31, 2.04, 2.09, 9.7, 2.06, 2.12, 2.07, 2.10,
+    48.0,
+    2.11,
+    2.05,
+    2.08,
+    2.31,
+    2.04,
+    2.09,
+    9.7,
+    2.06,
+    2.12,
+    2.07,
+    2.10,
 )
 
 
@@ -82,7 +97,9 @@ def summary_statistics(median_ms: Any, iqr_ms: Any) -> CheckResult:
     everything = sorted(TIMING_SAMPLES_MS)
     if _close(med, ref_med, 1e-3) and _close(iqr, ref_iqr, 1e-2):
         return CheckResult(
-            exercise, True, True,
+            exercise,
+            True,
+            True,
             f"median {ref_med:.3g} ms, IQR {ref_iqr:.3g} ms. The 9.7 ms outlier moved neither; "
             f"it would have moved the mean to {sum(steady) / len(steady):.3g} ms.",
         )
@@ -90,19 +107,25 @@ def summary_statistics(median_ms: Any, iqr_ms: Any) -> CheckResult:
         med, sum(TIMING_SAMPLES_MS) / len(TIMING_SAMPLES_MS), 1e-3
     ):
         return CheckResult(
-            exercise, False, True,
+            exercise,
+            False,
+            True,
             "That is the mean. One slow sample drags a mean around; report the median.",
         )
     if _close(med, quantile(everything, 0.5), 1e-3):
         return CheckResult(
-            exercise, False, True,
+            exercise,
+            False,
+            True,
             "Close: the median is right only if the first call is left out. It includes lazy "
             "initialisation, which is why labkit.bench warms up before it measures.",
         )
     if not _close(med, ref_med, 1e-3):
         return CheckResult(exercise, False, True, f"The median {med:.4g} ms is off. {_SORT_HINT}")
     return CheckResult(
-        exercise, False, True,
+        exercise,
+        False,
+        True,
         f"The median is right; the IQR is the 75th minus the 25th percentile. {_SORT_HINT}",
     )
 
@@ -129,11 +152,15 @@ def on_best_device(x: Any) -> CheckResult:
     best = pick_device("torch")
     if x.device.type != best.type:
         return CheckResult(
-            exercise, False, True,
+            exercise,
+            False,
+            True,
             f"The tensor lives on {x.device.type!r} but pick_device chose {best.type!r}. Pass "
             "device=... when you create it, instead of moving it afterwards.",
         )
     return CheckResult(
-        exercise, True, True,
+        exercise,
+        True,
+        True,
         "It was created on the device pick_device chose, the same code on a laptop and a GPU.",
     )

@@ -1,0 +1,171 @@
+"""Checks for notebook 07: kernel tuning (coalescing, bank conflicts, occupancy)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from labkit.check._result import CheckResult, _close, _number, _todo, _unsolved
+
+#: A DRAM transaction moves 32-byte sectors; a float32 is 4 bytes.
+SECTOR_BYTES = 32
+FLOAT32_BYTES = 4
+
+#: The occupancy exercise: an H100 (compute capability 9.0) and one kernel's launch.
+H100_REGISTERS_PER_SM = 65_536
+H100_MAX_THREADS_PER_SM = 2_048
+OCCUPANCY_THREADS_PER_BLOCK = 256
+OCCUPANCY_REGISTERS_PER_THREAD = 64
+
+
+def useful_fraction(stride: int) -> float:
+    """The share of fetched bytes a warp uses when its 32 threads read float32 at ``stride``.
+
+    Each thread uses 4 bytes; the memory system moves whole 32-byte sectors.
+    At stride s ≤ 8, a warp's reads span 4·s sectors for 32 useful floats
+    (fraction 1/s); from stride 8 on, every float sits in its own sector
+    (fraction 4/32 = 1/8) and the fraction stops falling.
+    """
+    if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
+        raise ValueError(f"stride must be a positive integer, got {stride!r}")
+    return 1 / min(stride, SECTOR_BYTES // FLOAT32_BYTES)
+
+
+def sector_efficiency(stride_2: Any, stride_32: Any) -> CheckResult:
+    """Check the useful fraction of fetched bytes at stride 2 and at stride 32."""
+    exercise = "coalescing"
+    if _unsolved(stride_2) or _unsolved(stride_32):
+        return _todo(
+            exercise,
+            "a warp's 32 threads each need 4 bytes; count the 32-byte sectors their addresses "
+            "touch, and divide the useful bytes (128) by the bytes moved.",
+        )
+    at_2 = _number(stride_2, "stride_2")
+    at_32 = _number(stride_32, "stride_32")
+    ref_2, ref_32 = useful_fraction(2), useful_fraction(32)
+    if not _close(at_2, ref_2, 1e-3):
+        if at_2 > 1:
+            return CheckResult(
+                exercise,
+                False,
+                True,
+                "Give a fraction between 0 and 1 (useful bytes / bytes moved).",
+            )
+        return CheckResult(
+            exercise,
+            False,
+            True,
+            f"At stride 2 the warp's floats span 8 sectors (256 bytes) for 128 useful bytes; "
+            f"{at_2:g} is off.",
+        )
+    if _close(at_32, ref_32, 1e-3):
+        return CheckResult(
+            exercise,
+            True,
+            True,
+            "1/2 at stride 2, and 1/8 at stride 32: past stride 8 every float costs a whole "
+            "32-byte sector, so the effective bandwidth falls as 1/stride until stride 8 and "
+            "then flattens at 1/8 of the copy rate. Compare with the measured curve.",
+        )
+    if _close(at_32, 1 / 32, 1e-3):
+        return CheckResult(
+            exercise,
+            False,
+            True,
+            "The hardware does not fetch 4·32 = 128 bytes per float: the unit is a 32-byte "
+            "sector. Each float at stride 32 costs one sector.",
+        )
+    return CheckResult(
+        exercise,
+        False,
+        True,
+        f"Stride 2 is right. At stride 32, how many bytes does each useful float bring with it? "
+        f"({at_32:g} is off.)",
+    )
+
+
+def bank_conflicts(unpadded_ways: Any, padded_ways: Any) -> CheckResult:
+    """Check the bank-conflict degree of a warp reading a column of float tile[32][32] vs [32][33]."""
+    exercise = "bank conflicts"
+    if _unsolved(unpadded_ways) or _unsolved(padded_ways):
+        return _todo(
+            exercise,
+            "element tile[i][c] lives at word i·width + c, in bank (i·width + c) mod 32. "
+            "Count how many of the 32 threads (i = 0..31) land in the same bank.",
+        )
+    plain = _number(unpadded_ways, "unpadded_ways")
+    padded = _number(padded_ways, "padded_ways")
+    if plain != 32:
+        return CheckResult(
+            exercise,
+            False,
+            True,
+            "With a row width of 32 words, (32·i + c) mod 32 = c for every i: all 32 threads "
+            f"hit one bank. {plain:g} is off.",
+        )
+    if padded == 1:
+        return CheckResult(
+            exercise,
+            True,
+            True,
+            "32-way without padding (the 32 reads serialize), 1-way (conflict-free) with a row "
+            "of 33 words: (33·i + c) mod 32 = (i + c) mod 32 puts each thread in its own bank. "
+            "One unused column buys a 32× faster column read.",
+        )
+    if padded == 0:
+        return CheckResult(
+            exercise, False, True, "Every access uses some bank: a conflict-free read is 1-way."
+        )
+    return CheckResult(
+        exercise,
+        False,
+        True,
+        f"The unpadded case is right. With width 33, compute (33·i + c) mod 32 for i = 0..31; "
+        f"{padded:g} is off.",
+    )
+
+
+def theoretical_occupancy() -> float:
+    """The occupancy of the exercise's kernel on an H100 (registers are the limit)."""
+    per_block = OCCUPANCY_REGISTERS_PER_THREAD * OCCUPANCY_THREADS_PER_BLOCK
+    blocks = H100_REGISTERS_PER_SM // per_block
+    threads = min(blocks * OCCUPANCY_THREADS_PER_BLOCK, H100_MAX_THREADS_PER_SM)
+    return threads / H100_MAX_THREADS_PER_SM
+
+
+def occupancy(answer: Any) -> CheckResult:
+    """Check the theoretical occupancy of 256-thread blocks at 64 registers per thread on an H100."""
+    exercise = "occupancy"
+    if _unsolved(answer):
+        return _todo(
+            exercise,
+            "registers per block = 64 × 256; blocks per SM = 65,536 // that; occupancy = "
+            "resident threads / 2,048.",
+        )
+    value = _number(answer, "occupancy")
+    if value > 1:
+        value /= 100  # a percentage
+    ref = theoretical_occupancy()
+    if _close(value, ref, 1e-3):
+        return CheckResult(
+            exercise,
+            True,
+            True,
+            f"{ref:.0%}: 64 × 256 = 16,384 registers per block, so only 4 blocks (1,024 threads) "
+            "fit in the SM's 65,536 registers. Registers, not threads, are the limit; at 32 "
+            "registers per thread the same launch reaches 100%. Compare with the compiler's "
+            "register counts above.",
+        )
+    if _close(value, 1.0, 1e-3):
+        return CheckResult(
+            exercise,
+            False,
+            True,
+            "2,048 threads would fit by thread count alone, but each needs 64 registers: check "
+            "the register file.",
+        )
+    if math.isclose(value, 0.25, rel_tol=1e-3):
+        return CheckResult(
+            exercise, False, True, "Count the blocks that fit (4), then threads: 4 × 256."
+        )
+    return CheckResult(exercise, False, True, f"{value:g} is off; see the hint's three steps.")

@@ -1,0 +1,97 @@
+"""Checks for notebook 10: scaling out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from labkit.check._result import CheckResult, _close, _number, _todo, _unsolved
+
+#: The all-reduce exercise: 1 GB of gradients across 8 GPUs in 5 ms.
+ALLREDUCE_BYTES = 1_000_000_000
+ALLREDUCE_RANKS = 8
+ALLREDUCE_MS = 5.0
+
+#: The accumulation exercise.
+TARGET_GLOBAL_BATCH = 2048
+GPUS = 4
+MICRO_BATCH_PER_GPU = 64
+
+
+def efficiency(throughput_1: float, throughput_n: float, n: int) -> float:
+    """Weak-scaling efficiency: throughput with n workers over n times one worker's."""
+    return throughput_n / (n * throughput_1)
+
+
+def scaling_efficiency(
+    answer: Any, *, throughput_1: float, throughput_n: float, n: int
+) -> CheckResult:
+    """Check the weak-scaling efficiency computed from the learner's own two measurements."""
+    exercise = "scaling efficiency"
+    if _unsolved(answer):
+        return _todo(exercise, "efficiency = samples/s with n processes / (n × samples/s with 1).")
+    value = _number(answer, "efficiency")
+    ref = efficiency(throughput_1, throughput_n, n)
+    if value > 1.5 and not _close(value, throughput_n / throughput_1, 0.01):
+        value /= 100  # a percentage
+    if _close(value, ref, 0.01):
+        return CheckResult(
+            exercise,
+            True,
+            True,
+            "1.0 would be perfect scaling; what is missing went to gradient all-reduce and "
+            "to waiting for the slowest rank.",
+        )
+    if _close(value, throughput_n / throughput_1, 0.01):
+        return CheckResult(exercise, False, True, "That is the speedup; divide it by n.")
+    return CheckResult(exercise, False, True, f"{value:g} is off; see the hint.")
+
+
+def bus_bandwidth(algbw_gb_per_s: Any, busbw_gb_per_s: Any) -> CheckResult:
+    """Check nccl-tests' algorithm and bus bandwidth for the exercise's all-reduce."""
+    exercise = "all-reduce bandwidth"
+    if _unsolved(algbw_gb_per_s) or _unsolved(busbw_gb_per_s):
+        return _todo(
+            exercise,
+            "algbw = bytes / time; for all-reduce, busbw = algbw × 2(n - 1) / n "
+            "(nccl-tests' PERFORMANCE.md).",
+        )
+    alg = _number(algbw_gb_per_s, "algbw_gb_per_s")
+    bus = _number(busbw_gb_per_s, "busbw_gb_per_s")
+    ref_alg = ALLREDUCE_BYTES / (ALLREDUCE_MS / 1e3) / 1e9
+    n = ALLREDUCE_RANKS
+    ref_bus = ref_alg * 2 * (n - 1) / n
+    if not _close(alg, ref_alg, 1e-3):
+        return CheckResult(exercise, False, True, f"algbw: 1 GB in 5 ms is not {alg:g} GB/s.")
+    if _close(bus, ref_bus, 1e-3):
+        return CheckResult(
+            exercise,
+            True,
+            True,
+            f"{ref_alg:g} GB/s algorithm bandwidth, {ref_bus:g} GB/s bus bandwidth: a ring "
+            "all-reduce sends each byte 2(n - 1)/n times, and busbw is the figure to compare "
+            "with the link's speed (NVLink, InfiniBand).",
+        )
+    if _close(bus, ref_alg * 2, 1e-3):
+        return CheckResult(exercise, False, True, "The factor is 2(n - 1)/n with n = 8, not 2.")
+    return CheckResult(exercise, False, True, f"algbw is right; busbw {bus:g} is off.")
+
+
+def accumulation_steps(answer: Any) -> CheckResult:
+    """Check the micro-batches to accumulate for the exercise's global batch."""
+    exercise = "gradient accumulation"
+    if _unsolved(answer):
+        return _todo(exercise, "global batch = GPUs × micro-batch per GPU × accumulation steps.")
+    value = _number(answer, "accumulation_steps")
+    ref = TARGET_GLOBAL_BATCH // (GPUS * MICRO_BATCH_PER_GPU)
+    if value == ref:
+        return CheckResult(
+            exercise,
+            True,
+            True,
+            f"{ref} micro-batches per optimizer step: the same gradient as a batch of 2,048, "
+            "with the memory of a batch of 64 per GPU, and one all-reduce per optimizer step "
+            "if you skip it on the others (DDP's no_sync()).",
+        )
+    if value == TARGET_GLOBAL_BATCH // MICRO_BATCH_PER_GPU:
+        return CheckResult(exercise, False, True, "The 4 GPUs each process a micro-batch per step.")
+    return CheckResult(exercise, False, True, f"{value:g} is off; see the hint.")
