@@ -1,0 +1,390 @@
+"""Theoretical occupancy: how many warps of a kernel an SM can hold, and which resource stops it.
+
+A GPU hides memory latency by switching between resident warps, so the
+number of warps an SM can keep (its *occupancy*, as a fraction of the
+maximum) is the first thing to check when a kernel is slow. It follows from
+four per-SM limits and three numbers per kernel: threads per block (chosen
+at launch), registers per thread and shared memory per block (reported by
+the compiler, :mod:`labkit.kernels.resources`). This module is the CUDA
+Occupancy Calculator's logic, without a GPU:
+
+- the limits per architecture come from NVIDIA's *CUDA C++ Programming
+  Guide*, section "Compute Capabilities", table "Technical Specifications
+  per Compute Capability" (threads, warps and blocks per SM, registers per
+  SM/block/thread, shared memory per SM and per block);
+- the rules for rounding come from ``cuda_occupancy.h``, which ships with
+  the CUDA toolkit and implements ``cudaOccupancyMaxActiveBlocksPerMultiprocessor``:
+  registers are allocated per warp in units of 256, out of four SM
+  sub-partitions of 16,384 registers each (and a block's warps are rounded
+  up to a multiple of 4 for the per-block check); shared memory is
+  allocated in units of 128 bytes (256 before sm_80), and from sm_80 on the
+  driver reserves 1 KB of shared memory per block.
+
+Assumptions, as the calculator's defaults: the shared-memory carveout is
+the largest the SM allows, a kernel may opt in to the largest per-block
+shared memory, and the limit on named barriers (only reached with several
+barriers per block) is ignored.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, field
+from typing import Any
+
+#: The resources that can limit occupancy, in the order they are reported.
+LIMITERS: tuple[str, ...] = ("threads", "blocks", "registers", "shared memory")
+
+#: Every multiple of a warp up to the largest block: the calculator's sweep.
+DEFAULT_BLOCK_SIZES: tuple[int, ...] = tuple(range(32, 1025, 32))
+
+_KB = 1024
+
+
+@dataclass(frozen=True)
+class ArchLimits:
+    """Per-SM limits of one compute capability (CUDA C++ Programming Guide,
+    "Compute Capabilities": "Technical Specifications per Compute Capability")."""
+
+    arch: str
+    max_threads_per_sm: int
+    max_blocks_per_sm: int
+    shared_bytes_per_sm: int  # the largest carveout
+    max_shared_bytes_per_block: int  # with the opt-in (cudaFuncAttributeMaxDynamicSharedMemorySize)
+    shared_allocation_bytes: int  # allocation unit (cuda_occupancy.h)
+    reserved_shared_bytes_per_block: int  # taken by the driver from sm_80 on
+    registers_per_sm: int = 65_536
+    max_registers_per_block: int = 65_536
+    max_registers_per_thread: int = 255
+    register_allocation_unit: int = 256  # registers, allocated per warp
+    register_sub_partitions: int = 4
+    max_threads_per_block: int = 1024
+    warp_size: int = 32
+
+    @property
+    def max_warps_per_sm(self) -> int:
+        return self.max_threads_per_sm // self.warp_size
+
+
+#: The compute capabilities of the GPUs below.
+ARCHES: dict[str, ArchLimits] = {
+    "sm_75": ArchLimits("sm_75", 1024, 16, 64 * _KB, 64 * _KB, 256, 0),
+    "sm_80": ArchLimits("sm_80", 2048, 32, 164 * _KB, 163 * _KB, 128, _KB),
+    "sm_86": ArchLimits("sm_86", 1536, 16, 100 * _KB, 99 * _KB, 128, _KB),
+    "sm_89": ArchLimits("sm_89", 1536, 24, 100 * _KB, 99 * _KB, 128, _KB),
+    "sm_90": ArchLimits("sm_90", 2048, 32, 228 * _KB, 227 * _KB, 128, _KB),
+}
+
+#: Named GPUs and their compute capability.
+GPUS: dict[str, str] = {
+    "T4": "sm_75",
+    "A100": "sm_80",
+    "RTX 3090": "sm_86",
+    "L4": "sm_89",
+    "RTX 4090": "sm_89",
+    "H100": "sm_90",
+    "H200": "sm_90",
+}
+
+
+def _key(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+def gpu_limits(gpu: str) -> tuple[str, ArchLimits]:
+    """(display name, limits) for a GPU name ("H100", "rtx 4090") or an arch ("sm_90")."""
+    if not isinstance(gpu, str):
+        raise TypeError(f"gpu must be a GPU name such as 'H100', got {type(gpu).__name__} instead")
+    if gpu in ARCHES:
+        return gpu, ARCHES[gpu]
+    for name, arch in GPUS.items():
+        if _key(name) == _key(gpu):
+            return name, ARCHES[arch]
+    raise ValueError(
+        f"gpu must be one of {', '.join(GPUS)} or an arch ({', '.join(ARCHES)}), got {gpu!r}"
+    )
+
+
+def _and(words: tuple[str, ...]) -> str:
+    """("a", "b", "c") -> "a, b and c"."""
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def _round_up(value: int, unit: int) -> int:
+    return -(-value // unit) * unit
+
+
+def _check_int(name: str, value: Any, low: int, high: int | None = None, what: str = "") -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} instead")
+    value = int(value)
+    if value < low or (high is not None and value > high):
+        bound = f"from {low} to {high}" if high is not None else f">= {low}"
+        raise ValueError(f"{name} must be {bound}{what}, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    """The theoretical occupancy of one launch configuration on one GPU.
+
+    ``block_limits`` holds, per resource, how many blocks it alone would let
+    an SM hold (None: no limit, as for a kernel without shared memory before
+    sm_80); the smallest wins and ``limited_by`` names every resource at
+    that smallest value. ``blocks_per_sm == 0`` means the block cannot run at
+    all (``fits`` is False and ``reason`` says why).
+    """
+
+    gpu: str
+    arch: str
+    threads_per_block: int
+    registers_per_thread: int
+    shared_bytes_per_block: int
+    warps_per_block: int
+    blocks_per_sm: int
+    active_warps_per_sm: int
+    max_warps_per_sm: int
+    occupancy_fraction: float
+    limited_by: tuple[str, ...]
+    block_limits: dict[str, int | None] = field(compare=False)
+    registers_per_block: int = 0  # as allocated (rounded per warp)
+    shared_allocated_bytes_per_block: int = 0  # with the reserved 1 KB and rounding
+    reason: str = ""
+
+    @property
+    def fits(self) -> bool:
+        return self.blocks_per_sm > 0
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.occupancy_fraction
+
+    def __str__(self) -> str:
+        head = (
+            f"{self.gpu} ({self.arch}), {self.threads_per_block} threads/block, "
+            f"{self.registers_per_thread} registers/thread, "
+            f"{self.shared_bytes_per_block:,} B shared memory/block"
+        )
+        if not self.fits:
+            return f"{head}: cannot launch ({self.reason})"
+        return (
+            f"{head}: {self.blocks_per_sm} block{'s' if self.blocks_per_sm > 1 else ''}/SM, "
+            f"{self.active_warps_per_sm} of "
+            f"{self.max_warps_per_sm} warps, occupancy {self.percent:.1f}% "
+            f"(limited by {_and(self.limited_by)})"
+        )
+
+
+def occupancy(
+    gpu: str,
+    *,
+    threads_per_block: int,
+    registers_per_thread: int,
+    shared_bytes_per_block: int = 0,
+) -> Occupancy:
+    """Theoretical occupancy of a kernel launch, as the CUDA Occupancy Calculator computes it.
+
+    Args:
+        gpu: a name from :data:`GPUS` ("H100", "A100", "L4", ...) or an arch ("sm_90").
+        threads_per_block: the launch's block size, 1 to 1024.
+        registers_per_thread: from the compiler (``KernelResources.registers_per_thread``).
+        shared_bytes_per_block: static plus dynamic shared memory per block, in bytes.
+    """
+    name, lim = gpu_limits(gpu)
+    threads = _check_int("threads_per_block", threads_per_block, 1, lim.max_threads_per_block)
+    regs = _check_int("registers_per_thread", registers_per_thread, 1, lim.max_registers_per_thread,
+                      " (ptxas never uses more than 255)")  # fmt: skip
+    smem = _check_int("shared_bytes_per_block", shared_bytes_per_block, 0)
+
+    warps = -(-threads // lim.warp_size)
+    limits: dict[str, int | None] = {}
+    reason = ""
+
+    limits["threads"] = lim.max_warps_per_sm // warps
+    limits["blocks"] = lim.max_blocks_per_sm
+
+    # Registers: allocated per warp in units of 256, from 4 sub-partitions.
+    per_warp = _round_up(regs * lim.warp_size, lim.register_allocation_unit)
+    per_block = per_warp * warps
+    assumed = per_warp * _round_up(warps, lim.register_sub_partitions)  # the hardware's check
+    if max(per_block, assumed) > lim.max_registers_per_block:
+        limits["registers"] = 0
+        reason = (
+            f"{max(per_block, assumed):,} registers per block as allocated, more than the "
+            f"{lim.max_registers_per_block:,} a block may use: the launch fails with "
+            "'too many resources requested for launch'"
+        )
+    else:
+        per_sub = (lim.registers_per_sm // lim.register_sub_partitions) // per_warp
+        limits["registers"] = per_sub * lim.register_sub_partitions // warps
+
+    # Shared memory: the reserved 1 KB, rounded up to the allocation unit.
+    allocated = _round_up(smem + lim.reserved_shared_bytes_per_block, lim.shared_allocation_bytes)
+    block_max = lim.max_shared_bytes_per_block + lim.reserved_shared_bytes_per_block
+    if allocated > block_max:
+        limits["shared memory"] = 0
+        reason = reason or (
+            f"{smem:,} B of shared memory per block, more than the "
+            f"{lim.max_shared_bytes_per_block:,} B a block may use on {lim.arch}"
+        )
+    elif allocated == 0:
+        limits["shared memory"] = None  # none used (before sm_80, nothing is reserved): no limit
+    else:
+        limits["shared memory"] = lim.shared_bytes_per_sm // allocated
+
+    blocks = min(v for v in limits.values() if v is not None)
+    limited_by = tuple(r for r in LIMITERS if limits[r] == blocks)
+    active = blocks * warps
+    return Occupancy(
+        gpu=name, arch=lim.arch, threads_per_block=threads, registers_per_thread=regs,
+        shared_bytes_per_block=smem, warps_per_block=warps, blocks_per_sm=blocks,
+        active_warps_per_sm=active, max_warps_per_sm=lim.max_warps_per_sm,
+        occupancy_fraction=active / lim.max_warps_per_sm, limited_by=limited_by,
+        block_limits=limits, registers_per_block=per_block,
+        shared_allocated_bytes_per_block=allocated, reason=reason,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- sweep
+
+
+@dataclass(frozen=True)
+class OccupancySweep:
+    """Occupancy of one kernel over block sizes on one GPU (``str()`` prints a table)."""
+
+    gpu: str
+    arch: str
+    kernel: str
+    registers_per_thread: int
+    shared_bytes_per_block: int
+    rows: tuple[Occupancy, ...]
+
+    @property
+    def block_sizes(self) -> tuple[int, ...]:
+        return tuple(r.threads_per_block for r in self.rows)
+
+    @property
+    def best(self) -> Occupancy:
+        """The smallest block size that reaches the highest occupancy."""
+        top = max(r.occupancy_fraction for r in self.rows)
+        return next(r for r in self.rows if r.occupancy_fraction == top)
+
+    def __str__(self) -> str:
+        shown = self.rows
+        if len(shown) > 12:  # long sweeps: the powers of two, and the best
+            shown = tuple(r for r in shown if r.threads_per_block & (r.threads_per_block - 1) == 0
+                          or r is self.best)  # fmt: skip
+        lines = [
+            f"Theoretical occupancy of {self.kernel} on {self.gpu} ({self.arch}): "
+            f"{self.registers_per_thread} registers/thread, "
+            f"{self.shared_bytes_per_block:,} B shared memory/block",
+            f"{'threads/block':>14}{'blocks/SM':>11}{'warps/SM':>10}{'occupancy':>11}  limited by",
+        ]
+        for r in shown:
+            if not r.fits:
+                lines.append(f"{r.threads_per_block:>14}{0:>11}{0:>10}{'—':>11}  cannot launch: "
+                             f"{r.limited_by[0]}")  # fmt: skip
+                continue
+            lines.append(
+                f"{r.threads_per_block:>14}{r.blocks_per_sm:>11}"
+                f"{f'{r.active_warps_per_sm}/{r.max_warps_per_sm}':>10}"
+                f"{f'{r.percent:.1f}%':>11}  {_and(r.limited_by)}"
+            )
+        best = self.best
+        lines.append(f"Highest: {best.percent:.1f}%, first reached at {best.threads_per_block} "
+                     f"threads/block ({len(self.rows)} block sizes computed).")  # fmt: skip
+        return "\n".join(lines)
+
+
+def _arch_number(arch: str) -> str:
+    return "".join(ch for ch in arch if ch.isdigit())
+
+
+def occupancy_sweep(
+    gpu: str,
+    kernel_resources: Any,
+    block_sizes: tuple[int, ...] | list[int] = DEFAULT_BLOCK_SIZES,
+    *,
+    dynamic_shared_bytes: int = 0,
+) -> OccupancySweep:
+    """Occupancy of one compiled kernel at each block size: the data of the notebook's sweep plot.
+
+    ``kernel_resources`` is a :class:`labkit.kernels.resources.KernelResources`
+    (or any object with ``registers_per_thread`` and ``shared_bytes``); it
+    must have been compiled for the GPU's architecture, because register
+    counts differ between architectures. ``dynamic_shared_bytes`` is added to
+    its static shared memory.
+    """
+    name, lim = gpu_limits(gpu)
+    regs = getattr(kernel_resources, "registers_per_thread", None)
+    static = getattr(kernel_resources, "shared_bytes", None)
+    if regs is None or static is None:
+        raise TypeError(
+            "kernel_resources must have registers_per_thread and shared_bytes (a KernelResources "
+            f"from labkit.kernels.resources.compile_resources), got {type(kernel_resources).__name__}"
+        )
+    arch = getattr(kernel_resources, "arch", None)
+    if isinstance(arch, str) and _arch_number(arch) != _arch_number(lim.arch):
+        raise ValueError(
+            f"kernel_resources was compiled for {arch} but {name} is {lim.arch}: register counts "
+            f"differ between architectures; compile with arch={lim.arch!r}"
+        )
+    if isinstance(block_sizes, (str, bytes)) or not isinstance(block_sizes, (tuple, list)) \
+            or not block_sizes:  # fmt: skip
+        raise TypeError(f"block_sizes must be a non-empty list of ints, got {block_sizes!r}")
+    extra = _check_int("dynamic_shared_bytes", dynamic_shared_bytes, 0)
+    sizes = sorted(
+        {_check_int("block_sizes", b, 1, lim.max_threads_per_block) for b in block_sizes}
+    )
+    rows = tuple(occupancy(name if name in GPUS else lim.arch, threads_per_block=b,
+                           registers_per_thread=regs, shared_bytes_per_block=static + extra)
+                 for b in sizes)  # fmt: skip
+    kernel = getattr(kernel_resources, "name", "kernel")
+    return OccupancySweep(name, lim.arch, str(kernel), int(regs), int(static) + extra, rows)
+
+
+_LIMITER_COLORS = {"threads": "C0", "blocks": "C2", "registers": "C3", "shared memory": "C1"}
+
+
+def plot_occupancy(sweep: OccupancySweep | list[OccupancySweep] | tuple[OccupancySweep, ...],
+                   ax: Any = None) -> Any:  # fmt: skip
+    """Occupancy (%) against threads per block; each point coloured by the resource that limits it.
+
+    Pass several sweeps (say, one kernel at different register counts, or two
+    kernels) to draw them on one axis; their points are then plain, with one
+    line per sweep.
+    """
+    sweeps = list(sweep) if isinstance(sweep, (list, tuple)) else [sweep]
+    if not sweeps or not all(isinstance(s, OccupancySweep) for s in sweeps):
+        raise TypeError(f"Expected an OccupancySweep (or a list of them), got {sweep!r} instead.")
+    from labkit.plots import _pyplot, style_axes
+
+    plt = _pyplot()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.5))
+    for i, s in enumerate(sweeps):
+        xs = [r.threads_per_block for r in s.rows]
+        ys = [r.percent for r in s.rows]
+        label = f"{s.kernel} ({s.registers_per_thread} regs, {s.shared_bytes_per_block:,} B smem)"
+        if len(sweeps) == 1:
+            ax.plot(xs, ys, "-", color="0.6", lw=1, zorder=1)
+            for limiter in LIMITERS:
+                hit = [r for r in s.rows if r.fits and r.limited_by[0] == limiter]
+                if hit:
+                    ax.plot([r.threads_per_block for r in hit], [r.percent for r in hit], "o",
+                            ms=4, color=_LIMITER_COLORS[limiter], label=f"limited by {limiter}",
+                            zorder=2)  # fmt: skip
+            fails = [r.threads_per_block for r in s.rows if not r.fits]
+            if fails:
+                ax.plot(fails, [0] * len(fails), "x", color="k", label="cannot launch")
+            title = f"Theoretical occupancy of {label}\non {s.gpu} ({s.arch})"
+        else:
+            ax.plot(xs, ys, "o-", ms=3, color=f"C{i}", label=label)
+            title = f"Theoretical occupancy on {s.gpu} ({s.arch})"
+    ax.set_ylim(0, 105)
+    ax.set_xlim(0, max(r.threads_per_block for s in sweeps for r in s.rows) + 32)
+    ax.set_xticks([t for t in (32, 128, 256, 384, 512, 640, 768, 896, 1024)
+                   if t <= ax.get_xlim()[1]])  # fmt: skip
+    ax.legend(loc="lower right" if len(sweeps) == 1 else "best", fontsize="small")
+    return style_axes(ax, xlabel="threads per block", ylabel="occupancy (% of max warps/SM)",
+                      title=title)  # fmt: skip

@@ -1,0 +1,592 @@
+"""Kernel Tuner: search a kernel's compile-time parameters on a GPU, and replay the search without one.
+
+The best tile size of a transpose or an SGEMM depends on the GPU (its shared
+memory, registers, L2), so it is found by measuring, not by reasoning.
+Kernel Tuner (Van Werkhoven, 2019; ``pip install kernel_tuner``) compiles
+one version of the kernel per configuration (it prepends ``#define TILE_DIM
+32`` and so on to the ``.cu`` file, which our ``#ifndef`` defaults allow),
+checks each result against a reference, times it with CUDA events, and
+writes every configuration it tried to a JSON *cache file*.
+
+- :func:`tune_transpose` and :func:`tune_sgemm` run a search on a GPU
+  (``lang="cupy"``) and return what the cache recorded.
+- :func:`record_cache` stores a cache in labkit's reference directory as
+  ``kernel_tuner_<kernel>.cache.json``, labelled with the GPU and the date
+  (``labkit bench kernels --record`` does it). The ``.cache.json`` name keeps
+  it out of the list of labkit recordings, which have another format.
+- :func:`replay` reads a recorded cache *on any machine*: where Kernel Tuner
+  is installed it re-runs the search in Kernel Tuner's simulation mode
+  (``kernel_tuner.tune_cache``: every "measurement" comes from the cache, no
+  GPU is touched), else it reads the JSON. :func:`best_configuration` and
+  :func:`plot_tuning` work on the result.
+
+Cache format (Kernel Tuner 1.x, ``kernel_tuner.util.process_cache``)::
+
+    {"device_name": "NVIDIA H200", "kernel_name": "transpose_padded",
+     "problem_size": [4096, 4096], "tune_params_keys": ["TILE_DIM", "BLOCK_ROWS"],
+     "tune_params": {"TILE_DIM": [16, 32, 64], ...}, "objective": "time",
+     "cache": {"32,8": {"TILE_DIM": 32, "BLOCK_ROWS": 8, "time": 0.123,
+                        "times": [...], "compile_time": ..., "timestamp": ...}, ...}}
+
+keyed by the parameter values joined with commas; ``time`` is the mean of
+the timed runs in ms; a configuration that failed has ``"__error__"``
+(e.g. ``"CompilationFailedConfig"``) and no time. Kernel Tuner appends one
+entry per line while it runs, so "cache" must stay the last key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import io
+import json
+import math
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labkit.timing import format_duration
+
+#: The file name a recorded cache gets in the reference directory.
+CACHE_NAME = "kernel_tuner_{kernel}.cache.json"
+
+#: What each tuner searches by default. The transpose space is small (16
+#: configurations pass the restrictions); the SGEMM one keeps to tiles whose
+#: float4 loads divide evenly.
+TRANSPOSE_TUNE_PARAMS: Mapping[str, tuple[int, ...]] = {
+    "TILE_DIM": (16, 32, 64),
+    "BLOCK_ROWS": (1, 2, 4, 8, 16, 32),
+}
+TRANSPOSE_RESTRICTIONS: tuple[str, ...] = ("TILE_DIM % BLOCK_ROWS == 0",)
+
+SGEMM_TUNE_PARAMS: Mapping[str, tuple[int, ...]] = {
+    "BM": (64, 128),
+    "BN": (64, 128),
+    "BK": (8, 16),
+    "TM": (4, 8),
+    "TN": (4, 8),
+    "block_size_x": (64, 128, 256, 512),
+}
+#: The static_asserts of sgemm.cu, as Kernel Tuner restrictions. block_size_x
+#: is the thread count, which the kernel derives from the tile sizes. No
+#: integer division (//): python-constraint, which parses these strings,
+#: mishandles it (it turned "block_size_x == (BM // TM) * (BN // TN)" into an
+#: empty search space), so every rule is written with products and remainders.
+SGEMM_RESTRICTIONS: tuple[str, ...] = (
+    "BM % TM == 0",
+    "BN % TN == 0",
+    "block_size_x * TM * TN == BM * BN",
+    "block_size_x >= 32",
+    "BK % 4 == 0",
+    "BN % 4 == 0",
+    "TM % 4 == 0",
+    "TN % 4 == 0",
+    "BN % (8 * TN) == 0",
+    "BM % (4 * TM) == 0",
+    "(4 * block_size_x) % BK == 0",
+    "(BM * BK) % (4 * block_size_x) == 0",
+    "(4 * block_size_x) % BN == 0",
+    "(BK * BN) % (4 * block_size_x) == 0",
+    "(BK * BM + BK * BN) * 4 <= 49152",
+)
+
+#: Kernel Tuner's compiler options: it adds --std=c++11 unless a standard is given.
+COMPILER_OPTIONS: tuple[str, ...] = ("--std=c++17",)
+
+_REQUIRED_KEYS = ("device_name", "kernel_name", "tune_params_keys", "tune_params", "cache")
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class TunedConfig:
+    """One configuration Kernel Tuner tried: its parameters and mean time, or why it failed."""
+
+    params: Mapping[str, Any]
+    time_ms: float | None
+    times_ms: tuple[float, ...] = ()
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.time_ms is not None
+
+    def describe(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.params.items())
+
+
+@dataclass(frozen=True)
+class TuningReplay:
+    """Every configuration of one Kernel Tuner search, read back from its cache.
+
+    ``method`` says how: Kernel Tuner's simulation mode (a real replay of the
+    search, no GPU), or the cache's JSON read directly. ``recorded`` and
+    ``labkit_version`` come from labkit's label on a recorded cache.
+    """
+
+    kernel: str
+    device: str
+    problem_size: tuple[int, ...]
+    tune_params: Mapping[str, tuple[Any, ...]]
+    configs: tuple[TunedConfig, ...]
+    method: str
+    path: str | None = None
+    recorded: str | None = None
+    labkit_version: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def valid(self) -> tuple[TunedConfig, ...]:
+        """The configurations that compiled, ran and were verified, fastest first."""
+        return tuple(sorted((c for c in self.configs if c.ok), key=lambda c: c.time_ms or 0.0))
+
+    @property
+    def failed(self) -> tuple[TunedConfig, ...]:
+        return tuple(c for c in self.configs if not c.ok)
+
+    @property
+    def best(self) -> TunedConfig:
+        valid = self.valid
+        if not valid:
+            raise ValueError(f"no configuration of {self.kernel} ran successfully in this cache")
+        return valid[0]
+
+    def _head(self) -> str:
+        size = " x ".join(f"{d:,}" for d in self.problem_size)
+        when = f" on {self.recorded}" if self.recorded else ""
+        return (f"Kernel Tuner search of {self.kernel} on {self.device}{when}, problem size {size}: "
+                f"{len(self.configs)} configurations, {len(self.failed)} failed")  # fmt: skip
+
+    def summary(self) -> list[str]:
+        lines = [self._head()]
+        valid = self.valid
+        if valid:
+            best, worst = valid[0], valid[-1]
+            lines.append(f"  best: {best.describe()}: {format_duration(best.time_ms or 0.0)}")
+            lines.append(f"  slowest: {worst.describe()}: {format_duration(worst.time_ms or 0.0)} "
+                         f"({(worst.time_ms or 0.0) / (best.time_ms or 1.0):.2f}× the best)")  # fmt: skip
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kernel": self.kernel, "device": self.device, "problem_size": list(self.problem_size),
+            "method": self.method, "recorded": self.recorded,
+            "configs": [{"params": dict(c.params), "time_ms": c.time_ms, "error": c.error}
+                        for c in self.configs],
+        }  # fmt: skip
+
+    def __str__(self) -> str:
+        lines = [self._head(), f"  ({self.method})"]
+        valid = self.valid
+        if valid:
+            best = valid[0].time_ms or 1.0
+            width = max(len(c.describe()) for c in valid)
+            for c in valid[:12]:
+                lines.append(f"  {c.describe():<{width}}  {format_duration(c.time_ms or 0.0):>9}  "
+                             f"{(c.time_ms or 0.0) / best:5.2f}×")  # fmt: skip
+            if len(valid) > 12:
+                lines.append(f"  ... and {len(valid) - 12} slower configurations")
+        for c in self.failed:
+            lines.append(f"  {c.describe()}: {c.error or 'no time recorded'}")
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- reading caches
+
+
+def recorded_cache_path(
+    kernel: str = "transpose", directory: str | os.PathLike[str] | None = None
+) -> Path:
+    """Where the recorded cache of ``kernel`` ("transpose", "sgemm") lives."""
+    from labkit.reference import check_name, reference_dir
+
+    check_name(kernel)
+    return reference_dir(directory) / CACHE_NAME.format(kernel=kernel)
+
+
+def read_cache(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A Kernel Tuner cache file as a dict, also when the run that wrote it was cut short.
+
+    Kernel Tuner leaves the file open-ended while it runs ("...entry," with
+    no closing braces); like Kernel Tuner, this closes it before parsing.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no Kernel Tuner cache at {path}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        try:  # an open-ended file: close it as Kernel Tuner does
+            data = json.loads(text.rstrip(",") + "}\n}")
+        except json.JSONDecodeError:
+            raise ValueError(f"{path} is not a Kernel Tuner cache file (not JSON: {exc})") from exc
+    missing = [key for key in _REQUIRED_KEYS if not isinstance(data, dict) or key not in data]
+    if missing:
+        raise ValueError(f"{path} is not a Kernel Tuner cache file: it lacks {', '.join(missing)}")
+    return data
+
+
+def _configs_from_cache(data: Mapping[str, Any]) -> list[tuple[str, TunedConfig]]:
+    keys = list(data["tune_params_keys"])
+    configs = []
+    for key, entry in data["cache"].items():
+        params = {k: entry.get(k) for k in keys}
+        error = entry.get("__error__")
+        time = entry.get("time")
+        if error is None and isinstance(time, str):  # older caches stored the error as the time
+            error, time = time, None
+        if error is None and not (isinstance(time, (int, float)) and math.isfinite(time)):
+            error = "no time recorded"
+        times = tuple(float(t) for t in entry.get("times", ()) if isinstance(t, (int, float)))
+        configs.append((key, TunedConfig(params, None if error else float(time), times,
+                                         None if error is None else str(error))))  # fmt: skip
+    return configs
+
+
+def _simulate(path: Path, data: Mapping[str, Any]) -> dict[str, float]:
+    """Replay the search with Kernel Tuner's simulation mode: {cache key: time in ms}.
+
+    It runs on a copy (Kernel Tuner may rewrite the end of a cache file it
+    opens), quietly, with Kernel Tuner's own cache reader and search.
+    """
+    import kernel_tuner
+
+    labkit = data.get("labkit") if isinstance(data.get("labkit"), dict) else {}
+    names = labkit.get("block_size_names") or None
+    with tempfile.TemporaryDirectory(prefix="labkit-kt-") as folder:
+        copy = Path(folder) / "cache.json"
+        shutil.copyfile(path, copy)
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            results, _env = kernel_tuner.tune_cache(
+                cache_path=str(copy), quiet=True, lang="cupy", block_size_names=names
+            )
+    keys = list(data["tune_params_keys"])
+    return {",".join(str(r[k]) for k in keys): float(r["time"])
+            for r in results if r and "__error__" not in r and "time" in r}  # fmt: skip
+
+
+def replay(
+    cache_path: str | os.PathLike[str] | None = None,
+    *,
+    kernel: str = "transpose",
+    use_kernel_tuner: bool | None = None,
+) -> TuningReplay:
+    """Read a Kernel Tuner cache, by default the one recorded for ``kernel``; no GPU needed.
+
+    With Kernel Tuner installed (or ``use_kernel_tuner=True``) the search is
+    replayed in its simulation mode, and its times must agree with the file;
+    otherwise the file is read directly. A missing recording raises
+    FileNotFoundError with the command that makes one.
+    """
+    from labkit._optional import import_optional, is_installed
+
+    path = Path(cache_path) if cache_path is not None else recorded_cache_path(kernel)
+    if not path.is_file():
+        hint = "" if cache_path is not None else (
+            "; none has been recorded yet: make one on a GPU machine with "
+            "`labkit bench kernels --record`")  # fmt: skip
+        raise FileNotFoundError(f"no Kernel Tuner cache at {path}{hint}")
+    data = read_cache(path)
+    entries = _configs_from_cache(data)
+    if use_kernel_tuner is None:
+        use_kernel_tuner = is_installed("kernel_tuner")
+    method = "read from the cache file"
+    if use_kernel_tuner:
+        import_optional("kernel_tuner", "replaying a Kernel Tuner search")
+        simulated = _simulate(path, data)
+        for key, config in entries:
+            if config.ok and not math.isclose(simulated.get(key, math.nan), config.time_ms or 0.0):
+                raise ValueError(
+                    f"Kernel Tuner's replay of {path} disagrees with the file at {key}"
+                )
+        method = "replayed with Kernel Tuner's simulation mode: times from the cache, no GPU used"
+    label = data.get("labkit") if isinstance(data.get("labkit"), dict) else {}
+    size = data.get("problem_size")
+    size = (size,) if isinstance(size, int) else tuple(size) if isinstance(size, list) else ()
+    return TuningReplay(
+        kernel=str(data["kernel_name"]),
+        device=str(label.get("gpu") or data["device_name"]),
+        problem_size=tuple(int(d) for d in size),
+        tune_params={k: tuple(v) for k, v in data["tune_params"].items()},
+        configs=tuple(config for _, config in entries),
+        method=method,
+        path=str(path),
+        recorded=label.get("recorded"),
+        labkit_version=label.get("labkit_version"),
+    )
+
+
+def best_configuration(source: TuningReplay | str | os.PathLike[str] | None = None, *,
+                       kernel: str = "transpose") -> dict[str, Any]:  # fmt: skip
+    """The parameters of the fastest verified configuration (of a replay, a cache file, or the recording)."""
+    result = source if isinstance(source, TuningReplay) else replay(source, kernel=kernel,
+                                                                      use_kernel_tuner=False)  # fmt: skip
+    return dict(result.best.params)
+
+
+def record_cache(
+    source: str | os.PathLike[str],
+    kernel: str,
+    *,
+    directory: str | os.PathLike[str] | None = None,
+    gpu_name: str | None = None,
+    block_size_names: Sequence[str] | None = None,
+    recorded: datetime.date | None = None,
+) -> Path:
+    """Copy a finished Kernel Tuner cache into the reference directory, labelled; return its path.
+
+    The label (``"labkit": {"gpu", "recorded", "labkit_version", ...}``) goes
+    before "cache", which Kernel Tuner needs last; the file is written to a
+    temporary name and renamed, so a crash never leaves half a recording.
+    """
+    from labkit import __version__
+    from labkit.reference import check_name, reference_dir
+
+    check_name(kernel)
+    data = read_cache(source)
+    when = recorded or datetime.datetime.now(datetime.timezone.utc).date()
+    label = {"gpu": gpu_name or str(data["device_name"]), "recorded": when.isoformat(),
+             "labkit_version": __version__, "kernel": kernel,
+             "block_size_names": list(block_size_names) if block_size_names else None}  # fmt: skip
+    ordered = {k: v for k, v in data.items() if k not in ("labkit", "cache")}
+    ordered["labkit"] = label
+    ordered["cache"] = data["cache"]
+    text = json.dumps(ordered, indent=1)
+    folder = reference_dir(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / CACHE_NAME.format(kernel=kernel)
+    handle, temp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text + "\n")
+        os.replace(temp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+    return target
+
+
+# --------------------------------------------------------------------------- tuning on a GPU
+
+
+def _tune(
+    kernel_name: str,
+    problem_size: tuple[int, int],
+    arguments: list[Any],
+    tune_params: Mapping[str, Sequence[int]],
+    *,
+    answer: list[Any],
+    verify: Callable[..., bool],
+    restrictions: Sequence[str],
+    block_size_names: Sequence[str],
+    grid_div_x: list[str],
+    grid_div_y: list[str],
+    cache_path: str | os.PathLike[str] | None,
+    iterations: int,
+    quiet: bool,
+) -> TuningReplay:
+    from labkit._optional import import_optional
+    from labkit.kernels.sources import kernel_source
+
+    kernel_tuner = import_optional("kernel_tuner", "auto-tuning a CUDA kernel")
+    params = {k: list(v) for k, v in tune_params.items()}
+    with contextlib.ExitStack() as stack:
+        if cache_path is None:  # a fresh file: every configuration is measured in this run
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="labkit-kt-"))
+            path = Path(folder) / f"{kernel_name}.json"
+        else:
+            path = Path(cache_path)
+        printed = io.StringIO()
+        if quiet:  # Kernel Tuner prints a line per configuration otherwise
+            stack.enter_context(contextlib.redirect_stdout(printed))
+        try:
+            kernel_tuner.tune_kernel(
+                kernel_name, kernel_source(kernel_name), problem_size, arguments, params,
+                grid_div_x=grid_div_x, grid_div_y=grid_div_y, restrictions=list(restrictions),
+                answer=answer, verify=verify, lang="cupy", block_size_names=list(block_size_names),
+                compiler_options=list(COMPILER_OPTIONS), cache=str(path), iterations=iterations,
+                quiet=quiet,
+            )  # fmt: skip
+        except Exception as exc:
+            tail = "\n".join(printed.getvalue().strip().splitlines()[-8:])
+            raise RuntimeError(
+                f"Kernel Tuner failed on {kernel_name}: {type(exc).__name__}: {exc}"
+                + (f"\nits last output:\n{tail}" if tail else "")
+            ) from exc
+        result = replay(path, use_kernel_tuner=False)
+        if cache_path is None:
+            kept = Path(tempfile.mkdtemp(prefix="labkit-kt-cache-")) / path.name
+            shutil.copyfile(path, kept)
+            path = kept
+    from dataclasses import replace
+
+    return replace(result, path=str(path), method="measured on this GPU by Kernel Tuner",
+                   extra={"block_size_names": list(block_size_names)})  # fmt: skip
+
+
+def _check_iterations(iterations: Any) -> int:
+    from labkit.kernels.cupy_run import _check_int
+
+    return _check_int("iterations", iterations, 1, 1000)
+
+
+def _exact_verify(index: int) -> Callable[..., bool]:
+    def verify(answer: list[Any], result_host: list[Any], atol: float = 0.0) -> bool:
+        import numpy as np
+
+        return bool(np.array_equal(answer[index], result_host[index]))
+
+    return verify
+
+
+def _close_verify(index: int, rtol: float) -> Callable[..., bool]:
+    def verify(answer: list[Any], result_host: list[Any], atol: float = 0.0) -> bool:
+        import numpy as np
+
+        expected = np.asarray(answer[index], dtype=np.float64)
+        got = np.asarray(result_host[index], dtype=np.float64).reshape(expected.shape)
+        scale = float(np.abs(expected).max()) or 1.0
+        return bool(np.abs(got - expected).max() / scale <= rtol)
+
+    return verify
+
+
+def tune_transpose(
+    n: int = 4096,
+    *,
+    tune_params: Mapping[str, Sequence[int]] | None = None,
+    cache_path: str | os.PathLike[str] | None = None,
+    iterations: int = 7,
+    quiet: bool = True,
+) -> TuningReplay:
+    """Search ``transpose_padded``'s TILE_DIM and BLOCK_ROWS on this GPU for an n x n matrix.
+
+    Every configuration's output is compared exactly with ``x.T`` before it
+    is timed. Returns what the cache recorded; ``result.path`` is the cache
+    file (a temporary copy unless ``cache_path`` is given, in which case an
+    existing cache for this GPU and kernel is continued, not re-measured).
+    """
+    from labkit.kernels.cupy_run import _check_int, _cupy
+
+    side = _check_int("n", n, 16, 32768)
+    iterations = _check_iterations(iterations)
+    params = dict(TRANSPOSE_TUNE_PARAMS if tune_params is None else tune_params)
+    if set(params) != {"TILE_DIM", "BLOCK_ROWS"}:
+        raise ValueError(f"tune_params must give TILE_DIM and BLOCK_ROWS, got {sorted(params)}")
+    cupy = _cupy("tuning the transpose")
+    import numpy as np
+
+    x = cupy.asnumpy(
+        cupy.random.RandomState(0).uniform(-1.0, 1.0, size=(side, side), dtype=cupy.float32)
+    )
+    arguments = [x, np.zeros_like(x), np.int32(side), np.int32(side)]
+    return _tune(
+        "transpose_padded", (side, side), arguments, params,
+        answer=[None, np.ascontiguousarray(x.T), None, None], verify=_exact_verify(1),
+        restrictions=TRANSPOSE_RESTRICTIONS, block_size_names=("TILE_DIM", "BLOCK_ROWS"),
+        grid_div_x=["TILE_DIM"], grid_div_y=["TILE_DIM"], cache_path=cache_path,
+        iterations=iterations, quiet=quiet,
+    )  # fmt: skip
+
+
+def tune_sgemm(
+    n: int = 2048,
+    *,
+    tune_params: Mapping[str, Sequence[int]] | None = None,
+    cache_path: str | os.PathLike[str] | None = None,
+    iterations: int = 7,
+    quiet: bool = True,
+) -> TuningReplay:
+    """Search ``sgemm_tiled``'s BM, BN, BK, TM, TN on this GPU for n x n matrices.
+
+    ``block_size_x`` is the thread count, (BM/TM)·(BN/TN), listed so Kernel
+    Tuner launches the right block; the restrictions keep only consistent
+    combinations. Each result is checked against a float64 product (max error
+    at most 5e-5 of the largest value) before it is timed. n must be a
+    multiple of every BM, BN and BK searched (the default 2048 is).
+    """
+    from labkit.kernels.cupy_run import SGEMM_RTOL, _check_int, _cupy
+
+    side = _check_int("n", n, 64, 16384)
+    iterations = _check_iterations(iterations)
+    params = dict(SGEMM_TUNE_PARAMS if tune_params is None else tune_params)
+    if set(params) != set(SGEMM_TUNE_PARAMS):
+        raise ValueError(
+            f"tune_params must give {', '.join(SGEMM_TUNE_PARAMS)}, got {sorted(params)}"
+        )
+    for key in ("BM", "BN", "BK"):
+        bad = [v for v in params[key] if side % v]
+        if bad:
+            raise ValueError(
+                f"n={side} must be a multiple of every {key} searched; {bad} do not divide it"
+            )
+    cupy = _cupy("tuning the SGEMM")
+    import numpy as np
+
+    rs = cupy.random.RandomState(1)
+    a = rs.uniform(-1.0, 1.0, size=(side, side), dtype=cupy.float32)
+    b = rs.uniform(-1.0, 1.0, size=(side, side), dtype=cupy.float32)
+    expected = cupy.asnumpy(cupy.matmul(a.astype(cupy.float64), b.astype(cupy.float64)))
+    a_host, b_host = cupy.asnumpy(a), cupy.asnumpy(b)
+    del a, b
+    arguments = [a_host, b_host, np.zeros((side, side), dtype=np.float32),
+                 np.int32(side), np.int32(side), np.int32(side)]  # fmt: skip
+    return _tune(
+        "sgemm_tiled", (side, side), arguments, params,
+        answer=[None, None, expected.astype(np.float32), None, None, None],
+        verify=_close_verify(2, SGEMM_RTOL), restrictions=SGEMM_RESTRICTIONS,
+        block_size_names=("block_size_x",), grid_div_x=["BN"], grid_div_y=["BM"],
+        cache_path=cache_path, iterations=iterations, quiet=quiet,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- plot
+
+
+def plot_tuning(result: TuningReplay, ax: Any = None, *, top: int = 20) -> Any:
+    """Mean time per configuration, fastest first (at most ``top`` bars), the best highlighted.
+
+    The spread between the best and the worst bar is the point: the same
+    kernel, only its compile-time parameters changed.
+    """
+    from labkit.plots import _pyplot, style_axes
+    from labkit.timing import duration_unit
+
+    if not isinstance(result, TuningReplay):
+        raise TypeError(
+            f"Expected an instance of TuningReplay, got {type(result).__name__} instead; pass the "
+            "result of labkit.kernels.tuning.replay() or tune_transpose()"
+        )
+    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+        raise ValueError(f"top must be a positive integer, got {top!r}")
+    valid = result.valid[:top]
+    if not valid:
+        raise ValueError(f"no configuration of {result.kernel} ran successfully: nothing to plot")
+    plt = _pyplot()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 0.3 * len(valid) + 1.8))
+    unit = duration_unit(valid[0].time_ms or 0.0)
+    scale = {"ns": 1e6, "µs": 1e3, "ms": 1.0, "s": 1e-3}[unit]
+    labels = [c.describe() for c in valid]
+    times = [(c.time_ms or 0.0) * scale for c in valid]
+    colors = ["C2"] + ["C0"] * (len(valid) - 1)
+    ax.barh(labels, times, color=colors)
+    ax.invert_yaxis()
+    shown = f"fastest {len(valid)} of {len(result.valid)}" if len(result.valid) > len(valid) else (
+        f"all {len(valid)}")  # fmt: skip
+    return style_axes(
+        ax,
+        xlabel=f"mean time per launch ({unit})",
+        ylabel="configuration",
+        title=f"Kernel Tuner: {result.kernel}, {shown} verified configurations\non {result.device}",
+    )

@@ -1,0 +1,189 @@
+"""The CUDA simulator route of notebook 07: every algorithm matches NumPy, the race is wrong.
+
+Each test that simulates starts one subprocess (about 1 s) and runs toy
+sizes; the whole file stays well under a minute on 2 cores.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import matplotlib
+import numpy as np
+import pytest
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from labkit._optional import MissingPackageError, is_installed  # noqa: E402
+from labkit.kernels import simulator as sim  # noqa: E402
+
+needs_numba = pytest.mark.skipif(
+    not (is_installed("numba") and is_installed("numba_cuda")), reason="needs numba-cuda"
+)
+
+
+@pytest.fixture(scope="module")
+def verified() -> sim.Verification:
+    # n = 16 is the smallest size where sgemm_tiled (16×16 tiles) runs; 4×4 tiles give 16 blocks.
+    return sim.verify_all(16, block=4)
+
+
+@needs_numba
+def test_every_correct_kernel_matches_numpy_exactly(verified: sim.Verification) -> None:
+    assert [r.kernel for r in verified.runs] == list(sim.KERNELS)
+    for run in verified.runs:
+        if run.kernel in sim.RACY or not run.simulated:
+            continue
+        assert run.passed, str(run)
+        assert run.max_abs_error == 0.0 and run.wrong_elements == 0, str(run)
+        assert run.output is not None and np.array_equal(run.output, run.expected)
+        assert run.seconds is not None and run.seconds > 0
+    assert verified.passed
+    # everything but the warp shuffle (where the simulator lacks it) really ran
+    ran = {r.kernel for r in verified.runs if r.simulated}
+    assert ran >= set(sim.KERNELS) - {"reduce_warp_shuffle"}
+
+
+@needs_numba
+def test_the_nosync_transpose_is_wrong(verified: sim.Verification) -> None:
+    run = verified["transpose_tiled_nosync"]
+    assert run.simulated and not run.passed
+    assert run.wrong_elements is not None and run.wrong_elements > 0
+    assert run.verdict == "WRONG: data race"
+
+
+@needs_numba
+def test_warp_shuffle_is_reported_not_faked(verified: sim.Verification) -> None:
+    run = verified["reduce_warp_shuffle"]
+    if run.simulated:  # a later numba-cuda whose simulator has warp shuffles
+        assert run.passed
+    else:  # numba-cuda 0.30.4: no cuda.shfl_down_sync in the simulator
+        assert not run.passed and run.max_abs_error is None and run.wrong_elements is None
+        assert "shfl_down_sync" in run.note and "needs a real GPU" in run.note
+
+
+@needs_numba
+def test_verification_table_is_readable(verified: sim.Verification) -> None:
+    text = str(verified)
+    assert text.splitlines()[0].startswith("CUDA simulator (numba-cuda ")
+    for kernel in sim.KERNELS:
+        assert kernel in text
+    assert "WRONG: data race" in text and "garbage" in text  # racy values are not printed
+    with pytest.raises(KeyError, match="no kernel named"):
+        verified["nope"]
+
+
+@needs_numba
+def test_simulate_one_kernel_at_a_size_that_is_not_a_multiple_of_the_tile() -> None:
+    run = sim.simulate("transpose_padded", 6, block=4)
+    assert run.passed and run.output is not None and run.output.shape == (36,)
+    assert "transpose_padded, 6×6" in str(run) and "correct" in str(run)
+
+
+@needs_numba
+def test_strided_copy_with_another_stride_and_verify_all_subset() -> None:
+    result = sim.verify_all(12, block=2, kernels=["strided_copy", "sgemm_shared", "sgemm_tiled"])
+    assert result["strided_copy"].passed and result["strided_copy"].stride == 2
+    assert result["sgemm_shared"].passed
+    tiled = result["sgemm_tiled"]  # 12 is not a multiple of 16: listed, not run
+    assert not tiled.simulated and "multiple of 16" in tiled.note
+
+
+@needs_numba
+def test_race_demo_is_wrong_every_run_and_the_runs_disagree() -> None:
+    demo = sim.race_demo(8, 3, block=4)
+    assert demo.runs == 3 and demo.always_wrong
+    assert demo.differ_from_first[0] == 0
+    assert demo.runs_disagree  # threads started together: the losers of the race change
+    assert "wrong in all 3 runs" in demo.verdict
+    assert str(demo).count("run ") >= 3
+    axes = sim.plot_race(demo, runs=2)
+    try:
+        assert len(axes) == 2 and axes[0].get_xlabel() == "column"
+        assert axes[1].get_title() == f"run 2: {demo.wrong_per_run[1]} wrong"
+    finally:
+        plt.close(axes[0].figure)
+
+
+def test_race_demo_text_without_running() -> None:
+    demo = sim.RaceDemo(n=4, block=2, seed=0, start_together=False, wrong_per_run=(3, 3),
+                        differ_from_first=(0, 0), wrong_indices=((1, 2, 3), (1, 2, 3)))  # fmt: skip
+    assert not demo.runs_disagree
+    assert demo.verdict.endswith("the same elements are wrong in every run")
+    assert "one after another" in str(demo)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"kernel": "transpose", "n": 8}, ValueError, "kernel must be one of"),
+        ({"kernel": 3, "n": 8}, TypeError, "kernel must be"),
+        ({"kernel": "sgemm_naive", "n": 129}, ValueError, r"n must be from 1 to 128"),
+        ({"kernel": "sgemm_naive", "n": 0}, ValueError, "n must be"),
+        ({"kernel": "sgemm_naive", "n": 8.0}, TypeError, "n must be an int"),
+        ({"kernel": "sgemm_naive", "n": 8, "block": 3}, ValueError, "block must be a power of two"),
+        ({"kernel": "sgemm_naive", "n": 8, "block": 64}, ValueError, "block must be"),
+        ({"kernel": "sgemm_naive", "n": 8, "block": True}, TypeError, "block must be an int"),
+        ({"kernel": "sgemm_naive", "n": 8, "seed": -1}, ValueError, "seed must be"),
+        ({"kernel": "strided_copy", "n": 3, "stride": 2}, ValueError, "stride must divide"),
+        ({"kernel": "sgemm_tiled", "n": 8}, ValueError, "multiple of 16"),
+        ({"kernel": "sgemm_naive", "n": 8, "timeout_s": 0}, ValueError, "timeout_s must be"),
+    ],
+)
+def test_simulate_rejects_bad_arguments_before_starting_anything(kwargs, error, match) -> None:
+    with pytest.raises(error, match=match):
+        sim.simulate(**kwargs)
+
+
+def test_other_entry_points_reject_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="runs must be"):
+        sim.race_demo(8, runs=1)
+    with pytest.raises(TypeError, match="start_together must be"):
+        sim.race_demo(8, start_together="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="n must be"):
+        sim.verify_all(200)
+    with pytest.raises(TypeError, match="kernels must be"):
+        sim.verify_all(8, kernels="sgemm_naive")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="Expected an instance of RaceDemo"):
+        sim.plot_race("demo")  # type: ignore[arg-type]
+
+
+@needs_numba
+def test_warp_shuffle_alone_raises_a_clear_error() -> None:
+    try:
+        run = sim.simulate("reduce_warp_shuffle", 8)
+    except sim.SimulatorUnsupported as exc:  # numba-cuda 0.30.4
+        assert "shfl_down_sync" in str(exc) and isinstance(exc, NotImplementedError)
+    else:  # a later numba-cuda whose simulator has warp shuffles
+        assert run.passed
+
+
+@pytest.mark.parametrize("missing", ["numba", "numba_cuda"])
+def test_missing_numba_names_the_install_command(monkeypatch, missing: str) -> None:
+    monkeypatch.setitem(sys.modules, missing, None)  # how Python marks a module unimportable
+    with pytest.raises(sim.SimulatorUnavailable, match="pip install numba-cuda") as info:
+        sim.simulate("transpose_naive", 4)
+    assert isinstance(info.value, MissingPackageError)
+    assert "\n" not in str(info.value)
+
+
+def test_importing_the_simulator_imports_no_numba() -> None:
+    code = (
+        "import sys, labkit.kernels.simulator, labkit.kernels.resources, labkit.kernels.occupancy;"
+        "bad = [m for m in ('numba', 'numba.cuda', 'matplotlib') if m in sys.modules];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_simulated_run_text_for_a_reduction_and_an_unsupported_kernel() -> None:
+    run = sim._compare("reduce_shared", 4, 2, np.array([7.0], np.float32),
+                       np.array([9.0], np.float32), 0.5)  # fmt: skip
+    assert not run.passed and run.max_abs_error == 2.0
+    assert "WRONG (sum 7, NumPy's 9, max |error| 2)" in str(run)
+    skipped = sim.SimulatedRun("reduce_warp_shuffle", 4, 2, False, False, None, None, 16, None,
+                               note="not simulated: no shuffles")  # fmt: skip
+    assert str(skipped).endswith("not simulated: no shuffles")
