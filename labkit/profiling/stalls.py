@@ -1,0 +1,332 @@
+"""Sync points that stall a training loop: find them in a trace, and time what they cost.
+
+A GPU runs work from a queue; the host only enqueues it. ``loss.item()``,
+``float(t)``, ``if t:``, ``.cpu()`` and ``print(t)`` need a value *now*, so
+the host blocks until the queue has drained, and the GPU then idles while the
+host prepares the next step. In a trace, such a call is an ``aten::item`` (or
+``aten::is_nonzero``) that wraps ``aten::_local_scalar_dense``; on CUDA that in
+turn holds a ``cudaMemcpyAsync`` device-to-host copy and a
+``cudaStreamSynchronize`` whose duration is the waiting.
+
+:func:`find_sync_points` scans a Chrome trace for these calls and says in
+which labelled phase each happened; :func:`time_sync_stall` times the two
+loops of :func:`labkit.profiling.profile_training` (``.item()`` every step vs
+one read after the loop) with :func:`labkit.bench`. On a CPU there is no queue:
+the value is ready when ``.item()`` runs, so the calls are found but cost
+(almost) nothing, and both functions say so.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from labkit.profiling._common import check_ms, check_positive_int
+from labkit.profiling.torch_profile import (
+    PURPOSE,
+    TorchProfile,
+    Trainer,
+    check_memory,
+    phase_at,
+    phase_intervals,
+    resolve_device,
+)
+from labkit.profiling.trace import complete_events, read_trace
+from labkit.timing import Timing, format_duration
+
+#: Host-side calls that wait for the device, as they appear in a torch trace.
+SYNC_OPS: dict[str, str] = {
+    "aten::item": "reads one value back (loss.item(), float(t))",
+    "aten::is_nonzero": "turns a tensor into a bool (if t:, while t:)",
+    "aten::_local_scalar_dense": "copies one value from the device to the host",
+    "aten::nonzero": "its output size depends on the data, so the host must wait for it",
+    "cudaStreamSynchronize": "waits until a stream's queue is empty",
+    "cudaDeviceSynchronize": "waits until every queue is empty (torch.cuda.synchronize())",
+    "cudaEventSynchronize": "waits for an event (event.synchronize())",
+}
+
+#: Trace categories in which the host-side calls above appear.
+_HOST_CATEGORIES = ("cpu_op", "cuda_runtime", "cuda_driver")
+
+OUTSIDE = "(outside the labelled phases)"
+
+
+@dataclass(frozen=True)
+class SyncPoint:
+    """One kind of sync call in one phase: how often, and the host time spent in it."""
+
+    name: str
+    phase: str
+    calls: int
+    host_ms: float
+    steps: int
+
+    @property
+    def calls_per_step(self) -> float:
+        return self.calls / self.steps if self.steps else float(self.calls)
+
+
+@dataclass(frozen=True)
+class SyncReport:
+    """The sync points of one trace. Falsy when there are none; iterate for the rows.
+
+    Only the outermost call of each nest is counted: an ``aten::item`` that
+    calls ``aten::_local_scalar_dense``, which calls ``cudaStreamSynchronize``,
+    is one sync point named ``aten::item``, whose ``host_ms`` includes the
+    waiting. ``device_to_host_copies`` counts the "Memcpy DtoH" events on the
+    device timeline (0 on a CPU run, which has none).
+    """
+
+    trace_path: str
+    steps: int
+    on_gpu: bool
+    points: tuple[SyncPoint, ...]
+    device_to_host_copies: int = 0
+    device_to_host_ms: float = 0.0
+
+    def __len__(self) -> int:
+        return len(self.points)
+
+    def __iter__(self) -> Any:
+        return iter(self.points)
+
+    @property
+    def calls(self) -> int:
+        return sum(p.calls for p in self.points)
+
+    @property
+    def host_ms(self) -> float:
+        return sum(p.host_ms for p in self.points)
+
+    def __str__(self) -> str:
+        where = f"{self.steps} profiled steps" if self.steps else "the trace"
+        if not self.points:
+            return (
+                f"No sync points in {where}: nothing read a device value back to the host "
+                "(no .item(), .cpu(), print(tensor) or `if tensor:`), so the host never had "
+                "to wait for the device."
+            )
+        lines = [f"Sync points in {where}:"]
+        for p in self.points:
+            per_step = f", {p.calls_per_step:g} per step" if self.steps else ""
+            lines.append(
+                f"  {p.name} in {p.phase}: {p.calls} calls{per_step}, "
+                f"{format_duration(p.host_ms)} on the host in all"
+            )
+        if self.on_gpu:
+            if self.device_to_host_copies:
+                lines.append(
+                    f"  device-to-host copies on the GPU timeline: {self.device_to_host_copies} "
+                    f"({format_duration(self.device_to_host_ms)})"
+                )
+            lines.append(
+                "Each call blocked the host until the GPU had finished every queued kernel; "
+                "the host time above is mostly that waiting, and the GPU idled while the host "
+                "then prepared the next step."
+            )
+        else:
+            lines.append(
+                "On the CPU these cost no waiting: there is no device queue, so the value is "
+                "already computed when .item() runs and the call only converts it. On a GPU "
+                "each call would block the host until the queued kernels finish."
+            )
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "trace_path": self.trace_path,
+            "steps": self.steps,
+            "on_gpu": self.on_gpu,
+            "calls": self.calls,
+            "host_ms": self.host_ms,
+            "device_to_host_copies": self.device_to_host_copies,
+            "device_to_host_ms": self.device_to_host_ms,
+            "points": [
+                {"name": p.name, "phase": p.phase, "calls": p.calls, "host_ms": p.host_ms}
+                for p in self.points
+            ],
+        }
+
+
+def find_sync_points(source: TorchProfile | str | os.PathLike[str]) -> SyncReport:
+    """Scan a torch Chrome trace for calls that make the host wait for the device.
+
+    ``source`` is a :class:`TorchProfile` (its exported trace is read) or the
+    path of any torch trace, a learner's own included. Each sync call is
+    charged to the labelled phase (data, forward, ...) whose range contains it.
+    """
+    if isinstance(source, TorchProfile):
+        path: Any = source.trace_path
+    elif isinstance(source, (str, os.PathLike)):
+        path = source
+    else:
+        raise TypeError(
+            "source must be a TorchProfile (from profile_training) or the path of a Chrome "
+            f"trace file, got {type(source).__name__} instead"
+        )
+    events = complete_events(read_trace(path))
+    intervals = phase_intervals(events)
+    steps = sum(1 for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
+    candidates = sorted(
+        (e for e in events if e.get("cat") in _HOST_CATEGORIES and e.get("name") in SYNC_OPS),
+        key=lambda e: (e["ts"], -e["dur"]),
+    )
+    outermost: list[dict[str, Any]] = []
+    open_until: dict[Any, float] = {}  # (pid, tid) -> end of the last outermost sync call
+    for e in candidates:
+        thread = (e.get("pid"), e.get("tid"))
+        if e["ts"] < open_until.get(thread, float("-inf")):
+            continue  # nested inside a sync call already counted
+        outermost.append(e)
+        open_until[thread] = e["ts"] + e["dur"]
+    grouped: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
+    for e in outermost:
+        key = (e["name"], phase_at(intervals, e["ts"]) or OUTSIDE)
+        grouped[key][0] += 1
+        grouped[key][1] += e["dur"] / 1e3
+    copies = [
+        e for e in events if e.get("cat") == "gpu_memcpy" and "DtoH" in str(e.get("name", ""))
+    ]
+    on_gpu = any(e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") for e in events)
+    return SyncReport(
+        trace_path=str(path),
+        steps=steps,
+        on_gpu=on_gpu,
+        points=tuple(
+            SyncPoint(name, phase, int(calls), host_ms, steps)
+            for (name, phase), (calls, host_ms) in sorted(grouped.items())
+        ),
+        device_to_host_copies=len(copies),
+        device_to_host_ms=sum(e["dur"] for e in copies) / 1e3,
+    )
+
+
+# ---------------------------------------------------------------------------- timing the stall
+
+
+@dataclass(frozen=True)
+class SyncStallTiming:
+    """The same ``steps`` training steps, timed with one sync at the end and with one per step.
+
+    Each Timing is for a whole loop of ``steps`` steps (one call of the loop),
+    so the per-step syncs are inside what is timed; ``bench`` synchronises only
+    around each loop.
+    """
+
+    device: str
+    steps: int
+    batch: int
+    image_size: int
+    sync_once: Timing
+    item_every_step: Timing
+
+    @property
+    def ms_per_step_sync_once(self) -> float:
+        return self.sync_once.median_ms / self.steps
+
+    @property
+    def ms_per_step_item(self) -> float:
+        return self.item_every_step.median_ms / self.steps
+
+    @property
+    def ratio(self) -> float:
+        """item-every-step time / sync-once time (> 1: the per-step sync costs time)."""
+        once = self.sync_once.median_ms
+        return self.item_every_step.median_ms / once if once > 0 else float("inf")
+
+    @property
+    def stall_ms_per_step(self) -> float:
+        """Extra time per step of the ``.item()`` loop (may be slightly negative: noise)."""
+        return self.ms_per_step_item - self.ms_per_step_sync_once
+
+    def __str__(self) -> str:
+        s = self.image_size
+        lines = [
+            f"{self.steps} training steps of labkit.models.CNN on {self.device}, batch "
+            f"{self.batch} of 3×{s}×{s} images (median of n={self.sync_once.n} and "
+            f"n={self.item_every_step.n} loops):",
+            f"  loss kept on the device, read once   {format_duration(self.sync_once.median_ms):>9}"
+            f"  ({format_duration(self.ms_per_step_sync_once)} per step)",
+            f"  loss.item() every step               "
+            f"{format_duration(self.item_every_step.median_ms):>9}"
+            f"  ({format_duration(self.ms_per_step_item)} per step, {self.ratio:.2f}× the time)",
+        ]
+        if self.device.startswith("cuda"):
+            lines.append(
+                "On the GPU every .item() drains the queue: the host waits, then the GPU waits "
+                "for the host to launch the next step."
+            )
+        else:
+            lines.append(
+                f"On {self.device} there is no queue to drain, so reading the loss every step "
+                "costs little; the same change on a GPU is a stall every step."
+            )
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "steps": self.steps,
+            "batch": self.batch,
+            "image_size": self.image_size,
+            "sync_once_median_ms": self.sync_once.median_ms,
+            "item_every_step_median_ms": self.item_every_step.median_ms,
+            "ms_per_step_sync_once": self.ms_per_step_sync_once,
+            "ms_per_step_item": self.ms_per_step_item,
+            "stall_ms_per_step": self.stall_ms_per_step,
+            "ratio": self.ratio,
+            "sync_once": self.sync_once.to_dict(),
+            "item_every_step": self.item_every_step.to_dict(),
+        }
+
+
+def time_sync_stall(
+    steps: int = 10,
+    batch: int = 64,
+    *,
+    image_size: int = 32,
+    device: Any = None,
+    warmup_ms: float = 50.0,
+    rep_ms: float = 300.0,
+    min_reps: int = 3,
+    seed: int = 0,
+) -> SyncStallTiming:
+    """Time ``steps`` steps with ``loss.item()`` every step against one read after the loop.
+
+    Why: the profile shows *that* ``.item()`` runs every step; this shows what
+    it costs, measured with :func:`labkit.bench` (warm-up, device sync, time
+    budget, median). Without a profiler attached, so the times are the loop's
+    own. The two loops alternate on one model (it keeps training; each step's
+    work is the same).
+    """
+    from labkit.timing import bench
+
+    steps = check_positive_int("steps", steps)
+    batch = check_positive_int("batch", batch)
+    image_size = check_positive_int("image_size", image_size, minimum=2)
+    min_reps = check_positive_int("min_reps", min_reps)
+    seed = check_positive_int("seed", seed, minimum=0)
+    warmup_ms = check_ms("warmup_ms", warmup_ms, allow_zero=True)
+    rep_ms = check_ms("rep_ms", rep_ms)
+    from labkit._optional import import_optional
+
+    torch = import_optional("torch", PURPOSE)
+    dev = resolve_device(torch, device)
+    check_memory(dev, batch, image_size, "time_sync_stall")
+    trainer = Trainer(torch, dev, batch, image_size, seed)
+    options: dict[str, Any] = {
+        "warmup_ms": warmup_ms, "rep_ms": rep_ms, "min_reps": min_reps,
+        "device": str(dev), "warn": False,
+    }  # fmt: skip
+    once = bench(trainer.run, steps, False, label="loss read once", **options)
+    every = bench(trainer.run, steps, True, label="loss.item() every step", **options)
+    return SyncStallTiming(
+        device=str(dev),
+        steps=steps,
+        batch=batch,
+        image_size=image_size,
+        sync_once=once,
+        item_every_step=every,
+    )
