@@ -139,7 +139,37 @@ def _build_parser() -> argparse.ArgumentParser:
             "reference CPU-only learners see."
         ),
     )
-    for command in (parallel, roofline, accel, cnn, rnn):
+    kernels = bench_sub.add_parser(
+        "kernels",
+        help="CUDA kernels in CuPy: coalescing, transpose, tiled SGEMM, reduction, occupancy",
+        description=(
+            "Run notebook 07's CUDA kernels with CuPy, each verified before it is timed: a "
+            "strided copy, three transposes, a tiled SGEMM against cuBLAS, reductions and a "
+            "block-size sweep, each as a fraction of the device's measured copy bandwidth or "
+            "of cuBLAS, with the bars they should reach. Needs a GPU; --record stores the run "
+            "(and the Kernel Tuner cache) as the reference CPU-only learners see."
+        ),
+    )
+    batching = bench_sub.add_parser(
+        "batching",
+        help="samples/s and latency against batch size, and the largest batch that fits",
+        description=(
+            "Sweep the batch size for training and inference on the best device (samples/s, "
+            "latency per batch, where the curve flattens) and find the largest batch that "
+            "fits in memory. --record stores the GPU run as the reference CPU-only learners see."
+        ),
+    )
+    profile = bench_sub.add_parser(
+        "profile",
+        help="torch.profiler over training steps of the course CNN, with and without a sync point",
+        description=(
+            "Profile a few training steps of the course CNN with torch.profiler: the top "
+            "operators, CPU against device time, the phases of a step, and the cost of a "
+            ".item() every step. --record stores the GPU run as the reference CPU-only "
+            "learners see."
+        ),
+    )
+    for command in (parallel, roofline, accel, cnn, rnn, kernels, batching, profile):
         command.add_argument("--json", action="store_true", help="print the results as JSON")
         command.add_argument(
             "--record",
@@ -198,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return run_roofline_benchmark(
                     as_json=args.json, record=args.record, quick=args.quick
                 )
-            if args.bench in ("accel", "cnn", "rnn"):
+            if args.bench in ("accel", "cnn", "rnn", "kernels", "batching", "profile"):
                 import importlib
 
                 module = importlib.import_module(f"labkit.bench_{args.bench}")

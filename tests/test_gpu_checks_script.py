@@ -17,7 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tools" / "gpu_checks.sh"
 STEPS = ("doctor", "doctor_json", "bench_timing", "bench_bandwidth", "bench_parallel",
-         "bench_roofline", "bench_accel", "bench_cnn", "bench_rnn", "pytest_gpu")  # fmt: skip
+         "bench_roofline", "bench_accel", "bench_cnn", "bench_rnn", "bench_kernels",
+         "bench_batching", "bench_profile", "pytest_gpu")  # fmt: skip
 
 needs_bash = pytest.mark.skipif(shutil.which("bash") is None, reason="no bash here")
 

@@ -11,7 +11,7 @@
 # from the repository root (it cd's there itself). It needs only python3 with
 # torch (CuPy optional) and no network. Each step runs under `timeout` and the
 # run goes on past a failure; the whole run stays within GPU_CHECKS_BUDGET_S
-# seconds (default 450), so later steps are skipped rather than overrun.
+# seconds (default 560), so later steps are skipped rather than overrun.
 # Under $OUT: <step>.out (stdout; .json for JSON steps), <step>.err (stderr),
 # summary.txt (one line per step: ok/FAILED/TIMEOUT/skipped and seconds, also
 # printed) and reference/ (the recordings made by this run).
@@ -29,7 +29,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT" || exit 2
 PYTHON="${PYTHON:-python3}"
 OUT="${OUT:-$ROOT/gpu-checks-out}"
-BUDGET_S="${GPU_CHECKS_BUDGET_S:-450}"
+BUDGET_S="${GPU_CHECKS_BUDGET_S:-560}"
 mkdir -p "$OUT/reference" || exit 2
 OUT="$(cd "$OUT" && pwd)"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
@@ -103,6 +103,13 @@ step bench_cnn 60 json env LABKIT_REFERENCE_DIR="$OUT/reference" \
     "$PYTHON" -m labkit bench cnn --json --record
 step bench_rnn 60 json env LABKIT_REFERENCE_DIR="$OUT/reference" \
     "$PYTHON" -m labkit bench rnn --json --record
+# Notebooks 07-09 (kernels also writes the Kernel Tuner cache next to its recording).
+step bench_kernels 150 json env LABKIT_REFERENCE_DIR="$OUT/reference" \
+    "$PYTHON" -m labkit bench kernels --json --record
+step bench_batching 90 json env LABKIT_REFERENCE_DIR="$OUT/reference" \
+    "$PYTHON" -m labkit bench batching --json --record
+step bench_profile 90 json env LABKIT_REFERENCE_DIR="$OUT/reference" \
+    "$PYTHON" -m labkit bench profile --json --record
 
 if "$PYTHON" -c "import pytest" >/dev/null 2>&1; then
     # A test module whose top-level imports are missing here (matplotlib,
@@ -127,7 +134,7 @@ PY
     )
     # (the reasons went to stderr, i.e. to this script's output)
     step pytest_gpu 180 text "$PYTHON" -m pytest -q -p no:cacheprovider tests -x \
-        -k "gpu or cuda or timing or bandwidth or transfers" ${IGNORE[@]+"${IGNORE[@]}"}
+        -k "gpu or cuda or timing or bandwidth or transfers or kernels" ${IGNORE[@]+"${IGNORE[@]}"}
     if ((${#IGNORE[@]})); then
         say "    pytest_gpu left out (missing imports): ${IGNORE[*]//--ignore=/}"
     fi
