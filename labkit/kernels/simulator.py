@@ -865,6 +865,8 @@ def plot_race(demo: RaceDemo, *, runs: int = 3, ax: Any = None) -> Any:
             axis.axvline(edge - 0.5, color="C0", lw=0.6)
         style_axes(axis, xlabel="column", ylabel="row",
                    title=f"run {i + 1}: {demo.wrong_per_run[i]} wrong")  # fmt: skip
+        if i:
+            axis.set_ylabel("")  # the rows are labelled once, on the left
         axis.grid(False)
     axes[0].figure.suptitle("transpose without __syncthreads(): wrong elements (dark)",
                             fontsize="medium")  # fmt: skip
