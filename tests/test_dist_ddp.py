@@ -170,6 +170,69 @@ def test_a_failing_worker_raises_with_its_error(tmp_path: Path) -> None:
     assert not isinstance(info.value, DistTimeoutError)
 
 
+def test_a_worker_killed_by_a_signal_shows_what_it_wrote(tmp_path: Path) -> None:
+    """torchrun's report of a signal has no traceback; the worker's own stderr says why."""
+    script = tmp_path / "abort.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "if os.environ['RANK'] == '1':\n"
+        "    sys.stderr.write('terminate called after throwing an instance of gloo::IoException\\n')\n"
+        "    sys.stderr.flush()\n"
+        "    os.abort()\n"
+        "time.sleep(60)\n"
+    )
+    with pytest.raises(DistRunError) as info:
+        launch.run_torchrun(str(script), nproc=2, module=False, timeout_s=60, what="the abort")
+    message = str(info.value)
+    assert "SIGABRT" in message  # torchrun's report
+    assert "What local rank 1 wrote to stderr" in message
+    assert "| terminate called after throwing an instance of gloo::IoException" in message
+    assert "Fatal Python error: Aborted" in message  # PYTHONFAULTHANDLER=1 in the workers
+
+
+FINISH_FREES_THE_GROUP = """
+import json, os, sys
+for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"):
+    os.environ.pop(name, None)
+from labkit.dist import _worker, train_ddp
+
+def gloo_threads():
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as handle:
+                names.append(handle.read().strip())
+        except OSError:
+            pass
+    return sorted(n for n in names if "gloo" in n)
+
+args = train_ddp.parse_args(["--width", "8", "--steps", "1", "--warmup-steps", "0",
+                             "--allreduce-reps", "1", "--batch-per-rank", "4",
+                             "--backend", "gloo", "--threads", "1"])
+ctx = _worker.init(args.backend, args.threads)
+train_ddp.train(ctx, args)
+during = gloo_threads()
+_worker.finish()
+print(json.dumps({"during": during, "after": gloo_threads()}))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux's /proc")
+def test_finish_frees_the_group_so_no_gloo_thread_outlives_it() -> None:
+    """Regression: a gloo thread alive at interpreter exit made ~1 run in 30 die with SIGABRT.
+
+    DDP used to pin the process group (torch.distributed.nn.functional, imported
+    by DDP after init, captures the live group in its default arguments), so
+    destroy_process_group could not join gloo's threads; one still letting go
+    of a collective's tensors when Python shut down aborted the process.
+    """
+    out = subprocess.run([sys.executable, "-c", FINISH_FREES_THE_GROUP], cwd=ROOT, timeout=120,
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    threads = json.loads(out.stdout.splitlines()[-1])
+    assert threads["during"], "no gloo thread seen while training: the check sees nothing"
+    assert threads["after"] == [], "the process group outlived finish(); see _worker.finish"
+
+
 def test_timeout_stops_torchrun_and_its_workers(tmp_path: Path) -> None:
     script = tmp_path / "hang.py"
     pids = tmp_path / "pids"

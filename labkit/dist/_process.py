@@ -5,7 +5,14 @@ stopping a run means finding every descendant first: :func:`run_process`
 does that on timeout (SIGTERM, then SIGKILL after :data:`GRACE_S`) and when
 the caller is interrupted (a notebook's stop button). A worker that fails
 makes :func:`run_torchrun` raise :class:`DistRunError` quoting the worker's
-own error, taken from torchrun's report (:func:`worker_error`).
+own error: torchrun's report (:func:`worker_error`) and the last lines the
+failing worker wrote to its stderr. torchrun keeps each worker's output in
+a file of its own (``--log-dir`` with ``--redirects``), so those lines are
+that worker's alone, not interleaved with the other ranks' and torchrun's;
+they are what explains a worker that died of a signal, which torchrun's
+report cannot ("Signal 6 (SIGABRT) received by PID ...", no traceback).
+Workers also run with ``PYTHONFAULTHANDLER=1``: a crash prints the Python
+stack of every thread.
 """
 
 from __future__ import annotations
@@ -70,11 +77,19 @@ def standalone_command(
 
     ``target`` is a module (``module=True``, run with ``-m``) or a script path.
     """
+    return _torchrun_command(target, script_args, nproc=nproc, module=module, python=python)
+
+
+def _torchrun_command(
+    target: str, script_args: Sequence[str] = (), *, nproc: int, module: bool = True,
+    python: str | None = None, launcher_args: Sequence[str] = (),
+) -> list[str]:  # fmt: skip
+    """:func:`standalone_command`, with ``launcher_args`` for torchrun itself before the target."""
     nproc = check_positive_int("nproc", nproc)
     if not isinstance(target, str) or not target:
         raise TypeError(f"target must be a module name or a script path, got {target!r}")
     cmd = [_python(python), "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-           f"--nproc-per-node={nproc}"]  # fmt: skip
+           f"--nproc-per-node={nproc}", *launcher_args]  # fmt: skip
     cmd += ["-m", target] if module else [target]
     return cmd + _script_args(script_args)
 
@@ -205,18 +220,67 @@ def _last_exception_line(stderr: str) -> str | None:
     return found[-1].strip() if found else None
 
 
-def _failure_message(what: str, output: ProcessOutput) -> str:
+def worker_logs(log_dir: Path) -> dict[int, str]:
+    """Each worker's stderr, by local rank, from the files torchrun wrote under ``--log-dir``.
+
+    torchrun writes ``<log_dir>/<run id>/attempt_<n>/<local rank>/stderr.log``;
+    the last attempt counts. Ranks whose file is missing are left out.
+    """
+    found: dict[int, tuple[int, Path]] = {}
+    for path in Path(log_dir).glob("*/attempt_*/*/stderr.log"):
+        try:
+            attempt = int(path.parent.parent.name.removeprefix("attempt_"))
+            rank = int(path.parent.name)
+        except ValueError:
+            continue
+        if rank not in found or attempt > found[rank][0]:
+            found[rank] = (attempt, path)
+    logs = {}
+    for rank, (_attempt, path) in sorted(found.items()):
+        try:
+            logs[rank] = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+    return logs
+
+
+_FAILED_LOCAL_RANK = re.compile(r"\(local_rank:\s*(\d+)\)")
+
+
+def _failed_ranks(root: str | None, logs: Mapping[int, str]) -> list[int]:
+    """The local rank torchrun names as the first failure, else every rank that wrote to stderr."""
+    match = _FAILED_LOCAL_RANK.search(root or "")
+    if match and int(match.group(1)) in logs:
+        return [int(match.group(1))]
+    return [rank for rank, text in logs.items() if text.strip()]
+
+
+def _workers_output(logs: Mapping[int, str], ranks: Sequence[int]) -> list[str]:
+    lines = []
+    for rank in ranks:
+        lines += [f"What local rank {rank} wrote to stderr (last lines):", _tail(logs[rank])]
+    return lines
+
+
+def _failure_message(
+    what: str, output: ProcessOutput, logs: Mapping[int, str] | None = None
+) -> str:
+    logs = logs or {}
     text = output.stderr
     root = worker_error(text)
+    ranks = _failed_ranks(root, logs)
     # With torch's @record the report holds the traceback; without it, the worker printed it.
-    first = _last_exception_line(root or "") or _last_exception_line(text)
+    first = (_last_exception_line(root or "")
+             or next(filter(None, (_last_exception_line(logs[r]) for r in ranks)), None)
+             or _last_exception_line(text))  # fmt: skip
     lines = [f"{what} failed: torchrun exited with code {output.returncode} after "
              f"{output.wall_s:.1f} s."]  # fmt: skip
     if first:
         lines.append(f"The worker's error: {first}")
     if root:
         lines += ["torchrun's report of the first worker that failed:", root]
-    else:
+    lines += _workers_output(logs, ranks)
+    if not root and not ranks:
         lines += ["Last lines of its output:", _tail(text or output.stdout)]
     return "\n".join(lines)
 
@@ -236,6 +300,7 @@ def _worker_env(threads: int, env: Mapping[str, str] | None) -> dict[str, str]:
             p for p in (str(root), merged.get("PYTHONPATH")) if p
         )
     merged.setdefault("PYTHONUNBUFFERED", "1")
+    merged.setdefault("PYTHONFAULTHANDLER", "1")  # a crash prints every thread's Python stack
     merged.update(env or {})
     return merged
 
@@ -247,9 +312,11 @@ def run_torchrun(
 ) -> tuple[dict[str, Any], ProcessOutput, list[str]]:  # fmt: skip
     """Run ``target`` under torchrun with ``--out FILE`` appended; return rank 0's JSON.
 
-    Also returns the process output and the command (without the temporary
-    ``--out``). Raises :class:`DistRunError` when a worker fails or writes
-    nothing, :class:`DistTimeoutError` on timeout.
+    Also returns torchrun's own output (each worker's output goes to a file
+    of its own, read back when something fails) and the command as a user
+    would type it (without the temporary ``--out`` and log folder). Raises
+    :class:`DistRunError` when a worker fails or writes nothing, quoting its
+    stderr, and :class:`DistTimeoutError` on timeout.
     """
     threads_per_proc = check_positive_int("threads_per_proc", threads_per_proc)
     args = _script_args(script_args)
@@ -257,14 +324,23 @@ def run_torchrun(
     worker_env = _worker_env(threads_per_proc, env)
     with tempfile.TemporaryDirectory(prefix="labkit-dist-") as folder:
         out = Path(folder) / "result.json"
-        cmd = [*shown, "--out", str(out)]
-        output = run_process(cmd, timeout_s=timeout_s, env=worker_env, what=what)
+        log_dir = Path(folder) / "logs"
+        cmd = _torchrun_command(target, [*args, "--out", str(out)], nproc=nproc, module=module,
+                                launcher_args=["--log-dir", str(log_dir), "--redirects", "3"])  # fmt: skip
+        try:
+            output = run_process(cmd, timeout_s=timeout_s, env=worker_env, what=what)
+        except DistTimeoutError as exc:
+            logs = worker_logs(log_dir)
+            extra = _workers_output(logs, [r for r, text in logs.items() if text.strip()])
+            raise DistTimeoutError("\n".join([str(exc), *extra]), exc.pids) from None
         if output.returncode != 0:
-            raise DistRunError(_failure_message(what, output))
+            raise DistRunError(_failure_message(what, output, worker_logs(log_dir)))
         if not out.exists():
-            raise DistRunError(
+            logs = worker_logs(log_dir)
+            raise DistRunError("\n".join([
                 f"{what} finished, but rank 0 wrote no result to --out. Last lines of its "
-                f"output:\n{_tail(output.stderr or output.stdout)}"
-            )
+                f"output:\n{_tail(output.stderr or output.stdout)}",
+                *_workers_output(logs, [r for r, text in logs.items() if text.strip()]),
+            ]))  # fmt: skip
         data = json.loads(out.read_text(encoding="utf-8"))
     return data, output, shown

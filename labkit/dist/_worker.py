@@ -18,12 +18,16 @@ The two worker modules (:mod:`labkit.dist.train_ddp` and
   last participant is.
 - :func:`write_json` writes rank 0's result atomically, so a launcher never
   reads half a file.
+- :func:`finish` leaves the group so that gloo's threads are gone before
+  Python shuts down (see there: otherwise a few runs in a hundred die with
+  SIGABRT as they exit, their work done).
 
 torch is imported inside the functions, as everywhere in labkit.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import socket
@@ -76,6 +80,21 @@ def pick_backend(requested: str) -> str:
     return "gloo"
 
 
+def _import_before_the_group() -> None:
+    """Import ``torch.distributed.nn.functional`` while no process group exists yet.
+
+    Its functions take ``group=group.WORLD`` as a default argument, which
+    Python evaluates once, at import. DDP imports the module lazily, in its
+    constructor; imported then, the defaults hold the live world group for
+    good, so :func:`finish` could not free it (and stop its threads). Imported
+    here, before :func:`init` creates the group, the defaults are ``None``.
+    """
+    try:
+        import torch.distributed.nn.functional  # noqa: F401
+    except ImportError:  # pragma: no cover - a torch built without it cannot pin the group
+        pass
+
+
 def init(backend: str = "auto", threads: int | None = None) -> Context:
     """Join the process group torchrun describes in the environment (or a group of one)."""
     import torch
@@ -112,6 +131,7 @@ def init(backend: str = "auto", threads: int | None = None) -> Context:
         kwargs["device_id"] = device  # binds the communicator to this GPU at once
     if standalone:
         kwargs.update(store=dist.HashStore(), rank=0, world_size=1)
+    _import_before_the_group()
     dist.init_process_group(**kwargs)
     return Context(
         rank=rank,
@@ -206,9 +226,32 @@ def write_json(path: str | None, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def finish() -> None:
-    """Leave the process group cleanly (NCCL warns at exit otherwise)."""
+def finish(*, clean: bool = True) -> None:
+    """Leave the process group and free it, so that its threads are gone before Python exits.
+
+    Why it matters: gloo runs every collective on worker threads of the
+    process group. ``wait()`` returns as soon as the result is there, and
+    the worker thread lets go of the collective's tensors a moment later;
+    for a tensor made in Python that takes the GIL. If the main thread has
+    meanwhile reached the end of the script, Python is shutting down and
+    ends any thread that asks for the GIL; the worker thread dies inside a
+    C++ destructor, and the process aborts ("terminate called without an
+    active exception", SIGABRT) after its work was done. So, with ``clean``
+    (the run succeeded), every rank first waits for the others (a barrier:
+    nobody closes its connections while a peer still talks), then the
+    garbage collector frees DDP and its reducer, which sit in reference
+    cycles and hold the group, and :func:`~torch.distributed.destroy_process_group`
+    drops the last reference (:func:`init` saw to it that nothing else keeps
+    one, see :func:`_import_before_the_group`): the group's destructor joins
+    its threads, the GIL released so they can finish. Without ``clean`` (a rank
+    failed) there is no barrier, which would wait for ranks that may never
+    come.
+    """
     import torch.distributed as dist
 
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    if not dist.is_initialized():
+        return
+    if clean:
+        dist.barrier()
+    gc.collect()
+    dist.destroy_process_group()

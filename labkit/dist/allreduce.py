@@ -95,8 +95,10 @@ def _main(argv: list[str] | None) -> int:
         result = measure(ctx, args.sizes, reps=args.reps, warmup=args.warmup)
         if ctx.rank == 0:
             write_json(args.out, result)
-    finally:
-        finish()
+    except BaseException:
+        finish(clean=False)  # no barrier: the other ranks may never get there
+        raise
+    finish()
     return 0
 
 

@@ -398,9 +398,8 @@ def plot_model_size(result: ModelSizeComm, ax: Any = None) -> Any:
         xs = [x + (i - 1) * width for x in range(len(labels))]
         ax.bar(xs, values, width=width, color=color, label=name)
     ax.set_xticks(list(range(len(labels))), labels)
-    ax.set_yscale("log")
     ax.legend(fontsize="small", loc="upper left")
-    return style_axes(ax, xlabel="model", ylabel="time (ms, medians)",
+    return style_axes(ax, xlabel="model", ylabel="time (ms, medians)", logy=True,
                       title="DDP step time and all-reduce cost, by model size",
                       device=result.runs[0].device)  # fmt: skip
 

@@ -32,7 +32,9 @@ What each process does:
 6. checks the result: after training, every rank hashes its parameters and
    the hashes are compared. DDP's promise is that replicas stay *bitwise*
    identical, because every rank applies the same averaged gradient;
-7. rank 0 writes everything as JSON to ``--out``.
+7. rank 0 writes everything as JSON to ``--out``;
+8. every rank leaves the group and frees it before Python exits
+   (:func:`labkit.dist._worker.finish` says why that matters).
 
 Timing: warm-up steps are excluded; each timed step starts after a barrier
 and ends with a device synchronization; the slowest rank's time counts
@@ -258,8 +260,10 @@ def _main(argv: list[str] | None) -> int:
         result = train(ctx, args)
         if ctx.rank == 0:
             write_json(args.out, result)
-    finally:
-        finish()
+    except BaseException:
+        finish(clean=False)  # no barrier: the other ranks may never get there
+        raise
+    finish()
     return 0
 
 
