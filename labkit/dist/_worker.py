@@ -255,3 +255,21 @@ def finish(*, clean: bool = True) -> None:
         dist.barrier()
     gc.collect()
     dist.destroy_process_group()
+
+
+def run_worker(args: Any, work: Callable[[Context, Any], dict[str, Any]]) -> int:
+    """Join the group, run ``work(ctx, args)``, let rank 0 write its result, and leave cleanly.
+
+    The one body of every worker module's ``_main``: on failure the group is
+    left without a barrier, since the other ranks may never get there.
+    """
+    ctx = init(args.backend, args.threads)
+    try:
+        result = work(ctx, args)
+        if ctx.rank == 0:
+            write_json(args.out, result)
+    except BaseException:
+        finish(clean=False)  # no barrier: the other ranks may never get there
+        raise
+    finish()
+    return 0

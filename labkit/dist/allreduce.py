@@ -87,19 +87,11 @@ def measure(ctx: Any, sizes: list[int], *, reps: int, warmup: int) -> dict[str, 
 
 
 def _main(argv: list[str] | None) -> int:
-    from labkit.dist._worker import finish, init, write_json
+    from labkit.dist._worker import run_worker
 
-    args = parse_args(argv)
-    ctx = init(args.backend, args.threads)
-    try:
-        result = measure(ctx, args.sizes, reps=args.reps, warmup=args.warmup)
-        if ctx.rank == 0:
-            write_json(args.out, result)
-    except BaseException:
-        finish(clean=False)  # no barrier: the other ranks may never get there
-        raise
-    finish()
-    return 0
+    return run_worker(
+        parse_args(argv), lambda ctx, a: measure(ctx, a.sizes, reps=a.reps, warmup=a.warmup)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -252,19 +252,9 @@ def train(ctx: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _main(argv: list[str] | None) -> int:
-    from labkit.dist._worker import finish, init, write_json
+    from labkit.dist._worker import run_worker
 
-    args = parse_args(argv)
-    ctx = init(args.backend, args.threads)
-    try:
-        result = train(ctx, args)
-        if ctx.rank == 0:
-            write_json(args.out, result)
-    except BaseException:
-        finish(clean=False)  # no barrier: the other ranks may never get there
-        raise
-    finish()
-    return 0
+    return run_worker(parse_args(argv), train)
 
 
 def main(argv: list[str] | None = None) -> int:
