@@ -150,3 +150,24 @@ def test_rnn_param_counts() -> None:
     assert check.rnn_param_counts(6208, 6272).passed
     assert "Swapped" in check.rnn_param_counts(6272, 6208).message
     assert "differ" in check.rnn_param_counts(6208, 6208).message
+
+
+@pytest.mark.parametrize("mode", ["autograde", "validate"])
+def test_a_failing_check_raises_while_nbgrader_grades(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # nbgrader scores a check cell by whether it raises; it sets this variable
+    # while it autogrades or validates a submission.
+    monkeypatch.setenv("NBGRADER_EXECUTION", mode)
+    with pytest.raises(AssertionError, match="not solved yet"):
+        check.peak_bandwidth(...)
+    with pytest.raises(AssertionError, match="not yet"):
+        check.peak_bandwidth(1.0)
+    assert check.peak_bandwidth(2 * 2_619_000e3 * 5120 / 8 / 1e9)
+
+
+def test_a_failing_check_only_reports_outside_nbgrader(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    assert not check.peak_bandwidth(1.0)
+    monkeypatch.setenv("NBGRADER_EXECUTION", "")
+    assert not check.peak_bandwidth(...)

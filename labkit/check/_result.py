@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
 _PASS, _FAIL, _TODO = "✅", "❌", "⏳"
+_GRADING = {"autograde", "validate"}
 
 
 @dataclass(frozen=True)
@@ -17,6 +19,14 @@ class CheckResult:
     passed: bool
     solved: bool
     message: str
+
+    def __post_init__(self) -> None:
+        # nbgrader sets NBGRADER_EXECUTION while it autogrades or validates a
+        # submission, and scores a check cell by whether it raises. Everywhere
+        # else a failed check only prints its feedback, so that a student
+        # notebook still runs top to bottom.
+        if not self.passed and os.environ.get("NBGRADER_EXECUTION") in _GRADING:
+            raise AssertionError(str(self))
 
     def __bool__(self) -> bool:
         return self.passed
