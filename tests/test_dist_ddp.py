@@ -340,3 +340,26 @@ def test_the_package_exports_the_notebook_api() -> None:
     assert labkit.dist.accumulate_equivalence.__module__ == "labkit.dist.accumulation"
     with pytest.raises(AttributeError, match="no attribute"):
         labkit.dist.not_there  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    ("gpus", "local_world_size", "expected"),
+    [(0, 2, "gloo"), (1, 2, "gloo"), (2, 2, "nccl"), (8, 2, "nccl"), (1, 1, "nccl")],
+)
+def test_auto_backend_uses_nccl_only_with_a_gpu_per_process(
+    gpus: int, local_world_size: int, expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A one-GPU machine (Colab, a one-GPU hub profile) running notebook 10's
+    # two-process jobs must fall back to gloo, not stop with "LOCAL_RANK 1 has no GPU".
+    import torch
+    import torch.distributed as dist
+
+    from labkit.dist._worker import pick_backend
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
+    assert pick_backend("auto", local_world_size) == expected
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local_world_size))
+    assert pick_backend("auto") == expected
+    assert pick_backend("gloo", local_world_size) == "gloo"

@@ -68,14 +68,26 @@ def add_common_args(parser: Any) -> None:
                              "OMP_NUM_THREADS)")  # fmt: skip
 
 
-def pick_backend(requested: str) -> str:
-    """NCCL for CUDA GPUs, gloo for CPUs: what torch's documentation recommends."""
+def pick_backend(requested: str, local_world_size: int | None = None) -> str:
+    """NCCL when every local process gets a GPU of its own, else gloo on CPUs.
+
+    NCCL for CUDA GPUs, gloo for CPUs is what torch's documentation
+    recommends. NCCL needs one GPU per process, so a machine with fewer GPUs
+    than processes (a one-GPU Colab or hub profile running notebook 10's
+    two-process jobs) runs them on its CPUs with gloo rather than failing.
+    """
     import torch
     import torch.distributed as dist
 
     if requested != "auto":
         return requested
-    if torch.cuda.is_available() and dist.is_nccl_available():
+    if local_world_size is None:
+        local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    if (
+        torch.cuda.is_available()
+        and dist.is_nccl_available()
+        and torch.cuda.device_count() >= local_world_size
+    ):
         return "nccl"
     return "gloo"
 
