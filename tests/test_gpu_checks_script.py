@@ -7,6 +7,7 @@ that every step is skipped, which checks the bookkeeping around the steps.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tools" / "gpu_checks.sh"
 STEPS = ("doctor", "doctor_json", "bench_timing", "bench_bandwidth", "bench_parallel",
          "bench_roofline", "bench_accel", "bench_cnn", "bench_rnn", "bench_kernels",
-         "bench_batching", "bench_profile", "pytest_gpu")  # fmt: skip
+         "bench_batching", "bench_profile", "pytest_gpu", "notebook_times")  # fmt: skip
 
 needs_bash = pytest.mark.skipif(shutil.which("bash") is None, reason="no bash here")
 
@@ -42,3 +43,13 @@ def test_with_no_budget_every_step_is_skipped_and_logged(tmp_path: Path) -> None
         assert any(line.split()[:2] == [name, "skipped"] for line in summary), name
     assert all(line in result.stdout for line in summary)
     assert (tmp_path / "reference").is_dir() and (tmp_path / "environment.txt").exists()
+
+
+def test_notebook_times_runs_last_within_a_budget_that_fits_one_device_call() -> None:
+    """The notebooks take ~220 s on 2 cores: the step goes last and gets what the others leave."""
+    text = SCRIPT.read_text(encoding="utf-8")
+    steps = re.findall(r"^\s*step (\w+) ", text, flags=re.MULTILINE)
+    assert steps[-1] == "notebook_times" and tuple(steps) == STEPS
+    assert '--json "$OUT/notebook_times.json"' in text
+    budget = re.search(r'GPU_CHECKS_BUDGET_S:-(\d+)', text)
+    assert budget is not None and 560 <= int(budget.group(1)) < 590

@@ -11,10 +11,14 @@
 # from the repository root (it cd's there itself). It needs only python3 with
 # torch (CuPy optional) and no network. Each step runs under `timeout` and the
 # run goes on past a failure; the whole run stays within GPU_CHECKS_BUDGET_S
-# seconds (default 560), so later steps are skipped rather than overrun.
+# seconds (default 580), so later steps are skipped rather than overrun.
 # Under $OUT: <step>.out (stdout; .json for JSON steps), <step>.err (stderr),
 # summary.txt (one line per step: ok/FAILED/TIMEOUT/skipped and seconds, also
 # printed) and reference/ (the recordings made by this run).
+# The last step, notebook_times, executes every notebook (copies, in a
+# temporary folder) and writes $OUT/notebook_times.json, the GPU column of
+# docs/instructors.md's syllabi; it runs last and gets whatever budget is left
+# (the JSON is rewritten after each notebook, so a cut-off run keeps what it timed).
 #
 # Committing the recordings afterwards (on your own checkout):
 #   1. read $OUT/summary.txt and the *.json outputs: record only from a run
@@ -29,7 +33,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT" || exit 2
 PYTHON="${PYTHON:-python3}"
 OUT="${OUT:-$ROOT/gpu-checks-out}"
-BUDGET_S="${GPU_CHECKS_BUDGET_S:-560}"
+BUDGET_S="${GPU_CHECKS_BUDGET_S:-580}"
 mkdir -p "$OUT/reference" || exit 2
 OUT="$(cd "$OUT" && pwd)"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
@@ -141,6 +145,11 @@ PY
 else
     say "$(printf '%-20s skipped  (pytest is not installed)' pytest_gpu)"
 fi
+
+# Execution time of each notebook on this machine (tools/time_notebooks.py): last, because
+# it needs ~220 s on a 2-core CPU and the steps above use most of the budget. It needs
+# nbclient, nbformat and ipykernel; without them it fails with the pip command to run.
+step notebook_times 300 text "$PYTHON" tools/time_notebooks.py --json "$OUT/notebook_times.json"
 
 # Recordings in the package: any this run wrote there (it should not, but then they are
 # this run's) join the others; those shipped before go to reference/shipped/ to compare.
