@@ -1,4 +1,4 @@
-"""Open JupyterLab on notebooks/ — what `make lab` runs.
+"""Open JupyterLab on notebooks/ — what `make lab` runs (`make lab-student`: --root build/student).
 
 It listens on 127.0.0.1 only and keeps Jupyter's token authentication (the
 URL with the token is printed), because a lab laptop on a shared network must
@@ -16,8 +16,32 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def lab_command(extra: list[str], *, uid: int | None = None) -> list[str]:
-    """The JupyterLab command line; ``uid`` is injectable for tests."""
+def split_args(argv: list[str]) -> tuple[Path | None, list[str]]:
+    """``--root DIR`` (or ``--root=DIR``), and the arguments left for JupyterLab."""
+    root, extra, args = None, [], iter(argv)
+    for arg in args:
+        if arg == "--root" or arg.startswith("--root="):
+            value = arg.split("=", 1)[1] if "=" in arg else next(args, "")
+            if not value or value.startswith("-"):
+                raise SystemExit("lab.py: --root needs a folder, e.g. --root build/student")
+            root = Path(value)
+        else:
+            extra.append(arg)
+    return root, extra
+
+
+def lab_command(
+    extra: list[str], *, uid: int | None = None, root: Path | None = None
+) -> list[str]:
+    """The JupyterLab command line, serving ``root`` (default notebooks/); ``uid`` is for tests."""
+    if root is None:
+        root = ROOT / "notebooks"
+    elif not Path(root).is_dir():
+        what = "is not a folder" if Path(root).exists() else "does not exist"
+        raise SystemExit(
+            f"lab.py: --root {root} {what}. Pass the folder of notebooks to serve "
+            "(for the student edition, run `make student` first: it writes build/student)."
+        )
     if uid is None:
         uid = os.getuid() if hasattr(os, "getuid") else -1
     forbidden = [a for a in extra if a.split("=")[0] in {"--ip", "--ServerApp.ip"}]
@@ -34,7 +58,7 @@ def lab_command(extra: list[str], *, uid: int | None = None) -> list[str]:
         "jupyter",
         "lab",
         "--ServerApp.ip=127.0.0.1",
-        f"--ServerApp.root_dir={ROOT / 'notebooks'}",
+        f"--ServerApp.root_dir={Path(root).resolve()}",
     ]
     if uid == 0:
         cmd.append("--allow-root")
@@ -42,7 +66,8 @@ def lab_command(extra: list[str], *, uid: int | None = None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cmd = lab_command(list(sys.argv[1:] if argv is None else argv))
+    root, extra = split_args(list(sys.argv[1:] if argv is None else argv))
+    cmd = lab_command(extra, root=root)
     print("Starting JupyterLab on 127.0.0.1; open the URL with the token printed below.", flush=True)
     os.execv(cmd[0], cmd)
     return 0  # pragma: no cover - execv does not return

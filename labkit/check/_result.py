@@ -38,6 +38,14 @@ class CheckResult:
 
     __repr__ = __str__
 
+    def _ipython_display_(self) -> None:
+        # Shown as display_data, not as the cell's result: nbgrader reads a
+        # grade cell's execute_result as partial credit and warns (a future
+        # error) when it is not a number. The text is the same either way.
+        from IPython.display import display
+
+        display({"text/plain": str(self)}, raw=True)
+
 
 def _unsolved(answer: Any) -> bool:
     return answer is None or answer is Ellipsis
