@@ -86,16 +86,28 @@ class CpuInfo:
     l1d_cache_bytes: int | None
     l2_cache_bytes: int | None
     l3_cache_bytes: int | None
+    #: A container's (cgroup's) memory limit below the host's total, else None. Then
+    #: ``memory_available_bytes`` is what is left under the limit, if that is less.
+    memory_limit_bytes: int | None = None
 
 
 def simd_from_flags(flags: Iterable[str]) -> tuple[str, ...]:
     """Map Linux ``/proc/cpuinfo`` flags (x86 ``flags`` or Arm ``Features``) to readable names."""
+    if isinstance(flags, (str, bytes)) or not isinstance(flags, Iterable):
+        raise TypeError(
+            f"flags must be a list of flag names (split the cpuinfo line), got {flags!r:.80}"
+        )
+    flags = list(flags)
+    for i, flag in enumerate(flags):
+        if not isinstance(flag, str):
+            raise TypeError(f"flags[{i}] must be a string, got {type(flag).__name__}")
     present = {flag.lower() for flag in flags}
     return tuple(name for name, keys in _LINUX_FLAGS.items() if any(key in present for key in keys))
 
 
 def simd_from_sysctl(values: Mapping[str, str]) -> tuple[str, ...]:
     """Map macOS ``hw.optional.*`` sysctl values ("1" means present) to readable names."""
+    _check_str_mapping("values", values, str)
     return tuple(
         name
         for name, keys in _MACOS_SYSCTL.items()
@@ -105,9 +117,18 @@ def simd_from_sysctl(values: Mapping[str, str]) -> tuple[str, ...]:
 
 def simd_from_numpy(features: Mapping[str, bool]) -> tuple[str, ...]:
     """Map numpy's ``__cpu_features__`` table to readable names."""
+    _check_str_mapping("features", features, object)
     return tuple(
         name for name, keys in _NUMPY_FEATURES.items() if any(features.get(k) for k in keys)
     )
+
+
+def _check_str_mapping(name: str, values: object, kind: type) -> None:
+    if not isinstance(values, Mapping):
+        raise TypeError(f"{name} must be a mapping of names to values, got {type(values).__name__}")
+    for key, value in values.items():
+        if not isinstance(value, kind):
+            raise TypeError(f"{name}[{key!r}] must be a {kind.__name__}, got {value!r}")
 
 
 def parse_cache_size(text: str) -> int | None:
@@ -116,6 +137,8 @@ def parse_cache_size(text: str) -> int | None:
     ``None`` for text that is not a positive size, so a garbled sysfs entry
     reads as "unknown" rather than as a zero-byte cache.
     """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a string such as '48K', got {type(text).__name__}")
     match = re.fullmatch(r"\s*(\d+)\s*([KMG]?)i?B?\s*", text, flags=re.IGNORECASE)
     if not match:
         return None
@@ -202,6 +225,17 @@ def _memory() -> tuple[int | None, int | None]:
     return int(vm.total), int(vm.available)
 
 
+def _container_limit(total: int | None, available: int | None) -> tuple[int | None, int | None]:
+    """(the cgroup limit if it is below ``total``, available memory under it)."""
+    from labkit.memory import container_memory
+
+    container = container_memory()
+    if container is None or (total is not None and container.limit_bytes >= total):
+        return None, available
+    headroom = container.headroom_bytes
+    return container.limit_bytes, headroom if available is None else min(available, headroom)
+
+
 def _physical_cores() -> int | None:
     try:
         import psutil
@@ -252,6 +286,7 @@ def cpu_info() -> CpuInfo:
         simd = _numpy_simd() or ()
         source = "numpy" if simd else "unavailable"
     total, available = _memory()
+    limit, available = _container_limit(total, available)
     return CpuInfo(
         model=model or platform.processor() or architecture,
         architecture=architecture,
@@ -264,4 +299,5 @@ def cpu_info() -> CpuInfo:
         l1d_cache_bytes=caches.get("l1d"),
         l2_cache_bytes=caches.get("l2"),
         l3_cache_bytes=caches.get("l3"),
+        memory_limit_bytes=limit,
     )

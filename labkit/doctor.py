@@ -8,11 +8,14 @@ on a terminal and never when NO_COLOR is set (https://no-color.org).
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import os
 import sys
 from collections.abc import Mapping
 from typing import TextIO
 
+from labkit._checks import check_bool, check_optional_bool
 from labkit._optional import INSTALL_HINTS
 from labkit.device import DeviceReport, device_report
 from labkit.frameworks import FrameworkInfo, GpuDevice
@@ -28,7 +31,11 @@ def format_bytes(n: int | None) -> str:
     """Binary units with 3 significant digits: "48 KiB", "2 MiB", "23.4 GiB"."""
     if n is None:
         return "unknown"
-    value = float(n)
+    if isinstance(n, bool) or not isinstance(n, numbers.Real):
+        raise TypeError(f"n must be a number of bytes or None, got {type(n).__name__} ({n!r})")
+    value = float(n) if n < 2**1000 else math.inf  # float() of a huge int raises OverflowError
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"n must be a finite number of bytes >= 0, got {n!r:.40}")
     unit = "B"
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if value < 1024 or unit == "TiB":
@@ -46,6 +53,9 @@ def _paint(text: str, style: str, color: bool) -> str:
 
 def use_color(color: bool | None, stream: TextIO, env: Mapping[str, str]) -> bool:
     """Explicit choice wins; otherwise colour only on a terminal with NO_COLOR unset or empty."""
+    check_optional_bool("color", color)
+    if not isinstance(env, Mapping):
+        raise TypeError(f"env must be a mapping such as os.environ, got {type(env).__name__}")
     if color is not None:
         return color
     if env.get("NO_COLOR"):
@@ -90,10 +100,12 @@ def _cpu_rows(table: _Table, report: DeviceReport) -> None:
     table.row("cores", f"{physical}, {cpu.logical_cores or 'unknown'} logical")
     simd = " ".join(cpu.simd_features) or "none detected"
     table.row("SIMD", f"{simd} (from {cpu.simd_source})" if cpu.simd_features else simd)
+    limit = getattr(cpu, "memory_limit_bytes", None)
     table.row(
         "memory",
         f"{format_bytes(cpu.memory_total_bytes)} total, "
-        f"{format_bytes(cpu.memory_available_bytes)} available",
+        f"{format_bytes(cpu.memory_available_bytes)} available"
+        + (f" (container limit {format_bytes(limit)})" if limit else ""),
     )
     caches = [
         f"{name} {format_bytes(size)}"
@@ -203,6 +215,11 @@ def _finding_rows(table: _Table, report: DeviceReport) -> None:
 
 def format_report(report: DeviceReport, color: bool = False) -> str:
     """The report as aligned text in sections: CPU, NVIDIA driver, each framework, findings."""
+    if not isinstance(report, DeviceReport):
+        raise TypeError(
+            f"report must be a DeviceReport from labkit.device_report(), got {type(report).__name__}"
+        )
+    check_bool("color", color)
     table = _Table(color)
     s = report.system
     wsl = " (WSL2)" if s.wsl else ""
@@ -230,6 +247,8 @@ def run_doctor(as_json: bool = False, color: bool | None = None) -> int:
     :func:`labkit._optional.import_tensorflow`, so the output stays clean
     without changing TensorFlow's defaults (oneDNN stays on).
     """
+    check_bool("as_json", as_json)
+    check_optional_bool("color", color)
     try:
         report = device_report()
     except Exception as exc:  # a bug in labkit, not in the learner's setup

@@ -15,17 +15,29 @@ of the memory that is free *now* (not the total) may go to one probe:
   which says how much was asked for, how much is free, and what to do
   (:func:`check_fits`).
 
-The free-memory source is :func:`available_bytes`; tests replace it with
-``monkeypatch.setattr(labkit.memory, "available_bytes", ...)`` to play a
-machine that is short of memory.
+The free-memory source is :func:`available_bytes`: on the host, psutil's
+``available`` capped by a container's cgroup limit (a JupyterHub pod limited
+to 2 GB on a 256 GB node must size its buffers for 2 GB); on a GPU, what the
+driver reports free. Tests replace it (or the ``_host_available_bytes`` and
+``_cuda_free_bytes`` it reads) to play a machine that is short of memory.
+
+On a GPU another process can take memory between the budget and the
+allocation, so GPU sweeps also catch out-of-memory errors
+(:func:`is_out_of_memory`), release the memory (:func:`release_memory`) and
+stop with the sizes that fit (:func:`allocate_shrinking`,
+:func:`out_of_memory_message`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import numbers
 import sys
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
 
 from labkit.doctor import format_bytes
 
@@ -35,15 +47,23 @@ DEFAULT_FRACTION = 0.25
 
 __all__ = [
     "DEFAULT_FRACTION",
+    "ContainerMemory",
     "MemoryBudgetError",
     "MemoryBudgetWarning",
+    "allocate_shrinking",
     "available_bytes",
     "budget_bytes",
     "check_fits",
+    "container_memory",
     "fit_bytes",
     "fit_sizes",
     "format_bytes",
+    "is_out_of_memory",
+    "memory_device",
+    "out_of_memory_message",
     "parse_device",
+    "release_memory",
+    "total_bytes",
 ]
 
 
@@ -78,15 +98,144 @@ def parse_device(device: Any) -> tuple[str, int | None]:
     raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
 
 
+def memory_device(device: Any) -> str:
+    """The memory a framework device allocates from: "cuda:N" for a CUDA GPU, else "cpu".
+
+    Accepts strings and ``torch.device``. Apple's "mps" and any other
+    accelerator without a CUDA memory query share the host's memory (or
+    cannot say how much is free), so they are budgeted as host memory.
+    """
+    text = str(device).strip().lower()
+    kind, _, index = text.partition(":")
+    if kind == "cuda":
+        return f"cuda:{index}" if index.isdigit() else "cuda"
+    return "cpu"
+
+
+# --------------------------------------------------------------------------- containers
+
+#: Where the cgroup file systems are mounted and the file naming this process's cgroups.
+#: Tests point these at a fake tree in a temporary folder.
+_CGROUP_ROOT = Path("/sys/fs/cgroup")
+_PROC_SELF_CGROUP = Path("/proc/self/cgroup")
+#: cgroup v1 writes "no limit" as a huge number (LONG_MAX rounded down to a page).
+_UNLIMITED_BYTES = 1 << 60
+
+
+@dataclass(frozen=True)
+class ContainerMemory:
+    """The tightest cgroup memory limit on this process, and how much of it is in use.
+
+    A JupyterHub pod, a Docker container or a Slurm job with a memory limit
+    is killed when it passes ``limit_bytes``, however much memory the host
+    has free. ``used_bytes`` leaves out the inactive page cache, which the
+    kernel reclaims before it kills anything (as ``docker stats`` and
+    Kubernetes' working set do).
+    """
+
+    limit_bytes: int
+    used_bytes: int
+    path: str
+
+    @property
+    def headroom_bytes(self) -> int:
+        """What this process can still allocate before it reaches the limit."""
+        return max(0, self.limit_bytes - self.used_bytes)
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):  # missing, unreadable, or not a file: no limit
+        return None
+
+
+def _read_bytes_value(path: Path) -> int | None:
+    """A byte count from a cgroup file; None for "max", a huge value, or a missing file."""
+    text = (_read_text(path) or "").strip()
+    if not text.isdigit():
+        return None
+    value = int(text)
+    return value if value < _UNLIMITED_BYTES else None
+
+
+def _stat_value(path: Path, *keys: str) -> int:
+    for line in (_read_text(path) or "").splitlines():
+        key, _, value = line.partition(" ")
+        if key in keys and value.strip().isdigit():
+            return int(value)
+    return 0
+
+
+def _own_cgroups() -> tuple[str, str]:
+    """This process's (cgroup v2 path, cgroup v1 memory path), "/" when not listed."""
+    v2 = v1 = "/"
+    for line in (_read_text(_PROC_SELF_CGROUP) or "").splitlines():
+        parts = line.strip().split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        if controllers == "":
+            v2 = path
+        elif "memory" in controllers.split(","):
+            v1 = path
+    return v2, v1
+
+
+def _cgroup_dirs(mount: Path, own: str) -> list[Path]:
+    """The process's cgroup folder under ``mount`` and every parent up to the mount.
+
+    Limits nest: a parent's limit binds its children, so all are read. In a
+    container without a cgroup namespace the listed path does not exist under
+    the mount (the mount *is* the container's cgroup); walking up reaches it.
+    """
+    parts = [p for p in own.split("/") if p not in ("", ".", "..")]
+    return [mount.joinpath(*parts[:i]) for i in range(len(parts), -1, -1)]
+
+
+def container_memory() -> ContainerMemory | None:
+    """The cgroup memory limit that binds this process (v2 or v1), or None where there is none.
+
+    Reads ``memory.max`` and ``memory.current`` (cgroup v2) or
+    ``memory.limit_in_bytes`` and ``memory.usage_in_bytes`` (cgroup v1) of
+    the process's own cgroup (from ``/proc/self/cgroup``) and of its parents.
+    Missing or unreadable files, "max" and v1's huge "unlimited" value all
+    mean no limit. Not Linux: None.
+    """
+    v2_path, v1_path = _own_cgroups()
+    layouts = (
+        (_CGROUP_ROOT, v2_path, "memory.max", "memory.current", ("inactive_file",)),
+        (_CGROUP_ROOT / "unified", v2_path, "memory.max", "memory.current", ("inactive_file",)),
+        (_CGROUP_ROOT / "memory", v1_path, "memory.limit_in_bytes", "memory.usage_in_bytes",
+         ("total_inactive_file", "inactive_file")),
+    )  # fmt: skip
+    tightest: ContainerMemory | None = None
+    for mount, own, limit_file, usage_file, inactive_keys in layouts:
+        for folder in _cgroup_dirs(mount, own):
+            limit = _read_bytes_value(folder / limit_file)
+            if limit is None:
+                continue
+            usage = _read_bytes_value(folder / usage_file) or 0
+            inactive = _stat_value(folder / "memory.stat", *inactive_keys)
+            found = ContainerMemory(limit, max(0, usage - inactive), str(folder))
+            if tightest is None or found.headroom_bytes < tightest.headroom_bytes:
+                tightest = found
+    return tightest
+
+
 # --------------------------------------------------------------------------- free memory
 
 
 def _host_available_bytes() -> int:
-    """Memory the OS can hand out without swapping (psutil's ``available``, not ``free``).
+    """Memory the OS can hand out without swapping, within this process's container limit.
 
-    ``available`` counts the page cache the kernel would drop on demand,
-    which is what an allocation can really get; ``free`` is far smaller on
-    any machine that has been up for a while.
+    psutil's ``available`` (not ``free``) counts the page cache the kernel
+    would drop on demand, which is what an allocation can really get;
+    ``free`` is far smaller on any machine that has been up for a while.
+    But psutil reads the *host's* numbers: a JupyterHub pod limited to 2 GB
+    on a 256 GB node sees 250 GB available and is killed at 2 GB. So the
+    answer is the smaller of psutil's ``available`` and the headroom under
+    the cgroup limit (:func:`container_memory`).
     """
     try:
         import psutil
@@ -95,7 +244,9 @@ def _host_available_bytes() -> int:
             "labkit cannot read the free memory because psutil is missing; install it with: "
             "pip install psutil"
         ) from exc
-    return int(psutil.virtual_memory().available)
+    available = int(psutil.virtual_memory().available)
+    container = container_memory()
+    return available if container is None else min(available, container.headroom_bytes)
 
 
 def _cuda_free_bytes(index: int | None) -> int:
@@ -133,13 +284,47 @@ def _cuda_free_bytes(index: int | None) -> int:
 def available_bytes(device: str = "cpu") -> int:
     """Bytes that can be allocated on ``device`` right now ("cpu", "cuda", "cuda:N").
 
-    Host: psutil's ``virtual_memory().available``. CUDA: ``torch.cuda.mem_get_info``
+    Host: psutil's ``virtual_memory().available``, or less where a container's
+    cgroup limit leaves less (:func:`container_memory`). CUDA: ``torch.cuda.mem_get_info``
     (or CuPy's ``memGetInfo`` without torch) plus memory torch has cached but
     not used. This is the one source of "free memory" in labkit, so a test can
     replace it to simulate a machine that is short of memory.
     """
     kind, index = parse_device(device)
     return _host_available_bytes() if kind == "cpu" else _cuda_free_bytes(index)
+
+
+def _host_total_bytes() -> int:
+    """The host's physical memory, or the container's limit where that is smaller."""
+    import psutil
+
+    total = int(psutil.virtual_memory().total)
+    container = container_memory()
+    return total if container is None else min(total, container.limit_bytes)
+
+
+def _cuda_total_bytes(index: int | None) -> int:
+    """A CUDA GPU's whole memory (torch's device properties, or CuPy's ``memGetInfo``)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        where = index if index is not None else torch.cuda.current_device()
+        return int(torch.cuda.get_device_properties(where).total_memory)
+    from labkit._optional import import_optional
+
+    cupy = import_optional("cupy", "reading a GPU's memory size")
+    with cupy.cuda.Device(index or 0):
+        return int(cupy.cuda.runtime.memGetInfo()[1])
+
+
+def total_bytes(device: str = "cpu") -> int:
+    """All the memory ``device`` has, used or not: what no request can ever exceed.
+
+    Host: physical memory, or a container's limit where that is smaller.
+    CUDA: the GPU's memory. A size over this is a mistake in the request
+    (wrong units, an extra zero), not a machine that is a little short.
+    """
+    kind, index = parse_device(device)
+    return _host_total_bytes() if kind == "cpu" else _cuda_total_bytes(index)
 
 
 # --------------------------------------------------------------------------- the budget
@@ -194,7 +379,13 @@ def fit_bytes(
 
 
 def _budget_message(
-    what: str, requested_bytes: int, arrays: int, extra_bytes: int, device: str, fraction: float
+    what: str,
+    requested_bytes: int,
+    arrays: int,
+    extra_bytes: int,
+    device: str,
+    fraction: float,
+    name: str | None = None,
 ) -> str:
     free = available_bytes(device)
     budget = int(free * fraction)
@@ -208,12 +399,16 @@ def _budget_message(
         parts += f" + {format_bytes(extra_bytes)}"
     largest = max(0, (budget - extra_bytes) // arrays)
     where = "host" if parse_device(device)[0] == "cpu" else device
+    smaller = f"a smaller {name}" if name else "a smaller size"
+    limit = (
+        f"at most {format_bytes(largest)} per array here" if largest > 0 else "nothing fits here"
+    )
     return (
         f"{what} needs {parts} = {format_bytes(total)}, but only {format_bytes(free)} of {where} "
         f"memory is free and one probe may use at most {fraction:.0%} of it "
-        f"({format_bytes(budget)}). Ask for a smaller size (at most {format_bytes(largest)} "
-        "per array here), or close other programs (other notebooks and kernels, browsers) to "
-        "free memory; raising fraction= risks swapping or an out-of-memory kill."
+        f"({format_bytes(budget)}). Ask for {smaller} ({limit}), or close other programs "
+        "(other notebooks and kernels, browsers) to free memory; raising fraction= risks "
+        "swapping or an out-of-memory kill."
     )
 
 
@@ -225,11 +420,14 @@ def check_fits(
     arrays: int = 1,
     extra_bytes: int = 0,
     what: str = "this probe",
+    name: str | None = None,
 ) -> int:
     """Return ``requested_bytes`` if ``arrays`` such buffers fit the budget, else raise.
 
     Raises :class:`MemoryBudgetError` (a ValueError) saying how much was
-    requested, how much is free, the fraction, and what to do about it.
+    requested, how much is free, the fraction, and what to do about it;
+    ``name`` is the argument the size came from ("n_elements"), which the
+    message tells the user to make smaller.
     """
     requested_bytes = _check_count("requested_bytes", requested_bytes, minimum=1)
     arrays = _check_count("arrays", arrays, minimum=1)
@@ -239,7 +437,7 @@ def check_fits(
         raise TypeError(f"what must be a non-empty description, got {what!r}")
     if requested_bytes * arrays + extra_bytes > budget_bytes(device=device, fraction=fraction):
         raise MemoryBudgetError(
-            _budget_message(what, requested_bytes, arrays, extra_bytes, device, fraction)
+            _budget_message(what, requested_bytes, arrays, extra_bytes, device, fraction, name)
         )
     return requested_bytes
 
@@ -251,11 +449,19 @@ def fit_sizes(
     fraction: float = DEFAULT_FRACTION,
     arrays: int = 1,
     extra_bytes: int = 0,
+    name: str | None = None,
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Split a sweep's sizes (bytes per array) into those that fit and those dropped.
 
     Both come back sorted and without duplicates. The free memory is read
     once, so every size is judged against the same budget.
+
+    ``name`` marks sizes the user gave (the argument's name, "sizes_bytes"):
+    a size larger than the machine's whole memory (:func:`total_bytes`) is
+    then a mistake, not a machine that is a little short, and raises
+    :class:`MemoryBudgetError` before anything is allocated, as does a list
+    of which nothing fits. Other sizes over the budget are dropped, as for
+    default sizes, so a notebook still runs on a smaller machine.
     """
     if isinstance(sizes_bytes, (str, bytes)) or not isinstance(sizes_bytes, Iterable):
         raise TypeError(
@@ -267,6 +473,21 @@ def fit_sizes(
     budget = budget_bytes(device=device, fraction=fraction)
     kept = tuple(s for s in sizes if s * arrays + extra_bytes <= budget)
     dropped = tuple(s for s in sizes if s * arrays + extra_bytes > budget)
+    if name is not None and sizes:
+        fraction = _check_fraction(fraction)
+        total = total_bytes(device)
+        impossible = [s for s in sizes if s * arrays + extra_bytes > total]
+        if impossible or not kept:
+            first = impossible[-1] if impossible else sizes[0]
+            what = (
+                f"the largest size in {name} ({format_bytes(first)} per array, more than the "
+                f"{format_bytes(total)} this machine has in all)"
+                if impossible
+                else f"the smallest size in {name} ({format_bytes(first)} per array)"
+            )
+            raise MemoryBudgetError(
+                _budget_message(what, first, arrays, extra_bytes, device, fraction, name)
+            )
     return kept, dropped
 
 
@@ -293,3 +514,98 @@ def dropped_message(
         else "; nothing fits"
     )
     return head + tail + ". Close other programs to measure larger sizes."
+
+
+# --------------------------------------------------------------------------- out of memory
+
+_T = TypeVar("_T")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is an allocation failure a sweep can recover from.
+
+    torch's ``torch.cuda.OutOfMemoryError``, CuPy's ``OutOfMemoryError``, a
+    RuntimeError saying "out of memory" (pinned host memory, other
+    backends), and Python's MemoryError. On a GPU these leave the process
+    healthy: free the memory and carry on with smaller sizes.
+    """
+    for module, path in (("torch", ("cuda", "OutOfMemoryError")),
+                         ("cupy", ("cuda", "memory", "OutOfMemoryError"))):  # fmt: skip
+        found: Any = sys.modules.get(module)
+        for attribute in path:
+            found = getattr(found, attribute, None)
+        if isinstance(found, type) and isinstance(exc, found):
+            return True
+    if isinstance(exc, MemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+def release_memory(device: Any = "cuda") -> None:
+    """Give memory back after an out-of-memory error: collect garbage, empty the allocators' caches.
+
+    Call it outside the ``except`` block: until the block ends the exception's
+    traceback keeps the failed attempt's tensors alive.
+    """
+    gc.collect()
+    if memory_device(device) == "cpu":
+        return
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        with contextlib.suppress(Exception):
+            torch.cuda.empty_cache()
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        with contextlib.suppress(Exception):
+            cupy.get_default_memory_pool().free_all_blocks()
+
+
+def out_of_memory_message(what: str, failed: str, largest: str | None, device: Any) -> str:
+    """The line a sweep prints when an allocation failed: where it stopped, what fit."""
+    where = memory_device(device)
+    where = "host" if where == "cpu" else where
+    kept = (
+        f"the largest size that fit is {largest}, and the results up to it are kept"
+        if largest
+        else "no size fit"
+    )
+    return (
+        f"{what}: {failed} ran out of {where} memory, so the sweep stopped there; {kept}. "
+        "Other programs on the device hold memory: close them to measure larger sizes."
+    )
+
+
+def allocate_shrinking(
+    sizes: Iterable[int],
+    allocate: Callable[[int], _T],
+    *,
+    device: str,
+    what: str,
+) -> tuple[_T, tuple[int, ...], tuple[int, ...]]:
+    """Allocate a sweep's buffers for its largest size; on out-of-memory, try the next smaller.
+
+    The budget is computed from the free memory a moment earlier, and on a
+    GPU other processes can take memory in between, so the allocation may
+    still fail. Then the memory is released (:func:`release_memory`) and the
+    next size down is tried. Returns (what ``allocate`` returned, the sizes
+    kept, the sizes dropped for running out of memory); raises
+    :class:`MemoryBudgetError` if even the smallest size fails.
+    """
+    remaining = sorted(sizes)
+    if not remaining:
+        raise ValueError(f"{what}: sizes is empty, so there is nothing to allocate")
+    failed: list[int] = []
+    error = ""
+    while remaining:
+        try:
+            return allocate(remaining[-1]), tuple(remaining), tuple(sorted(failed))
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            failed.append(remaining.pop())
+            error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        release_memory(device)
+    raise MemoryBudgetError(
+        out_of_memory_message(what, f"allocating even {format_bytes(min(failed))} per array",
+                              None, device) + f" ({error})"
+    )  # fmt: skip

@@ -16,12 +16,16 @@ def free_4mib(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(memory, "available_bytes", lambda device="cpu": 4 * MiB)
 
 
-def test_host_free_memory_comes_from_psutil() -> None:
+def test_host_free_memory_comes_from_psutil_within_the_container_limit() -> None:
     import psutil
 
     free = memory.available_bytes("cpu")
     assert isinstance(free, int) and free > 0
-    assert abs(free - psutil.virtual_memory().available) < 512 * MiB  # read moments apart
+    expected = psutil.virtual_memory().available
+    container = memory.container_memory()
+    if container is not None:
+        expected = min(expected, container.headroom_bytes)
+    assert abs(free - expected) < 512 * MiB  # read moments apart
 
 
 @pytest.mark.parametrize(
@@ -93,3 +97,183 @@ def test_fit_sizes_validates() -> None:
         memory.fit_sizes("1024")
     with pytest.raises(ValueError, match="sizes_bytes"):
         memory.fit_sizes([0])
+
+
+# --------------------------------------------------------------------------- containers
+
+
+def _cgroup_tree(tmp_path, monkeypatch: pytest.MonkeyPatch, own: str, files: dict[str, str]):
+    """A fake /sys/fs/cgroup under tmp_path, and /proc/self/cgroup listing ``own``."""
+    root = tmp_path / "cgroup"
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    proc = tmp_path / "proc-self-cgroup"
+    proc.write_text(own)
+    monkeypatch.setattr(memory, "_CGROUP_ROOT", root)
+    monkeypatch.setattr(memory, "_PROC_SELF_CGROUP", proc)
+    return root
+
+
+def _host_psutil(monkeypatch: pytest.MonkeyPatch, available: int, total: int = 256 * 1024**3):
+    from types import SimpleNamespace
+
+    import psutil
+
+    fake = SimpleNamespace(available=available, total=total)
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: fake)
+
+
+def test_cgroup_v2_limit_caps_the_free_memory(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a JupyterHub pod: 2 GiB limit, 1.5 GiB charged of which 512 MiB is reclaimable cache,
+    # on a node with 250 GiB available
+    _cgroup_tree(tmp_path, monkeypatch, "0::/kubepods/pod1/abc\n", {
+        "cgroup.controllers": "cpu memory\n",
+        "kubepods/pod1/abc/memory.max": f"{2 * 1024**3}\n",
+        "kubepods/pod1/abc/memory.current": f"{1536 * MiB}\n",
+        "kubepods/pod1/abc/memory.stat": f"anon 1\ninactive_file {512 * MiB}\nactive_file 9\n",
+        "kubepods/pod1/memory.max": "max\n",
+    })  # fmt: skip
+    _host_psutil(monkeypatch, 250 * 1024**3)
+    container = memory.container_memory()
+    assert container is not None
+    assert container.limit_bytes == 2 * 1024**3 and container.used_bytes == 1024 * MiB
+    assert container.headroom_bytes == 1024 * MiB
+    assert memory.available_bytes("cpu") == 1024 * MiB
+    assert memory.budget_bytes() == 256 * MiB
+    assert memory.total_bytes("cpu") == 2 * 1024**3
+
+
+def test_cgroup_parent_limit_binds_when_tighter(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _cgroup_tree(tmp_path, monkeypatch, "0::/user/job\n", {
+        "user/job/memory.max": f"{8 * 1024**3}\n",
+        "user/job/memory.current": f"{1 * 1024**3}\n",
+        "user/memory.max": f"{4 * 1024**3}\n",
+        "user/memory.current": f"{3 * 1024**3}\n",
+    })  # fmt: skip
+    _host_psutil(monkeypatch, 100 * 1024**3)
+    assert memory.available_bytes("cpu") == 1 * 1024**3
+
+
+def test_cgroup_v1_and_a_container_without_its_own_namespace(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Docker on cgroup v1 without a cgroup namespace: /proc/self/cgroup names /docker/<id>,
+    # but the container's own cgroup is mounted at the root of the memory hierarchy
+    _cgroup_tree(tmp_path, monkeypatch, "12:cpu,cpuacct:/docker/abc\n4:memory:/docker/abc\n", {
+        "memory/memory.limit_in_bytes": f"{3 * 1024**3}\n",
+        "memory/memory.usage_in_bytes": f"{1 * 1024**3}\n",
+        "memory/memory.stat": f"cache 5\ntotal_inactive_file {256 * MiB}\n",
+    })  # fmt: skip
+    _host_psutil(monkeypatch, 60 * 1024**3)
+    assert memory.available_bytes("cpu") == 2 * 1024**3 + 256 * MiB
+
+
+@pytest.mark.parametrize("files", [
+    {},  # not Linux, or no cgroup file system
+    {"memory.max": "max\n", "memory.current": "123\n"},  # v2 without a limit
+    {"memory/memory.limit_in_bytes": "9223372036854771712\n"},  # v1's "unlimited"
+    {"memory.max": "garbage\n"},  # unreadable values mean no limit
+])  # fmt: skip
+def test_no_cgroup_limit_leaves_psutil_alone(tmp_path, monkeypatch: pytest.MonkeyPatch,
+                                             files: dict) -> None:  # fmt: skip
+    _cgroup_tree(tmp_path, monkeypatch, "0::/\n4:memory:/\n", files)
+    _host_psutil(monkeypatch, 5 * 1024**3)
+    assert memory.container_memory() is None
+    assert memory.available_bytes("cpu") == 5 * 1024**3
+
+
+def test_unreadable_cgroup_files_mean_no_limit(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = _cgroup_tree(tmp_path, monkeypatch, "0::/\n", {})
+    (root / "memory.max").mkdir(parents=True)  # reading a directory raises OSError
+    monkeypatch.setattr(memory, "_PROC_SELF_CGROUP", tmp_path / "missing")
+    assert memory.container_memory() is None
+
+
+def test_doctor_shows_the_container_limit_only_when_there_is_one(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from labkit import cpu, doctor
+
+    def memory_line(info: cpu.CpuInfo) -> str:
+        table = doctor._Table(color=False)
+        doctor._cpu_rows(table, type("Report", (), {"cpu": info})())
+        return next(x for x in table.lines if x.strip().startswith("memory"))
+
+    _host_psutil(monkeypatch, 200 * 1024**3, total=256 * 1024**3)
+    _cgroup_tree(tmp_path, monkeypatch, "0::/\n", {})
+    info = cpu.cpu_info()
+    assert info.memory_limit_bytes is None and info.memory_available_bytes == 200 * 1024**3
+    assert memory_line(info) == "  memory         256 GiB total, 200 GiB available"  # unchanged
+    _cgroup_tree(tmp_path / "limited", monkeypatch, "0::/\n", {
+        "memory.max": f"{2 * 1024**3}\n", "memory.current": f"{512 * MiB}\n",
+    })  # fmt: skip
+    info = cpu.cpu_info()
+    assert info.memory_limit_bytes == 2 * 1024**3
+    assert info.memory_available_bytes == 1536 * MiB
+    assert memory_line(info).endswith("256 GiB total, 1.50 GiB available (container limit 2 GiB)")
+
+
+# --------------------------------------------------------------------------- explicit sizes, OOM
+
+
+def test_check_fits_names_the_argument(free_4mib: None) -> None:
+    with pytest.raises(MemoryBudgetError, match="Ask for a smaller n_elements"):
+        memory.check_fits(2 * MiB, what="strided_read", name="n_elements")
+    with pytest.raises(MemoryBudgetError, match="nothing fits here"):
+        memory.check_fits(MiB, extra_bytes=2 * MiB, what="with a flush buffer")
+
+
+def test_fit_sizes_refuses_user_sizes_beyond_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory, "available_bytes", lambda device="cpu": 4 * MiB)
+    monkeypatch.setattr(memory, "total_bytes", lambda device="cpu": 16 * MiB)
+    kept, dropped = memory.fit_sizes([4096, 8 * MiB], name="sizes_bytes")  # within the machine
+    assert kept == (4096,) and dropped == (8 * MiB,)
+    with pytest.raises(MemoryBudgetError) as info:
+        memory.fit_sizes([4096, 10**15], name="sizes_bytes")
+    text = str(info.value)
+    assert "largest size in sizes_bytes" in text and "16 MiB this machine has" in text
+    assert "4 MiB of host memory is free" in text and "smaller sizes_bytes" in text
+    with pytest.raises(MemoryBudgetError, match="smallest size in sizes_bytes"):
+        memory.fit_sizes([2 * MiB, 8 * MiB], name="sizes_bytes")
+    assert memory.fit_sizes([2 * MiB]) == ((), (2 * MiB,))  # default sizes: the caller decides
+
+
+def test_out_of_memory_errors_are_recognised() -> None:
+    import torch
+
+    assert memory.is_out_of_memory(torch.cuda.OutOfMemoryError("CUDA out of memory."))
+    assert memory.is_out_of_memory(RuntimeError("CUDA error: out of memory"))
+    assert memory.is_out_of_memory(MemoryError())
+    assert not memory.is_out_of_memory(RuntimeError("shape mismatch"))
+    assert not memory.is_out_of_memory(ValueError("out of memory"))
+
+
+def test_allocate_shrinking_steps_down_past_sizes_that_fail(monkeypatch) -> None:
+    released: list[str] = []
+    monkeypatch.setattr(memory, "release_memory", lambda device="cuda": released.append(device))
+
+    def allocate(size: int) -> str:
+        if size > 1000:
+            raise MemoryError
+        return f"buffers of {size}"
+
+    got, kept, failed = memory.allocate_shrinking([10, 100, 1000, 5000, 9000], allocate,
+                                                  device="cuda:0", what="a sweep")  # fmt: skip
+    assert got == "buffers of 1000" and kept == (10, 100, 1000) and failed == (5000, 9000)
+    assert released == ["cuda:0", "cuda:0"]
+    with pytest.raises(MemoryBudgetError, match="a sweep: allocating even 10 B"):
+        memory.allocate_shrinking([10, 20], lambda size: allocate(10**9), device="cuda",
+                                  what="a sweep")  # fmt: skip
+    with pytest.raises(ValueError, match="boom"):
+        memory.allocate_shrinking([10], lambda size: (_ for _ in ()).throw(ValueError("boom")),
+                                  device="cpu", what="x")  # fmt: skip
+
+
+@pytest.mark.parametrize(("device", "expected"), [("cpu", "cpu"), ("cuda", "cuda"),
+                                                  ("cuda:1", "cuda:1"), ("mps", "cpu"),
+                                                  ("xpu:0", "cpu")])  # fmt: skip
+def test_memory_device(device: str, expected: str) -> None:
+    assert memory.memory_device(device) == expected
+
