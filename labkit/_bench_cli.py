@@ -9,6 +9,17 @@ from typing import Any
 from labkit._optional import MissingPackageError, import_optional
 
 
+def check_record_flags(command: str, *, record: bool, quick: bool) -> None:
+    """``--record --quick`` is a ValueError: a recording made at toy sizes would mislead learners."""
+    if not isinstance(record, bool) or not isinstance(quick, bool):
+        raise TypeError(f"record and quick must be True or False, got {record!r} and {quick!r}")
+    if record and quick:
+        raise ValueError(
+            f"--record cannot be combined with --quick: a recording must use the full sizes "
+            f"(run `{command} --record`)"
+        )
+
+
 def preflight(command: str, *, record: bool, quick: bool = False, gpu_here: bool | None = None) -> int | None:
     """An exit code to return at once, or None when the benchmark should run.
 
@@ -20,11 +31,7 @@ def preflight(command: str, *, record: bool, quick: bool = False, gpu_here: bool
     """
     from labkit.gpu import has_gpu
 
-    if record and quick:
-        raise ValueError(
-            f"--record cannot be combined with --quick: a recording must use the full sizes "
-            f"(run `{command} --record`)"
-        )
+    check_record_flags(command, record=record, quick=quick)
     try:
         import_optional("torch", command)
     except MissingPackageError as exc:

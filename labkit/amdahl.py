@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from labkit._checks import check_ms, check_positive_int
+from labkit._checks import check_memory_fits, check_ms, check_optional_bool, check_positive_int
 from labkit._optional import import_optional
 from labkit.parallel import cpu_threads, torch_threads
 from labkit.timing import Timing, bench
@@ -111,7 +111,8 @@ def fit_serial_fraction(threads: Sequence[float], speedups: Sequence[float]) -> 
         denominator += x * x
     if denominator == 0:
         raise ValueError(
-            "fit_serial_fraction needs at least one measurement with more than 1 thread"
+            f"threads must include a count above 1 (with a speedup for it): fit_serial_fraction "
+            f"needs a measurement on more than 1 thread, got threads={list(threads)!r}"
         )
     return min(1.0, max(0.0, numerator / denominator))
 
@@ -220,10 +221,20 @@ def measure_thread_scaling(
     """
     from labkit.progress import progress
 
+    if not (callable(workload) or (isinstance(workload, str) and workload in WORKLOADS)):
+        raise ValueError(
+            f"workload must be a callable or one of {', '.join(map(repr, WORKLOADS))}, "
+            f"got {workload!r}"
+        )
     counts = default_thread_counts() if threads is None else _check_threads(threads)
     rounds = check_positive_int("rounds", rounds)
     warmup = check_ms("warmup_ms", warmup_ms, allow_zero=True)
     rep = check_ms("rep_ms", rep_ms)
+    check_positive_int("matmul_size", matmul_size)
+    check_positive_int("python_steps", python_steps)
+    check_optional_bool("show_progress", show_progress)
+    if not callable(workload):  # a, b and c of the built-in workloads' matmul, float32
+        check_memory_fits(3 * 4 * matmul_size**2, what=f"matmul_size={matmul_size}")
     name, fn = _workload(workload, matmul_size, python_steps)
 
     samples: dict[int, list[float]] = {n: [] for n in counts}

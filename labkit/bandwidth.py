@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labkit import memory as _memory
+from labkit._checks import check_ms
 from labkit.memory import DEFAULT_FRACTION, MemoryBudgetError, MemoryBudgetWarning, format_bytes
 from labkit.timing import Timing, bench, format_duration
 
@@ -200,13 +201,12 @@ def _check_int(name: str, value: Any, *, minimum: int) -> int:
 
 
 def _check_ms(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0:
-        raise ValueError(f"{name} must be a time budget in ms >= 0, got {value!r}")
-    return float(value)
+    """A finite budget in ms: warm-ups may be 0, ``rep_ms`` must be > 0 (bench needs samples)."""
+    return check_ms(name, value, allow_zero=name != "rep_ms")
 
 
 def _check_kernel(kernel: Any) -> str:
-    if kernel not in KERNELS:
+    if not isinstance(kernel, str) or kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
     return str(kernel)
 
@@ -411,6 +411,21 @@ def prepare_kernel(
     computation is meaningless, so it raises instead of timing.
     """
     kernel = _check_kernel(kernel)
+    n_elements = _check_int("n_elements", n_elements, minimum=1)
+    _memory.parse_device(device)
+    if isinstance(buffers, (str, bytes)) or not isinstance(buffers, Sequence):
+        raise TypeError(f"buffers must be a sequence of tensors (a, b, c), got {buffers!r}")
+    if len(buffers) < ARRAYS[kernel]:
+        raise ValueError(
+            f"buffers must hold the {ARRAYS[kernel]} arrays the {kernel} kernel uses, got "
+            f"{len(buffers)}"
+        )
+    short = [i for i, x in enumerate(buffers[: ARRAYS[kernel]]) if len(x) < n_elements]
+    if short:
+        raise ValueError(
+            f"n_elements={n_elements} is longer than buffers[{short[0]}] "
+            f"({len(buffers[short[0]])} elements)"
+        )
     a, b = buffers[0][:n_elements], buffers[1][:n_elements]
     c = buffers[2][:n_elements] if len(buffers) > 2 else None
     call = _kernel_call(kernel, a, b, c)
@@ -461,13 +476,14 @@ def stream_kernel(
     shrinks to fit instead (with a :class:`~labkit.memory.MemoryBudgetWarning`).
     """
     kernel = _check_kernel(kernel)
+    warmup_ms, rep_ms = _check_ms("warmup_ms", warmup_ms), _check_ms("rep_ms", rep_ms)
+    min_reps = _check_int("min_reps", min_reps, minimum=1)
     device = check_device(device)
     size = _single_size(bytes_per_array, device, fraction, ARRAYS[kernel], f"the {kernel} probe")
     n = size // ITEMSIZE_BYTES
     buffers = _allocate(n, ARRAYS[kernel], device)
-    return _measure(kernel, buffers, n, device, warmup_ms=_check_ms("warmup_ms", warmup_ms),
-                    rep_ms=_check_ms("rep_ms", rep_ms),
-                    min_reps=_check_int("min_reps", min_reps, minimum=1))  # fmt: skip
+    return _measure(kernel, buffers, n, device, warmup_ms=warmup_ms, rep_ms=rep_ms,
+                    min_reps=min_reps)  # fmt: skip
 
 
 def _single_size(
@@ -476,7 +492,8 @@ def _single_size(
     """An explicit size is checked (error if too big); the default shrinks to fit (warning)."""
     if bytes_per_array is not None:
         size = _check_int("bytes_per_array", bytes_per_array, minimum=ITEMSIZE_BYTES)
-        _memory.check_fits(size, device=device, fraction=fraction, arrays=arrays, what=what)
+        _memory.check_fits(size, device=device, fraction=fraction, arrays=arrays, what=what,
+                           name="bytes_per_array")  # fmt: skip
         return size - size % ITEMSIZE_BYTES
     wanted = dram_bytes_per_array(device)
     size = _memory.fit_bytes(wanted, device=device, fraction=fraction, arrays=arrays)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import math
 import numbers
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,13 +63,15 @@ def mlp(in_features: int = 256, hidden: Sequence[int] = (512, 512), num_classes:
     """
     from labkit._optional import import_optional
 
-    torch = import_optional("torch", "labkit.batching.mlp")
+    if isinstance(hidden, (str, bytes)) or not isinstance(hidden, Iterable):
+        raise TypeError(f"hidden must be a list of layer widths such as (512, 512), got {hidden!r}")
     sizes = [in_features, *hidden, num_classes]
     if any(isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 1 for s in sizes):
         raise ValueError(
             f"in_features, hidden and num_classes must be positive ints, got {in_features!r}, "
             f"{tuple(hidden)!r}, {num_classes!r}"
         )
+    torch = import_optional("torch", "labkit.batching.mlp")
     layers: list[Any] = []
     for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
         layers.append(torch.nn.Linear(int(a), int(b)))
@@ -313,6 +316,9 @@ class BatchSweep:
     dropped: tuple[int, ...] = ()
     memory_note: str = ""
     threads: int | None = None
+    #: The batch that ran out of GPU memory and ended a curve early (None if none did);
+    #: ``memory_note`` then says so and names the largest batch that fit.
+    out_of_memory_batch: int | None = None
 
     def curve(self, mode: str = "train") -> BatchCurve:
         for c in self.curves:
@@ -429,9 +435,26 @@ def _check_batches(batch_sizes: Any) -> list[int]:
     return sorted({int(b) for b in sizes})
 
 
+def _check_model(model: Any) -> None:
+    """"mlp", "cnn" or an nn.Module (which means torch is imported already), without importing torch."""
+    torch = sys.modules.get("torch")
+    if isinstance(model, str):
+        if model not in MODELS:
+            raise ValueError(
+                f"model must be one of {', '.join(map(repr, MODELS))} or an nn.Module, "
+                f"got {model!r}"
+            )
+    elif torch is None or not isinstance(model, torch.nn.Module):
+        raise TypeError(
+            f"model must be 'mlp', 'cnn' or a torch.nn.Module, got {type(model).__name__} instead"
+        )
+
+
 def _check_modes(modes: Any) -> tuple[str, ...]:
     if isinstance(modes, str):
         modes = (modes,)
+    if not isinstance(modes, Iterable):
+        raise TypeError(f"modes must be a selection of {', '.join(map(repr, MODES))}, got {modes!r}")
     checked = tuple(modes)
     if not checked or any(m not in MODES for m in checked) or len(set(checked)) != len(checked):
         raise ValueError(
@@ -477,35 +500,59 @@ def batch_sweep(
 
     The defaults time 24 points in a few seconds on two CPU cores.
     """
+    from labkit._checks import (
+        check_ms,
+        check_positive_int,
+        check_real,
+        check_seed,
+        check_torch_device,
+        resolve_torch_device,
+    )
     from labkit._optional import import_optional
 
+    # Every argument is checked before torch is imported or anything is measured.
+    _check_model(model)
+    if input_shape is not None:
+        check_shape(input_shape)
+    optimizer = check_optimizer(optimizer)
+    modes = _check_modes(modes)
+    fraction = check_real("memory_fraction", memory_fraction, low=0, high=1, low_open=True)
+    if batch_sizes is not None:
+        _check_batches(batch_sizes)
+    check_ms("warmup_ms", warmup_ms, allow_zero=True)
+    check_ms("rep_ms", rep_ms)
+    min_reps = check_positive_int("min_reps", min_reps)
+    seed = check_seed("seed", seed)
+    check_torch_device(device)
+
     torch = import_optional("torch", "labkit.batching.batch_sweep")
-    from labkit.device import pick_device
     from labkit.largest_batch import fit_memory
-    from labkit.memory import _check_fraction, budget_bytes, format_bytes
+    from labkit.memory import (
+        MemoryBudgetError,
+        budget_bytes,
+        format_bytes,
+        is_out_of_memory,
+        out_of_memory_message,
+        release_memory,
+    )
     from labkit.timing import bench
 
     model_fn, description, shape = resolve_model(model, input_shape)
-    optimizer = check_optimizer(optimizer)
-    modes = _check_modes(modes)
-    fraction = _check_fraction(memory_fraction)
-    dev = torch.device(device) if device is not None else pick_device("torch")
+    dev = resolve_torch_device(device)
     if batch_sizes is None:
         batch_sizes = GPU_BATCHES if dev.type == "cuda" else CPU_BATCHES
     sizes = _check_batches(batch_sizes)
-    for name, value in (("warmup_ms", warmup_ms), ("rep_ms", rep_ms)):
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, numbers.Real)
-            or not math.isfinite(value)
-            or value < 0
-        ):
-            raise ValueError(f"{name} must be a finite number of milliseconds >= 0, got {value!r}")
 
     # Memory: measure training steps from batch 1 up towards the sweep's largest batch (never
     # past half the budget), fit the line, keep the batches whose step fits the budget.
     memory_device = str(dev) if dev.type == "cuda" else "cpu"
     budget = budget_bytes(device=memory_device, fraction=fraction)
+    if budget < 1:  # nothing free at all: say so, rather than measure a step
+        raise MemoryBudgetError(
+            f"batch_sweep: the budget is {format_bytes(budget)} ({fraction:.0%} of the free "
+            f"{memory_device} memory), so no training step fits; close other programs (other "
+            "notebooks and kernels, browsers) to free memory"
+        )
     fit = fit_memory(
         model_fn,
         shape,
@@ -525,7 +572,11 @@ def batch_sweep(
             f"{format_bytes(budget)} budget ({fraction:.0%} of the free memory)"
         )
     if not kept:
-        raise ValueError(f"no batch size fits in memory here: {note}")
+        raise MemoryBudgetError(
+            f"no batch in batch_sizes fits the memory budget here: {note}. Pass smaller "
+            "batch_sizes, a smaller model or input_shape, or close other programs"
+        )
+    oom_note, oom_batch = "", None
 
     torch.manual_seed(seed)
     net = model_fn().to(dev)
@@ -535,30 +586,46 @@ def batch_sweep(
     for mode in modes:
         points = []
         for b in kept:
-            x, y = make_batch(net, shape, b, dev, seed=seed)
-            if mode == "train":
-                net.train()
-                timing = bench(
-                    train_step,
-                    net,
-                    opt,
-                    x,
-                    y,
-                    device=str(dev),
-                    label=f"train, batch {b}",
-                    warn=False,
-                    **budget_kw,
-                )
-            else:
-                net.eval()
+            timing = None
+            try:
+                x, y = make_batch(net, shape, b, dev, seed=seed)
+                if mode == "train":
+                    net.train()
+                    timing = bench(
+                        train_step,
+                        net,
+                        opt,
+                        x,
+                        y,
+                        device=str(dev),
+                        label=f"train, batch {b}",
+                        warn=False,
+                        **budget_kw,
+                    )
+                else:
+                    net.eval()
 
-                def infer(x: Any = x) -> None:
-                    with torch.inference_mode():
-                        net(x)
+                    def infer(x: Any = x) -> None:
+                        with torch.inference_mode():
+                            net(x)
 
-                timing = bench(
-                    infer, device=str(dev), label=f"inference, batch {b}", warn=False, **budget_kw
-                )
+                    timing = bench(
+                        infer, device=str(dev), label=f"inference, batch {b}", warn=False, **budget_kw
+                    )
+            except Exception as exc:  # out of memory: this curve ends at the batches that fit
+                if not is_out_of_memory(exc):
+                    raise
+            x = y = None
+            if timing is None:
+                oom_batch = b if oom_batch is None else min(oom_batch, b)
+                largest = f"batch {points[-1].batch_size}" if points else None
+                line = out_of_memory_message(f"batch_sweep ({mode})", f"batch {b}", largest, dev)
+                oom_note = f"{oom_note}; {line}" if oom_note else line
+                release_memory(dev)
+                if not points:
+                    raise MemoryBudgetError(line)
+                print(line)
+                break
             points.append(
                 BatchPoint(
                     mode,
@@ -569,7 +636,6 @@ def batch_sweep(
                     timing,
                 )
             )
-            del x, y
         curves.append(BatchCurve(mode, tuple(points)))
     return BatchSweep(
         model=description,
@@ -578,8 +644,9 @@ def batch_sweep(
         optimizer=optimizer,
         curves=tuple(curves),
         dropped=dropped,
-        memory_note=note,
+        memory_note="; ".join(n for n in (note, oom_note) if n),
         threads=torch.get_num_threads() if dev.type == "cpu" else None,
+        out_of_memory_batch=oom_batch,
     )
 
 
@@ -593,15 +660,10 @@ def latency_budget_batch(
     latency budget takes the largest batch that meets it, not the peak.
     """
     if not isinstance(result, BatchSweep):
-        raise TypeError(f"Expected an instance of BatchSweep, got {type(result).__name__} instead")
-    if (
-        isinstance(max_latency_ms, bool)
-        or not isinstance(max_latency_ms, numbers.Real)
-        or not max_latency_ms > 0
-    ):
-        raise ValueError(
-            f"max_latency_ms must be a positive number of milliseconds, got {max_latency_ms!r}"
-        )
+        raise TypeError(f"Expected an instance of BatchSweep as result, got {type(result).__name__} instead")
+    from labkit._checks import check_ms
+
+    max_latency_ms = check_ms("max_latency_ms", max_latency_ms)
     fitting = [p.batch_size for p in result.curve(mode).points if p.latency_ms <= max_latency_ms]
     return max(fitting) if fitting else None
 
@@ -617,10 +679,13 @@ def plot_batch_sweep(result: BatchSweep, ax: Any = None) -> Any:
     right of it the throughput line is flat while the latency line keeps
     climbing, which is the trade-off.
     """
+    from labkit._checks import check_ax
+
+    check_ax(ax)
     from labkit.plots import _plain_log_ticks, _pyplot, style_axes
 
     if not isinstance(result, BatchSweep):
-        raise TypeError(f"Expected an instance of BatchSweep, got {type(result).__name__} instead")
+        raise TypeError(f"Expected an instance of BatchSweep as result, got {type(result).__name__} instead")
     plt = _pyplot()
     from matplotlib.ticker import NullLocator
 

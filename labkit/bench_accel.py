@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from labkit._checks import check_flags, check_positive_int
 from labkit.accel._common import first_line, seconds, times
 from labkit.timing import format_duration
 
@@ -43,6 +44,7 @@ def mlp_factory() -> Any:
 
 def mlp_data(batch: int = 256) -> tuple[Any, Any]:
     """A (batch, 256) float32 input and integer labels in [0, 10), on the CPU, seeded."""
+    check_positive_int("batch", batch)
     import torch
 
     gen = torch.Generator().manual_seed(0)
@@ -178,6 +180,7 @@ class AccelResults:
 
 def measure(quick: bool = False) -> AccelResults:
     """Run the four measurements on the best torch device here (CUDA where there is one)."""
+    check_flags(quick=quick)
     from labkit.accel import (
         async_launch_demo,
         mixed_precision_torch,
@@ -222,6 +225,7 @@ def run_accel_benchmark(as_json: bool = False, record: bool = False, quick: bool
     and returns 0. Without torch it prints the install command and returns
     1. ``record`` with ``quick`` is a ValueError (exit 2).
     """
+    check_flags(as_json=as_json, record=record, quick=quick)
     from labkit._bench_cli import preflight, record_and_report
 
     early = preflight("labkit bench accel", record=record, quick=quick)

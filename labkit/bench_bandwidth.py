@@ -34,6 +34,7 @@ from labkit import bandwidth as _bandwidth
 from labkit import cstream as _cstream
 from labkit import memory as _memory
 from labkit import reference as _reference
+from labkit._checks import check_flags, check_positive_int
 from labkit.memory import format_bytes
 from labkit.timing import Timing, bench, format_duration
 
@@ -114,6 +115,7 @@ class CpuBandwidth:
 
 def cpu_bytes_per_array(max_bytes: int | None = None, *, arrays: int = 3) -> tuple[int, list[str]]:
     """DRAM-sized bytes per array, at most ``max_bytes``, shrunk so ``arrays`` of them fit."""
+    check_positive_int("arrays", arrays)
     notes: list[str] = []
     wanted = _bandwidth.dram_bytes_per_array("cpu")
     if max_bytes is not None:
@@ -271,6 +273,8 @@ def run_gpu(max_bytes: int | None = None) -> dict[str, Any]:
 
 def gpu_summary(parts: dict[str, Any]) -> list[str]:
     """Lines for people: the GPU results, as printed and as stored in the recording."""
+    if not isinstance(parts, dict) or "d2d" not in parts:
+        raise TypeError(f"parts must be the dict run_gpu() returns, got {type(parts).__name__}")
     d2d = parts["d2d"]
     fmt = _bandwidth.format_gb_per_s
     lines = [f"device-to-device copy, {format_bytes(d2d.labkit.bytes_per_array)} per array "
@@ -313,6 +317,8 @@ def _gpu_json(parts: dict[str, Any]) -> dict[str, Any]:
 
 def format_cpu(cpu: CpuBandwidth) -> str:
     """The CPU table and the ratio line."""
+    if not isinstance(cpu, CpuBandwidth):
+        raise TypeError(f"cpu must be a CpuBandwidth (from run_cpu()), got {type(cpu).__name__}")
     fmt = _bandwidth.format_gb_per_s
     header = ["kernel", "measured by", "bandwidth", "median", "threads"]
     table = [header]
@@ -383,6 +389,10 @@ def run_bandwidth_benchmark(
     and returns 0. ``max_bytes`` caps the bytes per array (tests use a tiny
     size; a cache-sized array measures the cache, not DRAM).
     """
+    check_flags(as_json=as_json, record=record)
+    if max_bytes is not None:
+        _bandwidth._check_int("max_bytes", max_bytes, minimum=4096)
+    _bandwidth._check_int("rounds", rounds, minimum=1)
     from labkit import __version__
     from labkit.gpu import has_gpu
     from labkit.pitfalls import gpu_identity, json_safe

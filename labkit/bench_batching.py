@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from labkit._checks import check_flags
+
 #: The recording ``--record`` writes.
 REFERENCE_NAME = "batching"
 
@@ -63,6 +65,7 @@ class BatchingResults:
 
 def measure(quick: bool = False) -> BatchingResults:
     """The sweep (train and inference) and the largest-batch search, on a GPU if there is one."""
+    check_flags(quick=quick)
     from labkit import batching, largest_batch
     from labkit.gpu import has_gpu
     from labkit.memory import budget_bytes
@@ -92,6 +95,7 @@ def run_batching_benchmark(
     *, as_json: bool = False, record: bool = False, quick: bool = False
 ) -> int:
     """``labkit bench batching``; returns the exit code (same rules as the other recorders)."""
+    check_flags(as_json=as_json, record=record, quick=quick)
     from labkit._bench_cli import preflight, record_and_report
 
     early = preflight("labkit bench batching", record=record, quick=quick)

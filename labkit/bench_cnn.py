@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from labkit._checks import check_flags
 from labkit.accel._common import first_line, times
 
 #: The recording ``--record`` writes.
@@ -142,6 +143,7 @@ class CnnResults:
 
 def measure(quick: bool = False) -> CnnResults:
     """Every variant of :data:`VARIANTS` that this device runs, on a fresh seeded CNN each."""
+    check_flags(quick=quick)
     import torch
 
     from labkit import models
@@ -176,6 +178,7 @@ def measure(quick: bool = False) -> CnnResults:
 
 def run_cnn_benchmark(as_json: bool = False, record: bool = False, quick: bool = False) -> int:
     """``labkit bench cnn``; returns the exit code (same rules as the other recorders)."""
+    check_flags(as_json=as_json, record=record, quick=quick)
     from labkit._bench_cli import preflight, record_and_report
 
     early = preflight("labkit bench cnn", record=record, quick=quick)

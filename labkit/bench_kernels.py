@@ -34,6 +34,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from labkit._checks import check_flags
+
 #: The recording ``--record`` writes.
 REFERENCE_NAME = "kernels"
 
@@ -186,6 +188,7 @@ def _log(message: str) -> None:
 
 def measure(quick: bool = False, *, tune: bool = True) -> tuple[KernelsBenchResult, dict[str, str]]:
     """Run every part; returns the result and the Kernel Tuner cache files ({kernel: path})."""
+    check_flags(quick=quick, tune=tune)
     from labkit.kernels import cupy_run as run
     from labkit.kernels import tuning
 
@@ -273,6 +276,7 @@ def run_kernels_benchmark(
     - CuPy missing: one line naming the install command, exit 1.
     - No GPU: one line saying nothing was measured, exit 0 (with or without --record).
     """
+    check_flags(as_json=as_json, record=record, quick=quick)
     from labkit._bench_cli import record_and_report
     from labkit._optional import MissingPackageError, import_optional
     from labkit.kernels.cupy_run import cupy_gpu_available

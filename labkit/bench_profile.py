@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from labkit._checks import check_flags
 from labkit.timing import format_duration
 
 #: The recording ``--record`` writes.
@@ -164,6 +165,7 @@ def _first_line(exc: BaseException) -> str:
 
 def measure(quick: bool = False) -> ProfileResults:
     """Profile, scan and time both loops on the best device; each part fails on its own."""
+    check_flags(quick=quick)
     from labkit._optional import import_optional
     from labkit.device import pick_device
     from labkit.profiling import find_sync_points, profile_training, time_sync_stall
@@ -221,6 +223,7 @@ def run_profile_benchmark(
     *, as_json: bool = False, record: bool = False, quick: bool = False
 ) -> int:
     """``labkit bench profile``; returns the exit code (same rules as the other recorders)."""
+    check_flags(as_json=as_json, record=record, quick=quick)
     from labkit._bench_cli import preflight, record_and_report
 
     early = preflight("labkit bench profile", record=record, quick=quick)

@@ -20,6 +20,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from labkit._checks import check_flags
 from labkit.accel._common import ratio, times
 from labkit.timing import format_duration
 
@@ -148,6 +149,7 @@ def _measure_torch(shape: dict[str, int], budget: dict[str, float], device: str)
 
 def measure(quick: bool = False) -> RnnResults:
     """Keras where TensorFlow is importable, else torch; on the GPU where there is one."""
+    check_flags(quick=quick)
     import dataclasses
 
     from labkit.gpu import has_gpu
@@ -166,6 +168,7 @@ def measure(quick: bool = False) -> RnnResults:
 
 def run_rnn_benchmark(as_json: bool = False, record: bool = False, quick: bool = False) -> int:
     """``labkit bench rnn``; returns the exit code (same rules as the other recorders)."""
+    check_flags(as_json=as_json, record=record, quick=quick)
     from labkit._bench_cli import preflight, record_and_report
 
     early = preflight("labkit bench rnn", record=record, quick=quick)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit import reference as _reference
+from labkit._checks import check_flags, check_optional_bool
 from labkit.bandwidth import BandwidthResult, format_gb_per_s
 from labkit.memory import format_bytes
 from labkit.rates import format_gflop_per_s, three_digits
@@ -57,6 +58,7 @@ def standard_ops(on_gpu: bool, quick: bool = False) -> tuple[OpSpec, ...]:
     convolution, and on a GPU the same 4096 matmul with TF32, bfloat16 and
     float16 tensor cores. ``quick`` shrinks everything to toy sizes.
     """
+    check_flags(on_gpu=on_gpu, quick=quick)
     n = 2**16 if quick else 2**26
     sizes = (64, 128) if quick else ((256, 1024, 4096) if on_gpu else (256, 1024))
     conv = (1, 8, 16, 16, 8) if quick else (32, 64, 56, 56, 64)
@@ -205,6 +207,8 @@ class DeviceRoofline:
 def measure_device(device: str, quick: bool = False, show_progress: bool | None = None
                    ) -> DeviceRoofline:  # fmt: skip
     """Measure ``device``'s roofs, then run :func:`standard_ops` on it and place each one."""
+    check_flags(quick=quick)
+    check_optional_bool("show_progress", show_progress)
     from labkit.bandwidth import peak_bandwidth
     from labkit.memory import check_fits
     from labkit.roofline_measure import measure_op, measure_peak_compute
@@ -249,6 +253,8 @@ def measure_device(device: str, quick: bool = False, show_progress: bool | None 
 
 def measure(quick: bool = False, show_progress: bool | None = None) -> list[DeviceRoofline]:
     """The CPU's roofline and, where torch sees a CUDA GPU, the GPU's."""
+    check_flags(quick=quick)
+    check_optional_bool("show_progress", show_progress)
     from labkit.gpu import has_gpu
 
     devices = ["cpu", *(["cuda"] if has_gpu() else [])]
@@ -263,6 +269,7 @@ def run_roofline_benchmark(as_json: bool = False, record: bool = False, quick: b
     1. ``record`` with ``quick`` is a ValueError (exit 2): toy sizes would
     misrepresent the GPU to every learner who reads the recording.
     """
+    check_flags(as_json=as_json, record=record, quick=quick)
     from labkit import __version__
     from labkit._bench_cli import preflight
     from labkit.pitfalls import gpu_identity, json_safe

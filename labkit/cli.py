@@ -11,10 +11,19 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+#: Bounds of ``labkit bench bandwidth``'s numbers, checked before anything is measured.
+MIN_BYTES_PER_ARRAY = 4096  # labkit.bandwidth.MIN_BYTES_PER_ARRAY: below it a call is all overhead
+MAX_ROUNDS = 100  # each round takes seconds; more than this is a typo, not a plan
+
+
+def _one_line(text: str) -> str:
+    """``text`` on one line: an error message, or a bad value echoed in one, may hold newlines."""
+    return " ".join(str(text).split())
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
-        self.exit(2, f"labkit: error: {message} (see `labkit --help`)\n")
+        self.exit(2, f"labkit: error: {_one_line(message)} (see `labkit --help`)\n")
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -75,17 +84,20 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     bandwidth.add_argument(
         "--max-bytes",
-        type=_positive_int,
+        type=_bytes_per_array,
         default=None,
         metavar="N",
-        help="cap the bytes per array (a cache-sized cap measures the cache, not DRAM)",
+        help=(
+            f"cap the bytes per array, at least {MIN_BYTES_PER_ARRAY} (a cache-sized cap "
+            "measures the cache, not DRAM)"
+        ),
     )
     bandwidth.add_argument(
         "--rounds",
-        type=_positive_int,
+        type=_rounds,
         default=4,
         metavar="N",
-        help="rounds in which labkit and the references take turns (default 4)",
+        help=f"rounds in which labkit and the references take turns, 1 to {MAX_ROUNDS} (default 4)",
     )
     parallel = bench_sub.add_parser(
         "parallel",
@@ -184,20 +196,69 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _positive_int(text: str) -> int:
+def _positive_int(text: str, *, minimum: int = 1, maximum: int | None = None) -> int:
+    bounds = f"from {minimum} to {maximum}" if maximum else f">= {minimum}"
     try:
-        value = int(text)
+        value = int(text.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected an integer {bounds}, got {text!r}") from None
+    if value < minimum or (maximum is not None and value > maximum):
+        raise argparse.ArgumentTypeError(f"expected an integer {bounds}, got {text!r}")
     return value
 
 
+def _bytes_per_array(text: str) -> int:
+    return _positive_int(text, minimum=MIN_BYTES_PER_ARRAY)
+
+
+def _rounds(text: str) -> int:
+    return _positive_int(text, maximum=MAX_ROUNDS)
+
+
+def _benchmarks(parser: argparse.ArgumentParser) -> list[str]:
+    """The names ``labkit bench`` accepts, read from the parser so the list cannot go stale."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for inner in action.choices["bench"]._actions:
+                if isinstance(inner, argparse._SubParsersAction):
+                    return list(inner.choices)
+    return []
+
+
+def _check_before_running(args: argparse.Namespace) -> None:
+    """Refuse what would fail only after the measurements: bad flag combinations, no place to record.
+
+    ``--record`` with a GPU writes into labkit's reference folder; when that
+    folder is read-only (site-packages of a shared install) the run would be
+    lost at the very end, so it is checked first.
+    """
+    if args.command != "bench" or not getattr(args, "record", False):
+        return
+    from labkit._bench_cli import check_record_flags
+
+    check_record_flags(f"labkit bench {args.bench}", record=True, quick=getattr(args, "quick", False))
+    from labkit import gpu
+
+    try:
+        gpu_here = gpu.has_gpu()
+    except ImportError:  # no torch: the benchmark itself says what to install
+        return
+    if gpu_here:
+        from labkit.reference import check_writable
+
+        check_writable()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``labkit`` command; the exit code: 0 done, 1 nothing measured, 2 bad input."""
+    from labkit._optional import MissingPackageError
+
     parser = _build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.command == "bench" and args.bench is None:
+            parser.error(f"labkit bench needs a benchmark: {', '.join(_benchmarks(parser))}")
+        _check_before_running(args)
         if args.command == "doctor":
             from labkit.doctor import run_doctor
 
@@ -237,9 +298,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.parse_args(["bench", "--help"])
         parser.print_help()
         return 0
-    except (ValueError, TypeError) as exc:
-        print(f"labkit: error: {exc}", file=sys.stderr)
+    except (ValueError, TypeError) as exc:  # bad input, also when found deep inside a benchmark
+        print(f"labkit: error: {_one_line(str(exc)) or type(exc).__name__}", file=sys.stderr)
         return 2
+    except MissingPackageError as exc:  # nothing could be measured: say what to install
+        print(f"labkit: {_one_line(str(exc))}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:  # pragma: no cover - interactive
         print("labkit: interrupted", file=sys.stderr)
         return 130

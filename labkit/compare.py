@@ -9,6 +9,7 @@ faster", "0.50×" as "twice as slow".
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -95,6 +96,10 @@ class Comparison:
 
 def format_speedup(speedup: float) -> str:
     """3.2147 -> "3.21×", 152.3 -> "152×"; how many times faster than the baseline."""
+    if isinstance(speedup, bool) or not isinstance(speedup, numbers.Real):
+        raise TypeError(f"speedup must be a number, got {type(speedup).__name__} ({speedup!r})")
+    if math.isnan(speedup) or speedup < 0:
+        raise ValueError(f"speedup must be a ratio >= 0 (inf allowed), got {speedup!r}")
     if math.isinf(speedup):
         return "inf×"
     return f"{speedup:.2f}×" if speedup < 100 else f"{speedup:.0f}×"

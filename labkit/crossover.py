@@ -18,6 +18,7 @@ from typing import Any
 
 from labkit._checks import check_ms
 from labkit._optional import import_optional
+from labkit.memory import parse_device
 from labkit.timing import Timing, bench, format_duration
 
 
@@ -124,7 +125,8 @@ def launch_overhead(
     """
     from labkit.gpu import has_gpu
 
-    if not isinstance(device, str) or device.split(":")[0] != "cuda":
+    kind, _index = parse_device(device)  # TypeError for a non-string, naming device
+    if kind != "cuda":
         raise ValueError(f"device must be 'cuda' or 'cuda:N', got {device!r}")
     warmup = check_ms("warmup_ms", warmup_ms, allow_zero=True)
     rep = check_ms("rep_ms", rep_ms)

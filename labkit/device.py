@@ -119,7 +119,11 @@ def device_report(frameworks: Sequence[str] = FRAMEWORKS) -> DeviceReport:
     ``frameworks=("torch",)`` to skip the others. Never raises because a
     framework is missing or broken: that becomes a field and a finding.
     """
-    if isinstance(frameworks, str) or not all(isinstance(f, str) for f in frameworks):
+    if (
+        isinstance(frameworks, (str, bytes))
+        or not isinstance(frameworks, Sequence)
+        or not all(isinstance(f, str) for f in frameworks)
+    ):
         raise TypeError(
             f"frameworks must be a sequence of names such as ('torch',), got {frameworks!r}"
         )

@@ -20,6 +20,16 @@ from labkit import reference as _reference
 from labkit._optional import import_optional, is_installed
 
 
+def _check_reference(reference: object) -> None:
+    """None, or a valid recording name; the error names ``reference``."""
+    if reference is None:
+        return
+    try:
+        _reference.check_name(reference)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"reference: {exc}") from None
+
+
 def has_gpu() -> bool:
     """Whether a CUDA GPU is usable here: by torch (ROCm builds count), or by CuPy without torch.
 
@@ -44,6 +54,9 @@ def has_gpu() -> bool:
 
 def no_gpu_lines(what: str, reference: str | None = None) -> list[str]:
     """The lines :func:`require_gpu` prints on a machine without a GPU."""
+    if not isinstance(what, str) or not what.strip():
+        raise ValueError(f"what must describe what the cell shows, got {what!r}")
+    _check_reference(reference)
     lines = [f"No GPU here: this cell would show {what}."]
     if reference is None:
         return lines
@@ -71,8 +84,7 @@ def require_gpu(what: str, reference: str | None = None) -> bool:
             f"what must describe what the cell shows (e.g. 'the speedup of a GPU matmul'), "
             f"got {what!r}"
         )
-    if reference is not None:
-        _reference.check_name(reference)
+    _check_reference(reference)
     if has_gpu():
         return True
     for line in no_gpu_lines(what.strip().rstrip("."), reference):

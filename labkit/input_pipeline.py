@@ -38,6 +38,7 @@ each read, the rule ``bench`` itself follows; the samples then become
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 import time
@@ -110,6 +111,12 @@ def decode_sample(
     ``python_ms`` adds that much pure-Python work (a bytecode loop), which
     holds the GIL throughout, like a decoder written in Python.
     """
+    index = _check_int("index", index, 0)
+    if _check_int("decode_px", decode_px, 8) % 8:
+        raise ValueError(f"decode_px must be a multiple of 8 (8×8 blocks), got {decode_px!r}")
+    io_ms, python_ms = _check_ms("io_ms", io_ms), _check_ms("python_ms", python_ms)
+    num_classes = _check_int("num_classes", num_classes, 1)
+    seed = _check_int("seed", seed, 0)
     if io_ms > 0:
         time.sleep(io_ms / 1e3)
     if python_ms > 0:
@@ -156,8 +163,14 @@ def augment_sample(
     Seeded by ``(seed, index, 1)``: deterministic here so runs repeat; a real
     pipeline draws new crops every epoch.
     """
-    rng = np.random.default_rng((seed, index, 1))
+    if not isinstance(image, np.ndarray) or image.ndim != 3 or image.shape[0] != 3:
+        raise TypeError(f"image must be a 3×H×W numpy array, got {type(image).__name__}")
+    index = _check_int("index", index, 0)
     side = image.shape[-1]
+    if _check_int("image_size", image_size, 1) > side:
+        raise ValueError(f"image_size must be at most the image's side ({side}), got {image_size}")
+    seed = _check_int("seed", seed, 0)
+    rng = np.random.default_rng((seed, index, 1))
     crop = max(image_size, side * 7 // 8)
     y0, x0 = (int(v) for v in rng.integers(0, side - crop + 1, size=2))
     out = image[:, y0 : y0 + crop, x0 : x0 + crop]
@@ -232,7 +245,7 @@ class SyntheticImages:
         self.io_ms = float(_check_ms("io_ms", io_ms) or 0.0)
         self.python_ms = float(_check_ms("python_ms", python_ms) or 0.0)
         self.num_classes = _check_int("num_classes", num_classes, 2)
-        self.seed = int(seed)
+        self.seed = _check_int("seed", seed, 0)
 
     def __len__(self) -> int:
         return self.n
@@ -642,6 +655,18 @@ def _profile_loop(
     return startup_ms, waits, computes
 
 
+def _check_batches_fit(dataset: SyntheticImages, batch_size: int, batches: int, what: str) -> None:
+    """Refuse a batch size whose batches held at once exceed labkit's memory budget.
+
+    A sample is its decoded image (3×decode_px²) and its augmented one
+    (3×image_size²), float32. Worker processes' own memory is not counted.
+    """
+    from labkit.memory import check_fits
+
+    sample_bytes = 4 * 3 * (dataset.decode_px**2 + dataset.image_size**2)
+    check_fits(batch_size * sample_bytes, arrays=batches, what=what, name="batch_size")
+
+
 def _common_args(
     batch_size: Any, steps: Any, warmup_steps: Any, step_ms: Any
 ) -> tuple[int, int, int, float | None]:
@@ -651,6 +676,35 @@ def _common_args(
         _check_int("warmup_steps", warmup_steps, 0),
         _check_ms("step_ms", step_ms, allow_none=True),
     )
+
+
+def _check_loader_args(
+    num_workers: Any, pin_memory: Any, prefetch_factor: Any, batch_size: Any, steps: Any,
+    warmup_steps: Any, step_ms: Any, dataset: Any, device: Any, label: Any,
+) -> tuple[int, bool, int | None, int, int, int, float | None]:  # fmt: skip
+    """:func:`measure_loader`'s arguments, checked before torch is imported or a worker started."""
+    from labkit._checks import check_torch_device
+
+    num_workers = _check_int("num_workers", num_workers, 0)
+    if not isinstance(pin_memory, bool):
+        raise TypeError(f"pin_memory must be True or False, got {type(pin_memory).__name__}")
+    if prefetch_factor is not None:
+        prefetch_factor = _check_int("prefetch_factor", prefetch_factor, 1)
+        if num_workers == 0:
+            raise ValueError(
+                "prefetch_factor needs num_workers > 0: without workers nothing is prepared ahead"
+            )
+    batch_size, steps, warmup_steps, step_ms = _common_args(
+        batch_size, steps, warmup_steps, step_ms
+    )
+    if dataset is not None and not isinstance(dataset, SyntheticImages):
+        raise TypeError(
+            f"dataset must be a labkit.input_pipeline.SyntheticImages, got {type(dataset).__name__}"
+        )
+    check_torch_device(device)
+    if label is not None and not isinstance(label, str):
+        raise TypeError(f"label must be a string or None, got {type(label).__name__}")
+    return num_workers, pin_memory, prefetch_factor, batch_size, steps, warmup_steps, step_ms
 
 
 def measure_loader(
@@ -683,30 +737,20 @@ def measure_loader(
         dataset: default ``SyntheticImages()`` (1–2 ms per sample).
         device: where the step runs (None: the best device).
     """
+    from labkit._checks import resolve_torch_device
     from labkit._optional import import_optional
-
-    torch = import_optional("torch", "labkit.input_pipeline.measure_loader")
-    from labkit.device import pick_device
     from labkit.sync import resolve_device
 
-    num_workers = _check_int("num_workers", num_workers, 0)
-    if not isinstance(pin_memory, bool):
-        raise TypeError(f"pin_memory must be True or False, got {type(pin_memory).__name__}")
-    if prefetch_factor is not None:
-        prefetch_factor = _check_int("prefetch_factor", prefetch_factor, 1)
-        if num_workers == 0:
-            raise ValueError(
-                "prefetch_factor needs num_workers > 0: without workers nothing is prepared ahead"
-            )
-    batch_size, steps, warmup_steps, step_ms = _common_args(
-        batch_size, steps, warmup_steps, step_ms
-    )
+    num_workers, pin_memory, prefetch_factor, batch_size, steps, warmup_steps, step_ms = (
+        _check_loader_args(num_workers, pin_memory, prefetch_factor, batch_size, steps,
+                           warmup_steps, step_ms, dataset, device, label)
+    )  # fmt: skip
+    torch = import_optional("torch", "labkit.input_pipeline.measure_loader")
     dataset = SyntheticImages() if dataset is None else dataset
-    if not isinstance(dataset, SyntheticImages):
-        raise TypeError(
-            f"dataset must be a labkit.input_pipeline.SyntheticImages, got {type(dataset).__name__}"
-        )
-    dev = torch.device(device) if device is not None else pick_device("torch")
+    # the batch in the step, the next one, and those each worker prepares ahead
+    _check_batches_fit(dataset, batch_size, 2 + num_workers * (prefetch_factor or 2),
+                       "measure_loader")  # fmt: skip
+    dev = resolve_torch_device(device)
     sync = resolve_device(str(dev)).synchronize
     notes: list[str] = []
     pin = pin_memory and dev.type == "cuda" and torch.cuda.is_available()
@@ -784,6 +828,11 @@ def compare_loaders(
             raise TypeError(
                 f"configs[{i}] must be a dict of measure_loader arguments, got {config!r}"
             )
+    signature = inspect.signature(measure_loader)
+    for config in configs:  # every run's arguments are checked before the first one starts
+        bound = signature.bind(**{**common, **config})
+        bound.apply_defaults()
+        _check_loader_args(**bound.arguments)
     if "dataset" not in common:
         common["dataset"] = SyntheticImages()
     return LoaderComparison(tuple(measure_loader(**{**common, **config}) for config in configs))
@@ -819,8 +868,14 @@ def build_tf_pipeline(
     """
     from labkit._optional import import_tensorflow
 
-    tf = import_tensorflow("tf.data pipelines")
     parallel, cache, prefetch, defaults = _check_variant(variant)
+    if not isinstance(dataset, SyntheticImages):
+        raise TypeError(
+            f"dataset must be a labkit.input_pipeline.SyntheticImages, got {type(dataset).__name__}"
+        )
+    batch_size = _check_int("batch_size", batch_size, 1)
+    epoch_batches = _check_int("epoch_batches", epoch_batches, 1)
+    tf = import_tensorflow("tf.data pipelines")
     calls = tf.data.AUTOTUNE if parallel else None
     px, size = dataset.decode_px, dataset.image_size
 
@@ -858,6 +913,27 @@ def build_tf_pipeline(
     return ds
 
 
+def _check_tf_args(
+    variant: Any, batch_size: Any, steps: Any, warmup_steps: Any, step_ms: Any, dataset: Any,
+    epoch_batches: Any,
+) -> tuple[int, int, int, float, int]:  # fmt: skip
+    """:func:`measure_tf_pipeline`'s arguments, checked before TensorFlow is imported."""
+    _check_variant(variant)
+    batch_size, steps, warmup_steps, step_value = _common_args(
+        batch_size, steps, warmup_steps, step_ms
+    )
+    if step_value is None:
+        raise ValueError(
+            "step_ms must be a number of milliseconds for tf.data: the step is a fixed wait"
+        )
+    epoch_batches = _check_int("epoch_batches", epoch_batches, 1)
+    if dataset is not None and not isinstance(dataset, SyntheticImages):
+        raise TypeError(
+            f"dataset must be a labkit.input_pipeline.SyntheticImages, got {type(dataset).__name__}"
+        )
+    return batch_size, steps, warmup_steps, step_value, epoch_batches
+
+
 def measure_tf_pipeline(
     variant: str = "map",
     *,
@@ -889,20 +965,13 @@ def measure_tf_pipeline(
     """
     from labkit._optional import import_tensorflow
 
-    _check_variant(variant)
-    batch_size, steps, warmup_steps, step_value = _common_args(
-        batch_size, steps, warmup_steps, step_ms
+    batch_size, steps, warmup_steps, step_value, epoch_batches = _check_tf_args(
+        variant, batch_size, steps, warmup_steps, step_ms, dataset, epoch_batches
     )
-    if step_value is None:
-        raise ValueError(
-            "step_ms must be a number of milliseconds for tf.data: the step is a fixed wait"
-        )
-    epoch_batches = _check_int("epoch_batches", epoch_batches, 1)
     dataset = SyntheticImages() if dataset is None else dataset
-    if not isinstance(dataset, SyntheticImages):
-        raise TypeError(
-            f"dataset must be a labkit.input_pipeline.SyntheticImages, got {type(dataset).__name__}"
-        )
+    # in the step, next, prefetched, and (cached variants) a whole epoch of decoded images
+    _check_batches_fit(dataset, batch_size, 4 + (epoch_batches if "cache" in variant else 0),
+                       f"measure_tf_pipeline({variant!r})")  # fmt: skip
     import_tensorflow("tf.data pipelines")
     ds = build_tf_pipeline(variant, dataset, batch_size, epoch_batches)
     warmup = max(warmup_steps, epoch_batches) if "cache" in variant else warmup_steps
@@ -940,8 +1009,14 @@ def compare_tf_pipelines(
         raise TypeError(
             f"variants must be a non-empty list of names from {TF_VARIANTS}, got {variants!r}"
         )
-    for v in variants:
-        _check_variant(v)
+    unknown = [v for v in variants if v not in TF_VARIANTS]
+    if unknown:
+        raise ValueError(f"variants must hold names from {TF_VARIANTS}, got {unknown!r}")
+    signature = inspect.signature(measure_tf_pipeline)
+    for v in variants:  # every run's arguments are checked before the first one starts
+        bound = signature.bind(v, **common)
+        bound.apply_defaults()
+        _check_tf_args(**bound.arguments)
     if "dataset" not in common:
         common["dataset"] = SyntheticImages()
     return LoaderComparison(tuple(measure_tf_pipeline(v, **common) for v in variants))
@@ -958,9 +1033,17 @@ def plot_loader_comparison(
     Equal compute, different waits: the grey part is time the device sat
     idle. The label at each bar's end gives the samples/s and the wait share.
     """
+    from labkit._checks import check_ax
+
+    check_ax(ax)
     from labkit.batching import format_samples_per_s
     from labkit.plots import _pyplot, style_axes
 
+    if not isinstance(comparison, (LoaderComparison, Sequence)) or isinstance(comparison, str):
+        raise TypeError(
+            "comparison must be a LoaderComparison or a non-empty list of LoaderRun results, got "
+            f"{type(comparison).__name__}"
+        )
     runs = list(comparison.runs) if isinstance(comparison, LoaderComparison) else list(comparison)
     if not runs or not all(isinstance(r, LoaderRun) for r in runs):
         raise TypeError(

@@ -38,6 +38,7 @@ from __future__ import annotations
 import gc
 import math
 import numbers
+import sys
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -109,9 +110,8 @@ class StepMemory:
 
 
 def _check_model_fn(model_fn: Any) -> Callable[[], Any]:
-    import torch
-
-    if isinstance(model_fn, torch.nn.Module) or not callable(model_fn):
+    torch = sys.modules.get("torch")  # a Module instance means torch is imported already
+    if (torch is not None and isinstance(model_fn, torch.nn.Module)) or not callable(model_fn):
         raise TypeError(
             "model_fn must be a function that builds a fresh model (the class itself, or "
             f"lambda: MyNet()), not {type(model_fn).__name__}: each measurement starts from a new "
@@ -124,6 +124,17 @@ def _check_batch(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     return int(value)
+
+
+def _check_probes(probe_batches: Any) -> list[int]:
+    if isinstance(probe_batches, (str, bytes)) or not isinstance(probe_batches, Iterable):
+        raise TypeError(f"probe_batches must be a list of batch sizes, got {probe_batches!r}")
+    probes = sorted({_check_batch("probe_batches[...]", b) for b in probe_batches})
+    if len(probes) < 2:
+        raise ValueError(
+            f"probe_batches must hold at least two different batch sizes, got {probes!r}"
+        )
+    return probes
 
 
 def _unique_bytes(tensors: Iterable[Any], skip: set[int] | None = None) -> int:
@@ -225,15 +236,18 @@ def step_memory(
     second step is the one that counts: after the first, Adam's state exists
     and stays alive through forward and backward, as in a real run.
     """
-    import torch
-
+    from labkit._checks import check_seed, check_torch_device, resolve_torch_device
     from labkit.batching import check_optimizer, check_shape, make_batch, make_optimizer, train_step
 
     model_fn = _check_model_fn(model_fn)
     shape = check_shape(input_shape)
     batch = _check_batch("batch_size", batch_size)
     optimizer = check_optimizer(optimizer)
-    dev = torch.device(device)
+    seed = check_seed("seed", seed)
+    check_torch_device(device, allow_none=False)
+    import torch
+
+    dev = resolve_torch_device(device)
     counts: dict[str, int] = {}
 
     def run() -> None:
@@ -374,13 +388,20 @@ def fit_memory(
     stop once the last is within 1.5× of that half. A measured peak over
     the budget raises ``MemoryBudgetError``.
     """
-    probes = sorted({_check_batch("probe_batches[...]", b) for b in probe_batches})
-    if len(probes) < 2:
-        raise ValueError(
-            f"probe_batches must hold at least two different batch sizes, got {probes!r}"
-        )
+    from labkit._checks import check_torch_device
+    from labkit.batching import check_optimizer, check_shape
+
+    _check_model_fn(model_fn)
+    check_shape(input_shape)
+    check_optimizer(optimizer)
+    check_torch_device(device, allow_none=False)
+    probes = _check_probes(probe_batches)
     if target_batch is not None:
         target_batch = _check_batch("target_batch", target_batch)
+    if budget_bytes is not None:
+        budget_bytes = _check_batch("budget_bytes", budget_bytes)
+        # a model too big for the budget is refused before any step allocates
+        _check_params_fit(model_fn, optimizer, budget_bytes)
 
     def measure(b: int) -> StepMemory:
         point = step_memory(model_fn, input_shape, b, device=device, optimizer=optimizer)
@@ -417,9 +438,35 @@ def fit_memory(
     return MemoryFit(points=tuple(points), fixed_bytes=fixed, per_sample_bytes=slope)
 
 
+def _params_bytes(model_fn: Callable[[], Any]) -> int:
+    """Bytes of the model's parameters, counted on torch's meta device (nothing is allocated)."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            model = model_fn()
+    except Exception:  # a model that cannot be built on the meta device is built for real
+        model = model_fn()
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def _check_params_fit(model_fn: Callable[[], Any], optimizer: str, budget: int) -> None:
+    """Raise MemoryBudgetError when weights and gradients (and Adam's state) exceed ``budget``."""
+    copies = 4 if optimizer == "adam" else 2  # weights, gradients (+ Adam's two moments)
+    params = _params_bytes(model_fn)
+    if params * copies > budget:
+        raise _budget_error(StepMemory(0, params, 0, 0, 0, params * copies, METHOD_COUNTED), budget)
+
+
 def _budget_error(point: StepMemory, budget: int, next_batch: int | None = None) -> ValueError:
     from labkit.memory import MemoryBudgetError
 
+    if point.batch_size == 0:
+        return MemoryBudgetError(
+            f"the budget of {format_bytes(budget)} is too small for this model: its weights and "
+            f"gradients (and Adam's state) alone take {format_bytes(point.peak_bytes)}. Use a "
+            "smaller model, or close other programs to free memory"
+        )
     what = f"batch {next_batch}" if next_batch else f"batch {point.batch_size}"
     return MemoryBudgetError(
         f"the budget of {format_bytes(budget)} is too small to measure {what}: a training step "
@@ -572,22 +619,20 @@ def largest_batch_cpu(
     budget, so nothing is allocated beyond it unless the line is wrong, and
     then by the (reported) prediction error only.
     """
-    import torch
-
     from labkit.batching import check_optimizer, check_shape
 
     model_fn = _check_model_fn(model_fn)
     shape = check_shape(input_shape)
     optimizer = check_optimizer(optimizer)
-    budget = _check_budget(budget_bytes, "cpu")
+    _check_probes(probe_batches)
     if max_batch is not None:
         max_batch = _check_batch("max_batch", max_batch)
     if not isinstance(verify, bool):
         raise TypeError(f"verify must be True or False, got {type(verify).__name__}")
-    copies = 4 if optimizer == "adam" else 2  # weights, gradients (+ Adam's two moments)
-    params = sum(p.numel() * p.element_size() for p in model_fn().parameters())
-    if params * copies > budget:
-        raise _budget_error(StepMemory(0, params, 0, 0, 0, params * copies, METHOD_COUNTED), budget)
+    budget = _check_budget(budget_bytes, "cpu")
+    import torch
+
+    _check_params_fit(model_fn, optimizer, budget)
 
     fit = fit_memory(
         model_fn,
@@ -749,6 +794,15 @@ def search_batch(fits: Callable[[int], bool], start: int, max_batch: int, tolera
     narrows the gap between the largest batch that fitted and the smallest
     that failed until it is at most ``max(1, tolerance × largest)``.
     """
+    from labkit._checks import check_real
+
+    if not callable(fits):
+        raise TypeError(f"fits must be a function of the batch size, got {type(fits).__name__}")
+    start = _check_batch("start", start)
+    max_batch = _check_batch("max_batch", max_batch)
+    if max_batch < start:
+        raise ValueError(f"max_batch must be >= start ({start}), got {max_batch!r}")
+    tolerance = check_real("tolerance", tolerance, low=0, high=1, high_open=True)
     lo, hi, batch = 0, None, start
     while True:
         if fits(batch):
@@ -824,12 +878,12 @@ def largest_batch_cuda(
     so the search never takes memory other processes are using. Raise
     ``fraction`` (up to 1.0) to find the device's real limit.
     """
-    import torch
-
+    from labkit._checks import check_torch_device
     from labkit.batching import check_optimizer, check_shape, make_optimizer
     from labkit.memory import _check_fraction
     from labkit.memory import budget_bytes as labkit_budget
 
+    check_torch_device(device, allow_none=False)
     model_fn = _check_model_fn(model_fn)
     shape = check_shape(input_shape)
     optimizer = check_optimizer(optimizer)
@@ -846,6 +900,8 @@ def largest_batch_cuda(
         raise ValueError(
             f"tolerance must be a number from 0 (exact) up to below 1, got {tolerance!r}"
         )
+    import torch
+
     dev = _require_cuda(device)
     where = str(dev)
 

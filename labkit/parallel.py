@@ -26,7 +26,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from labkit._checks import check_ms, check_positive_int, check_sizes
+from labkit import memory as _memory
+from labkit._checks import check_ms, check_optional_bool, check_positive_int, check_sizes
 from labkit._optional import import_optional
 from labkit.crossover import crossover_size
 from labkit.rates import format_gflop_per_s, format_rate, round3
@@ -82,15 +83,18 @@ def cpu_threads() -> int:
     return max(1, min(allowed, physical or allowed))
 
 
-@contextlib.contextmanager
-def torch_threads(n: int) -> Iterator[None]:
+def torch_threads(n: int) -> contextlib.AbstractContextManager[None]:
     """Run the block with torch using ``n`` intra-op threads, then restore the previous count.
 
     The count is restored even when the block raises: a notebook that
     crashed half-way through a sweep must not leave torch on one thread for
-    every cell after it.
+    every cell after it. ``n`` is checked on the call, before the ``with``.
     """
-    n = check_positive_int("n", n)
+    return _torch_threads(check_positive_int("n", n))
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int) -> Iterator[None]:
     torch = import_optional("torch", "setting torch's thread count")
     before = torch.get_num_threads()
     torch.set_num_threads(n)
@@ -128,6 +132,8 @@ class BackendSweep:
     device: str
     points: tuple[SweepPoint, ...]
     skipped: tuple[int, ...] = ()
+    #: The line printed when this backend ran out of memory and stopped early ("" if not).
+    out_of_memory: str = ""
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -231,7 +237,7 @@ def backend_label(backend: str) -> str:
         "torch-all-threads": f"torch, {threads} thread{'s' if threads > 1 else ''}",
         "torch-cuda": "torch, CUDA",
     }
-    if backend not in labels:
+    if not isinstance(backend, str) or backend not in labels:
         raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
     return labels[backend]
 
@@ -311,8 +317,9 @@ def sweep(
     """
     from labkit.progress import progress
 
-    if op not in OPS:
+    if not isinstance(op, str) or op not in OPS:
         raise ValueError(f"op must be one of {', '.join(map(repr, OPS))}, got {op!r}")
+    check_optional_bool("show_progress", show_progress)
     sizes_t = check_sizes(DEFAULT_SIZES[op] if sizes is None else sizes)
     keys = _check_backends(available_backends() if backends is None else backends)
     if dtype not in _DTYPES:
@@ -323,20 +330,43 @@ def sweep(
     py_max = check_positive_int("python_max_size", py_max)
     py_cap_ms = check_ms("python_max_call_ms", python_max_call_ms)
 
+    over = _over_budget(op, keys, sizes_t, dtype, py_max, named=sizes is not None)
+
     points: dict[str, list[SweepPoint]] = {k: [] for k in keys}
     skipped: dict[str, list[int]] = {k: [] for k in keys}
+    stopped: dict[str, str] = {}
     pairs = [(key, size) for size in sizes_t for key in keys]
     for key, size in progress(pairs, desc=f"{op} sweep", total=len(pairs), show=show_progress):
-        if key == "python" and _python_too_slow(op, size, points[key], py_max, py_cap_ms):
+        if (
+            key in stopped
+            or (key, size) in over
+            or (key == "python" and _python_too_slow(op, size, points[key], py_max, py_cap_ms))
+        ):
             skipped[key].append(size)
             continue
-        with _backend_threads(key):
-            case = _make_case(op, key, size, dtype)
-            case.check()
-            timing = bench(
-                case.fn, warmup_ms=warmup, rep_ms=rep, device=case.device,
-                label=f"{backend_label(key)}: {op} {size}", warn=False,
+        timing: Timing | None = None
+        try:
+            with _backend_threads(key):
+                case = _make_case(op, key, size, dtype)
+                case.check()
+                timing = bench(
+                    case.fn, warmup_ms=warmup, rep_ms=rep, device=case.device,
+                    label=f"{backend_label(key)}: {op} {size}", warn=False,
+                )  # fmt: skip
+                del case  # before the next size's inputs are made, not after
+        except Exception as exc:  # out of memory ends that backend's curve, nothing else
+            if not _memory.is_out_of_memory(exc):
+                raise
+        if timing is None:
+            skipped[key].append(size)
+            done = points[key]
+            stopped[key] = _memory.out_of_memory_message(
+                f"{op} sweep on {backend_label(key)}", f"n={size:,}",
+                f"n={done[-1].size:,}" if done else None, _device_of(key),
             )  # fmt: skip
+            _memory.release_memory(_device_of(key))
+            print(stopped[key])
+            continue
         points[key].append(_point(op, size, timing))
     results = tuple(
         BackendSweep(
@@ -345,10 +375,79 @@ def sweep(
             device=_device_of(key),
             points=tuple(points[key]),
             skipped=tuple(skipped[key]),
+            out_of_memory=stopped.get(key, ""),
         )
         for key in keys
     )
     return SizeSweep(op=op, dtype=dtype, sizes=sizes_t, backends=results)
+
+
+def _bytes_needed(op: str, key: str, size: int, dtype: str) -> tuple[int, int]:
+    """(host bytes, GPU bytes) one point of a sweep holds at most (see :func:`_make_case`).
+
+    Host: a, b and c, the float64 draw each input is made from, and the
+    float64 copy of the result the check compares; the check's picks,
+    reference and temporaries (at most 65,536 elements, about 48 B each,
+    measured with tracemalloc); a matmul up to n = 512 adds its float64
+    reference; the Python loop its inputs and result as lists of Python
+    floats (8 B pointer + 24 B float each). GPU: a, b and c.
+    """
+    elements = size if op == "add" else size * size
+    item = 4 if dtype == "float32" else 8
+    host = (3 * item + 20) * elements + 48 * min(elements, 65_536)
+    if op == "matmul" and size <= 512:
+        host += 24 * elements
+    if key == "python":
+        host += 3 * 32 * elements
+    return host, (3 * item * elements if key == "torch-cuda" else 0)
+
+
+def _over_budget(
+    op: str, keys: Sequence[str], sizes: Sequence[int], dtype: str, py_max: int, *, named: bool
+) -> set[tuple[str, int]]:
+    """The (backend, size) points that do not fit the memory budget, with one warning for them.
+
+    A user's ``sizes`` of which nothing fits, or with a size larger than the
+    machine's whole memory, raise :class:`~labkit.memory.MemoryBudgetError` first.
+    """
+    import warnings
+
+    budgets = {"cpu": _memory.budget_bytes(device="cpu")}
+    if "torch-cuda" in keys:
+        budgets["cuda"] = _memory.budget_bytes(device="cuda")
+    runnable = [(k, n) for n in sizes for k in keys if not (k == "python" and n > py_max)]
+    needs = {point: _bytes_needed(op, *point, dtype) for point in runnable}
+    over = {
+        point
+        for point, (host, gpu) in needs.items()
+        if host > budgets["cpu"] or gpu > budgets.get("cuda", 0)
+    }
+    if named:  # a size beyond all the machine's memory is a mistake in the argument
+        total = _memory.total_bytes("cpu")
+        for (_key, size), (host, _) in needs.items():
+            if host > total and all(needs[k, n][0] > total for k, n in needs if n == size):
+                _memory.check_fits(host, what=f"the {op} sweep at n={size:,} (more than the "
+                                   f"{_memory.format_bytes(total)} this machine has in all)",
+                                   name="sizes")  # fmt: skip
+    if runnable and over == set(needs):
+        key, size = min(runnable, key=lambda point: needs[point][0])
+        what = f"the {op} sweep at its smallest n={size:,} ({backend_label(key)})"
+        host, gpu = needs[key, size]
+        _memory.check_fits(host, what=what, name="sizes")
+        if gpu:
+            _memory.check_fits(gpu, device="cuda", what=what, name="sizes")
+    if over:
+        firsts = {key: min(s for k, s in over if k == key) for key in keys if any(
+            k == key for k, _ in over)}  # fmt: skip
+        warnings.warn(
+            f"{op} sweep: skipped the points that do not fit {_memory.DEFAULT_FRACTION:.0%} of "
+            "the free memory (listed in each backend's skipped): "
+            + ", ".join(f"{backend_label(k)} from n={n:,}" for k, n in firsts.items())
+            + ". Close other programs to measure larger sizes.",
+            _memory.MemoryBudgetWarning,
+            stacklevel=3,
+        )
+    return over
 
 
 def _check_backends(backends: Any) -> tuple[str, ...]:

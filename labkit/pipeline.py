@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit import memory as _memory
+from labkit._checks import check_ms
 from labkit.bandwidth import _check_int, check_device
 from labkit.memory import DEFAULT_FRACTION, format_bytes
 from labkit.timing import Timing, bench, format_duration
@@ -143,27 +144,31 @@ def pipeline_breakdown(
     compute-bound) or any function of one tensor. ``device=None`` picks the
     GPU where there is one. ``pinned`` uses page-locked host buffers on a GPU.
     """
+    n_bytes = _check_int("n_bytes", n_bytes, minimum=4)
+    if not isinstance(pinned, bool):
+        raise TypeError(f"pinned must be True or False, got {pinned!r}")
+    if not (callable(op) or (isinstance(op, str) and op in OPS)):
+        raise ValueError(
+            f"op must be one of {', '.join(OPS)} or a function of one tensor, got {op!r}"
+        )
+    warmup_ms = check_ms("warmup_ms", warmup_ms, allow_zero=True)
+    rep_ms = check_ms("rep_ms", rep_ms)
+    if isinstance(device, str):
+        _memory.parse_device(device)  # the spelling; check_device below asks torch for the GPU
     import torch
 
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = check_device(device)
-    n_bytes = _check_int("n_bytes", n_bytes, minimum=4)
-    if not isinstance(pinned, bool):
-        raise TypeError(f"pinned must be True or False, got {pinned!r}")
-    if not (callable(op) or op in OPS):
-        raise ValueError(
-            f"op must be one of {', '.join(OPS)} or a function of one tensor, got {op!r}"
-        )
     n = n_bytes // 4
     on_gpu = device != "cpu"
     # Host: input and output (and, on the CPU, the "device" input, output and a temporary);
     # GPU: input, output and a temporary.
     _memory.check_fits(n * 4, device="cpu", fraction=fraction, arrays=2 if on_gpu else 5,
-                       what="pipeline_breakdown")  # fmt: skip
+                       what="pipeline_breakdown", name="n_bytes")  # fmt: skip
     if on_gpu:
         _memory.check_fits(n * 4, device=device, fraction=fraction, arrays=3,
-                           what="pipeline_breakdown")  # fmt: skip
+                           what="pipeline_breakdown", name="n_bytes")  # fmt: skip
     pin = pinned and on_gpu
     x_host = torch.ones(n, dtype=torch.float32, pin_memory=pin)
     x_dev = torch.empty(n, dtype=torch.float32, device=device)

@@ -20,15 +20,21 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from labkit import reference as _reference
 from labkit import sync as _sync
+from labkit._checks import (
+    check_bool,
+    check_memory_fits,
+    check_torch_device,
+    resolve_torch_device,
+)
 from labkit._optional import MissingPackageError, import_optional, is_installed
 from labkit.compare import format_speedup
-from labkit.timing import Timing, bench, format_duration
+from labkit.timing import Timing, _check_bench_args, bench, format_duration
 
 #: The name of the recording that ``labkit bench timing --record`` writes.
 REFERENCE_NAME = "naive_timing"
@@ -125,10 +131,10 @@ def naive_timing(
     ``warmup_ms``, ``rep_ms``, ``device``, ``label``, ``clock`` and ``warn``
     are passed to ``bench``; other keyword arguments go to ``fn``.
     """
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__} instead")
     if isinstance(reps, bool) or not isinstance(reps, numbers.Integral) or reps < 1:
         raise ValueError(f"reps must be a positive integer number of naive calls, got {reps!r}")
+    # bench's own checks, before the naive loop runs: a bad rep_ms must not cost a measurement
+    _check_bench_args(fn, warmup_ms, rep_ms, 5, 100_000, False, label, clock, warn)
     if label is None:
         name = getattr(fn, "__name__", None)
         label = name if isinstance(name, str) and name.isidentifier() else "fn"
@@ -169,7 +175,16 @@ def matmul_workload(n: int, device: str = "cpu") -> tuple[Callable[..., Any], tu
         raise ValueError(f"n must be an integer matrix size from 1 to 32768, got {n!r}")
     if not isinstance(device, str):
         raise TypeError(f"device must be a string such as 'cpu' or 'cuda', got {device!r}")
+    if device != "cupy":
+        try:  # only 'cpu', 'cuda', 'cuda:N', 'mps', 'xpu': torch knows more types than it can run
+            check_torch_device(device, allow_none=False)
+        except ValueError:
+            raise ValueError(
+                f"device={device!r} is not a torch device ('cpu', 'cuda', 'cuda:1', 'mps') "
+                "or 'cupy'"
+            ) from None
     n = int(n)
+    check_memory_fits(2 * 4 * n * n, arrays=1, what=f"matmul_workload(n={n}) (two float32 inputs)")
     if device == "cupy":
         cupy = import_optional("cupy", "the CuPy matmul workload")
         rng = cupy.random.default_rng(0)
@@ -183,6 +198,8 @@ def matmul_workload(n: int, device: str = "cpu") -> tuple[Callable[..., Any], tu
         raise ValueError(
             f"device={device!r} is not a torch device ('cpu', 'cuda', 'cuda:1', 'mps') or 'cupy'"
         ) from exc
+    if where.type != "cpu":  # a GPU that is not here: say so, not a CUDA assertion from torch
+        resolve_torch_device(where, "device")
     generator = torch.Generator().manual_seed(0)
     a = torch.rand(n, n, generator=generator, dtype=torch.float32).to(where)
     b = torch.rand(n, n, generator=generator, dtype=torch.float32).to(where)
@@ -224,6 +241,8 @@ def run_timing_benchmark(as_json: bool = False, record: bool = False) -> int:
     from labkit import __version__
     from labkit.gpu import has_gpu
 
+    check_bool("as_json", as_json)
+    check_bool("record", record)
     try:
         cases = available_devices()
     except MissingPackageError as exc:
@@ -273,6 +292,10 @@ def json_safe(value: Any) -> Any:
 
 def format_results(results: list[NaiveVsSynced]) -> str:
     """The table ``labkit bench timing`` prints, then one explanation per kind of device."""
+    if isinstance(results, (str, bytes)) or not isinstance(results, Sequence) or not all(
+        isinstance(r, NaiveVsSynced) for r in results
+    ):
+        raise TypeError(f"results must be a list of NaiveVsSynced, got {results!r:.80}")
     header = ["device", "work", "naive clock", "synchronized", "IQR", "n", "synced/naive"]
     table = [header]
     for r in results:

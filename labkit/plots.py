@@ -6,8 +6,10 @@ light and a missing matplotlib is one clear message.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
+from labkit._checks import check_ax, check_bool, check_str
 from labkit.timing import Timing, duration_unit
 
 _UNIT_SCALE = {"ns": 1e6, "µs": 1e3, "ms": 1.0, "s": 1e-3}
@@ -56,8 +58,18 @@ def style_axes(
     logy: bool = False,
 ) -> Any:
     """Label both axes (with units), log-scale where asked, and name the device in the title."""
+    if ax is None:
+        raise TypeError("ax must be a matplotlib Axes (e.g. from plt.subplots()), got None")
+    check_ax(ax)
+    for name, value in (("xlabel", xlabel), ("ylabel", ylabel), ("title", title)):
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a string, got {type(value).__name__}")
     if not xlabel or not ylabel:
         raise ValueError("xlabel and ylabel must be non-empty: every axis says what it measures")
+    check_bool("logx", logx)
+    check_bool("logy", logy)
+    if device is not None:
+        check_str("device", device)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(f"{title}\non {device_name(device)}" if device else title)
@@ -91,7 +103,8 @@ def plot_samples(timing: Timing, *, ax: Any = None) -> Any:
     up, and why it reports the median rather than the mean.
     """
     if not isinstance(timing, Timing):
-        raise TypeError(f"Expected an instance of Timing, got {type(timing).__name__} instead.")
+        raise TypeError(f"Expected an instance of Timing for timing, got {type(timing).__name__} instead.")
+    check_ax(ax)
     plt = _pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.5))
@@ -137,9 +150,12 @@ def plot_size_sweep(
 
     if not isinstance(sweep, SizeSweep):
         raise TypeError(
-            f"Expected an instance of SizeSweep, got {type(sweep).__name__} instead; pass the "
+            f"Expected an instance of SizeSweep for sweep, got {type(sweep).__name__} instead; pass the "
             "result of labkit.parallel.sweep_add() or sweep_matmul()"
         )
+    check_ax(ax)
+    check_str("slow", slow)
+    check_str("fast", fast)
     plt = _pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4.5))
@@ -179,11 +195,14 @@ def plot_amdahl(scaling: Any, *, ax: Any = None, max_threads: int = 64) -> Any:
 
     if not isinstance(scaling, ThreadScaling):
         raise TypeError(
-            f"Expected an instance of ThreadScaling, got {type(scaling).__name__} instead; pass "
-            "the result of labkit.amdahl.measure_thread_scaling()"
+            f"Expected an instance of ThreadScaling for scaling, got {type(scaling).__name__} "
+            "instead; pass the result of labkit.amdahl.measure_thread_scaling()"
         )
     if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 2:
         raise ValueError(f"max_threads must be an integer >= 2, got {max_threads!r}")
+    if max_threads > 2**20:
+        raise ValueError(f"max_threads must be at most {2**20} to draw a curve, got {max_threads!r}")
+    check_ax(ax)
     plt = _pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(6.5, 4.5))
@@ -226,10 +245,12 @@ def plot_roofline(roofline: Any, points: Any = (), *, ax: Any = None) -> Any:
 
     if not isinstance(roofline, Roofline):
         raise TypeError(
-            f"Expected an instance of Roofline, got {type(roofline).__name__} instead; build one "
-            "with labkit.roofline.measure_roofline() or Roofline(device, peaks, gb_per_s)"
+            f"Expected an instance of Roofline for roofline, got {type(roofline).__name__} "
+            "instead; build one with labkit.roofline.measure_roofline() or "
+            "Roofline(device, peaks, gb_per_s)"
         )
     marks = _roofline_points(points)
+    check_ax(ax)
     plt = _pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(7.5, 5))
@@ -326,11 +347,12 @@ def plot_stream_sweep(result: Any, ax: Any = None) -> Any:
 
     if not isinstance(result, StreamSweep):
         raise TypeError(
-            f"Expected an instance of StreamSweep, got {type(result).__name__} instead; pass the "
-            "result of labkit.bandwidth.stream_sweep()"
+            f"Expected an instance of StreamSweep for result, got {type(result).__name__} "
+            "instead; pass the result of labkit.bandwidth.stream_sweep()"
         )
     if not result.rows:
         raise ValueError("the sweep has no rows to plot")
+    check_ax(ax)
     plt = _pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(7.5, 4.5))
@@ -374,8 +396,11 @@ def plot_strided(result: Any, *, ax: Any = None) -> Any:
 
     if not isinstance(result, StridedResult):
         raise TypeError(
-            f"Expected an instance of StridedResult, got {type(result).__name__} instead."
+            f"Expected an instance of StridedResult for result, got {type(result).__name__} instead."
         )
+    if not result.rows:
+        raise ValueError("result has no rows to plot")
+    check_ax(ax)
     plt = _pyplot()
     if ax is None:
         _, ax = plt.subplots()
@@ -410,9 +435,15 @@ def plot_pipeline(breakdowns: Any, *, ax: Any = None) -> Any:
     """
     from labkit.pipeline import PipelineBreakdown
 
-    items = list(breakdowns) if not isinstance(breakdowns, PipelineBreakdown) else [breakdowns]
+    if isinstance(breakdowns, PipelineBreakdown):
+        items = [breakdowns]
+    elif isinstance(breakdowns, (str, bytes)) or not isinstance(breakdowns, Iterable):
+        items = []
+    else:
+        items = list(breakdowns)
     if not items or not all(isinstance(b, PipelineBreakdown) for b in items):
         raise TypeError("breakdowns must be one PipelineBreakdown or a non-empty list of them")
+    check_ax(ax)
     plt = _pyplot()
     if ax is None:
         _, ax = plt.subplots()
@@ -445,9 +476,13 @@ def plot_timings(timings: Any, *, ax: Any = None, title: str = "Median time per 
     The error bars are the point: two bars whose IQRs overlap are not
     reliably different, whatever their medians say.
     """
-    items = list(timings)
+    items = [] if isinstance(timings, (str, bytes)) or not isinstance(timings, Iterable) else list(
+        timings
+    )
     if not items or not all(isinstance(t, Timing) for t in items):
         raise TypeError("timings must be a non-empty sequence of labkit Timing objects")
+    check_ax(ax)
+    check_str("title", title)
     plt = _pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 0.5 * len(items) + 1.5))
@@ -473,6 +508,18 @@ def plot_throughput(curves: Any, *, ax: Any = None) -> Any:
     """
     if not isinstance(curves, dict) or not curves:
         raise TypeError("curves must be a non-empty dict of variant name -> throughput rows")
+    curves = dict(curves)  # a generator of rows is read once, here
+    for name, rows in curves.items():
+        if isinstance(rows, (str, bytes)) or not isinstance(rows, Iterable):
+            raise TypeError(f"curves[{name!r}] must be a list of throughput rows, got {rows!r:.60}")
+        curves[name] = rows = list(rows)
+        for row in rows:
+            if not all(hasattr(row, a) for a in ("batch_size", "images_per_s", "device")):
+                raise TypeError(
+                    f"curves[{name!r}] must hold rows of labkit.models.throughput_by_batch "
+                    f"(with batch_size, images_per_s, device), got {type(row).__name__}"
+                )
+    check_ax(ax)
     plt = _pyplot()
     if ax is None:
         _, ax = plt.subplots()

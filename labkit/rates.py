@@ -8,6 +8,7 @@ nbval sanitize file can mask the hardware-dependent numbers (see
 
 from __future__ import annotations
 
+import decimal
 import math
 import numbers
 
@@ -20,11 +21,20 @@ def _check_finite(name: str, value: object) -> float:
     return float(value)
 
 
+def _check_unit(unit: object) -> None:
+    if not isinstance(unit, str) or not unit.strip():
+        raise TypeError(f"unit must be a non-empty string such as 'elements/s', got {unit!r}")
+
+
 def three_digits(value: float) -> str:
     """3 significant digits without exponent: 1.23, 12.3, 123, 0.00123."""
+    value = _check_finite("value", value)
     if value == 0:
         return "0"
-    digits = max(0, 2 - math.floor(math.log10(abs(float(f"{value:.3g}")))))
+    # The decimal exponent after rounding to 3 digits (9.996 -> "1.00e+01"), read from the text:
+    # float(f"{value:.3g}") would overflow to inf for values near the largest float.
+    exponent = int(f"{value:.2e}".rsplit("e", 1)[1])
+    digits = max(0, 2 - exponent)
     return f"{value:.{digits}f}"
 
 
@@ -40,6 +50,7 @@ def _scaled(value: float) -> tuple[str, str]:
 def format_rate(per_s: float, unit: str) -> str:
     """A rate with an SI prefix: ``format_rate(1.234e9, "elements/s")`` is "1.23 G elements/s"."""
     digits, prefix = _scaled(_check_finite("per_s", per_s))
+    _check_unit(unit)
     return f"{digits} {prefix} {unit}" if prefix else f"{digits} {unit}"
 
 
@@ -54,9 +65,11 @@ def format_gflop_per_s(gflop_per_s: float) -> str:
 def format_count(value: float, unit: str) -> str:
     """A count with a decimal SI prefix glued to the unit: "2.15 GFLOP", "12.6 MB", "640 B"."""
     digits, prefix = _scaled(_check_finite("value", value))
+    _check_unit(unit)
     return f"{digits} {prefix}{unit}"
 
 
 def round3(value: float) -> int:
     """A number rounded to 3 significant digits, as an integer: 123456.7 -> 123000."""
-    return round(float(f"{_check_finite('value', value):.3g}"))
+    # Decimal, not float: rounding 1.795e308 up to 3 digits would overflow a float to inf.
+    return round(decimal.Decimal(f"{_check_finite('value', value):.3g}"))

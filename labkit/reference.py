@@ -174,6 +174,28 @@ def record(
     return target
 
 
+def check_writable(directory: str | os.PathLike[str] | None = None) -> Path:
+    """The recordings folder, after making sure a recording can be written there.
+
+    ``--record`` checks this before it measures anything: finding out after a
+    ten-minute GPU run that site-packages is read-only would waste the run.
+    Raises ValueError naming the folder and the fix (``LABKIT_REFERENCE_DIR``).
+    """
+    folder = reference_dir(directory)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle, temp_name = tempfile.mkstemp(dir=folder, prefix=".labkit-write-test.", suffix=".tmp")
+        os.close(handle)
+        os.unlink(temp_name)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ValueError(
+            f"--record cannot write recordings to {folder} ({reason}); set {ENV_VAR} to a "
+            "writable directory (e.g. LABKIT_REFERENCE_DIR=$HOME/labkit-reference)"
+        ) from exc
+    return folder
+
+
 def load(name: str, directory: str | os.PathLike[str] | None = None) -> Reference | None:
     """The recording called ``name``, or None when none has been made.
 
@@ -227,7 +249,7 @@ def describe(reference: Reference) -> str:
     """A one-line provenance label: "recorded on NVIDIA H200 on 2026-11-30"."""
     if not isinstance(reference, Reference):
         raise TypeError(
-            f"Expected an instance of Reference, got {type(reference).__name__} instead"
+            f"Expected an instance of Reference for reference, got {type(reference).__name__} instead"
         )
     return f"recorded on {reference.gpu} on {reference.recorded}"
 

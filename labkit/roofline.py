@@ -69,6 +69,11 @@ def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
     return int(value)
 
 
+def _check_name(name: Any) -> None:
+    if name is not None and (not isinstance(name, str) or not name):
+        raise TypeError(f"name must be a non-empty string or None, got {name!r}")
+
+
 # --------------------------------------------------------------------------- op costs
 
 
@@ -90,11 +95,19 @@ class OpCost:
     dims: tuple[tuple[str, int], ...] = field(default=())
 
     def __post_init__(self) -> None:
-        if self.kind not in OP_KINDS:
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"name must be a non-empty string, got {self.name!r}")
+        if not isinstance(self.kind, str) or self.kind not in OP_KINDS:
             raise ValueError(f"kind must be one of {', '.join(map(repr, OP_KINDS))}, got {self.kind!r}")
         _dtype_name(self.dtype)
         _positive_int("flops", self.flops, minimum=0)
         _positive_int("bytes", self.bytes)
+        if not isinstance(self.dims, tuple) or not all(
+            isinstance(d, tuple) and len(d) == 2 and isinstance(d[0], str) for d in self.dims
+        ):
+            raise TypeError(f"dims must be a tuple of (name, size) pairs, got {self.dims!r}")
+        for key, value in self.dims:
+            _positive_int(f"dims[{key!r}]", value, minimum=0)
 
     @property
     def arithmetic_intensity(self) -> float:
@@ -124,6 +137,7 @@ def add_cost(n: int, dtype: str = "float32", *, name: str | None = None) -> OpCo
     """
     n = _positive_int("n", n)
     size = dtype_bytes(dtype)
+    _check_name(name)
     return OpCost(
         name=name or f"add {n:,}", flops=n, bytes=3 * n * size, dtype=_dtype_name(dtype),
         kind="add", dims=(("n", n),),
@@ -140,6 +154,7 @@ def matmul_cost(m: int, n: int, k: int, dtype: str = "float32", *, name: str | N
     """
     m, n, k = _positive_int("m", m), _positive_int("n", n), _positive_int("k", k)
     size = dtype_bytes(dtype)
+    _check_name(name)
     return OpCost(
         name=name or f"matmul {m}×{k} @ {k}×{n}",
         flops=2 * m * n * k,
@@ -165,8 +180,9 @@ def conv2d_output_size(
     padding = _positive_int("padding", padding, minimum=0)
     if R > H + 2 * padding or S > W + 2 * padding:
         raise ValueError(
-            f"the {R}×{S} filter is larger than the padded {H + 2 * padding}×{W + 2 * padding} "
-            "input: increase padding or use a smaller filter"
+            f"R={R}, S={S}: the filter is larger than the padded {H + 2 * padding}×"
+            f"{W + 2 * padding} input (H, W plus 2 × padding): increase padding or use a "
+            "smaller filter"
         )
     return (H + 2 * padding - R) // stride + 1, (W + 2 * padding - S) // stride + 1
 
@@ -187,6 +203,7 @@ def conv2d_cost(
     N, C, K = _positive_int("N", N), _positive_int("C", C), _positive_int("K", K)
     Ho, Wo = conv2d_output_size(H, W, R, S, stride, padding)
     size = dtype_bytes(dtype)
+    _check_name(name)
     elements = N * C * H * W + K * C * R * S + N * K * Ho * Wo
     label = f"conv2d {N}×{C}×{H}×{W} * {K}×{C}×{R}×{S}"
     if stride != 1 or padding != 0:
@@ -211,6 +228,7 @@ def sum_cost(n: int, dtype: str = "float32", *, name: str | None = None) -> OpCo
     """
     n = _positive_int("n", n)
     size = dtype_bytes(dtype)
+    _check_name(name)
     return OpCost(
         name=name or f"sum {n:,}", flops=n, bytes=(n + 1) * size, dtype=_dtype_name(dtype),
         kind="sum", dims=(("n", n),),
@@ -266,7 +284,7 @@ class Roofline:
     def peak(self, dtype: str | None = None) -> float:
         """The compute roof of ``dtype`` in GFLOP/s."""
         key = self.default_dtype if dtype is None else dtype
-        if key not in self.peak_gflop_per_s:
+        if not isinstance(key, str) or key not in self.peak_gflop_per_s:
             raise ValueError(
                 f"dtype={key!r} has no measured peak on this roofline; it has "
                 f"{', '.join(map(repr, self.dtypes))}"
@@ -294,7 +312,7 @@ class Roofline:
         """
         if not isinstance(op, OpCost):
             raise TypeError(
-                f"Expected an instance of OpCost, got {type(op).__name__} instead; build one with "
+                f"Expected an instance of OpCost for op, got {type(op).__name__} instead; build one with "
                 "labkit.roofline.matmul_cost(...) or a sibling"
             )
         key = op.dtype if dtype is None else dtype
@@ -329,7 +347,14 @@ def predict_bound(op_cost: OpCost, roofline: Roofline, dtype: str | None = None)
     with the ridge point of the roof for its dtype (or ``dtype``).
     """
     if not isinstance(roofline, Roofline):
-        raise TypeError(f"Expected an instance of Roofline, got {type(roofline).__name__} instead")
+        raise TypeError(
+            f"Expected an instance of Roofline for roofline, got {type(roofline).__name__} instead"
+        )
+    if not isinstance(op_cost, OpCost):
+        raise TypeError(
+            f"Expected an instance of OpCost for op_cost, got {type(op_cost).__name__} instead; "
+            "build one with labkit.roofline.matmul_cost(...) or a sibling"
+        )
     return roofline.bound(op_cost, dtype)
 
 

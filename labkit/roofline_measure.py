@@ -23,7 +23,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from labkit._checks import check_ms, check_sizes
+from labkit import memory as _memory
+from labkit._checks import check_bool, check_ms, check_optional_bool, check_sizes
 from labkit._optional import import_optional
 from labkit.roofline import DTYPE_BYTES, OpCost, Roofline
 from labkit.timing import Timing, bench
@@ -77,8 +78,7 @@ def _has_new_precision_api(torch: Any) -> bool:
     return True
 
 
-@contextlib.contextmanager
-def tf32_mode(enabled: bool) -> Iterator[None]:
+def tf32_mode(enabled: bool) -> contextlib.AbstractContextManager[None]:
     """Allow (or forbid) TF32 tensor cores for float32 matmuls and convolutions, then restore.
 
     PyTorch's defaults differ by op (matmul: off, cuDNN convolutions: on), so
@@ -86,8 +86,13 @@ def tf32_mode(enabled: bool) -> Iterator[None]:
     ``fp32_precision`` settings where torch has them (2.9+), else the older
     ``allow_tf32`` flags, never both: torch raises when the two are mixed.
     """
-    if not isinstance(enabled, bool):
+    if not isinstance(enabled, bool):  # checked on the call, before the ``with``
         raise TypeError(f"enabled must be True or False, got {type(enabled).__name__}")
+    return _tf32_mode(enabled)
+
+
+@contextlib.contextmanager
+def _tf32_mode(enabled: bool) -> Iterator[None]:
     torch = import_optional("torch", "switching TF32")
     if _has_new_precision_api(torch):
         matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
@@ -125,7 +130,12 @@ def _torch_dtype(torch: Any, dtype: str) -> Any:
 
 @dataclass(frozen=True)
 class PeakCompute:
-    """The best matmul rate of one dtype on one device, and every size tried to find it."""
+    """The best matmul rate of one dtype on one device, and every size tried to find it.
+
+    ``out_of_memory`` is the line printed when a size ran out of GPU memory
+    and this dtype stopped there ("" when none did); ``sizes[-1]`` is then
+    the largest size that fit.
+    """
 
     dtype: str
     device: str
@@ -133,6 +143,7 @@ class PeakCompute:
     size: int
     sizes: tuple[int, ...]
     timings: tuple[Timing, ...]
+    out_of_memory: str = ""
 
 
 def measure_peak_compute(
@@ -163,38 +174,60 @@ def measure_peak_compute(
     """
     from labkit.progress import progress
 
-    torch = import_optional("torch", "measuring peak FLOP/s")
+    warmup = check_ms("warmup_ms", warmup_ms, allow_zero=True)
+    rep = check_ms("rep_ms", rep_ms)
+    cap_ms = check_ms("max_call_ms", max_call_ms)
+    check_optional_bool("show_progress", show_progress)
+    if sizes is not None:
+        check_sizes(sizes)
     dev = resolve_device(device)
     on_gpu = dev != "cpu"
     chosen = _check_dtypes(dtypes, on_gpu)
     tried = check_sizes(sizes if sizes is not None else (GPU_PEAK_SIZES if on_gpu else CPU_PEAK_SIZES))
-    warmup = check_ms("warmup_ms", warmup_ms, allow_zero=True)
-    rep = check_ms("rep_ms", rep_ms)
-    cap_ms = check_ms("max_call_ms", max_call_ms)
+    torch = import_optional("torch", "measuring peak FLOP/s")
 
+    over = _peak_sizes_over_budget(chosen, tried, dev, named=sizes is not None)
     found: dict[str, list[tuple[int, Timing]]] = {d: [] for d in chosen}
+    stopped: dict[str, str] = {}
     plan = [(d, n) for d in chosen for n in tried]
     for dtype, n in progress(plan, desc="peak FLOP/s", total=len(plan), show=show_progress):
         done = found[dtype]
+        if dtype in stopped or (dtype, n) in over:
+            continue
         if done:
             last_n, last = done[-1]
             if last.median_ms * (n / last_n) ** 3 > cap_ms:
                 continue
-        with _precision(torch, dtype, on_gpu):
-            a, b = _random_pair(torch, n, n, n, dtype, dev)
-            c = torch.empty(n, n, dtype=a.dtype, device=dev)
-            if not done:
-                _check_matmul(torch, a, b, dtype)
+        timing: Timing | None = None
+        try:
+            with _precision(torch, dtype, on_gpu):
+                a, b = _random_pair(torch, n, n, n, dtype, dev)
+                c = torch.empty(n, n, dtype=a.dtype, device=dev)
+                if not done:
+                    _check_matmul(torch, a, b, dtype)
 
-            def matmul(a: Any = a, b: Any = b, c: Any = c) -> Any:
-                return torch.matmul(a, b, out=c)
+                def matmul(a: Any = a, b: Any = b, c: Any = c) -> Any:
+                    return torch.matmul(a, b, out=c)
 
-            timing = bench(
-                matmul, warmup_ms=warmup, rep_ms=rep, device=dev,
-                label=f"matmul {n} {dtype}", warn=False,
+                timing = bench(
+                    matmul, warmup_ms=warmup, rep_ms=rep, device=dev,
+                    label=f"matmul {n} {dtype}", warn=False,
+                )  # fmt: skip
+                del a, b, c, matmul
+        except Exception as exc:  # out of memory: this dtype stops at the sizes that fit
+            if not _memory.is_out_of_memory(exc):
+                raise
+        if timing is None:
+            stopped[dtype] = _memory.out_of_memory_message(
+                f"peak FLOP/s ({dtype})", f"matmul n={n:,}",
+                f"n={done[-1][0]:,}" if done else None, dev,
             )  # fmt: skip
+            _memory.release_memory(dev)
+            if not done:
+                raise _memory.MemoryBudgetError(stopped[dtype])
+            print(stopped[dtype])
+            continue
         done.append((n, timing))
-        del a, b, c, matmul
     results = {}
     for dtype, runs in found.items():
         rates = [(2 * n**3 / (t.median_ms / 1e3) / 1e9, n) for n, t in runs if t.median_ms > 0]
@@ -202,8 +235,60 @@ def measure_peak_compute(
         results[dtype] = PeakCompute(
             dtype=dtype, device=dev, gflop_per_s=best_rate, size=best_n,
             sizes=tuple(n for n, _ in runs), timings=tuple(t for _, t in runs),
+            out_of_memory=stopped.get(dtype, ""),
         )  # fmt: skip
     return results
+
+
+def _peak_bytes(n: int, dtype: str, *, first: bool) -> int:
+    """Bytes one size of :func:`measure_peak_compute` holds at most.
+
+    a, b and c, plus the float32 draw a lower-precision input is converted
+    from; the first size of each dtype is also checked against float64,
+    which adds the product, its float64 copy, a and b in float64, the
+    float64 product and the difference (s + 40 bytes per element).
+    """
+    item = 8 if dtype == "float64" else 4 if dtype in ("float32", "tf32") else 2
+    per_element = 3 * item + (4 if item < 4 else 0) + ((item + 40) if first else 0)
+    return per_element * n * n
+
+
+def _peak_sizes_over_budget(
+    dtypes: Sequence[str], sizes: Sequence[int], dev: str, *, named: bool
+) -> set[tuple[str, int]]:
+    """The (dtype, n) that do not fit the memory budget, with one warning for them.
+
+    The first size of a dtype must fit (its result is checked before any
+    timing), else :class:`~labkit.memory.MemoryBudgetError`; so must every
+    size a user named in ``sizes`` be within the machine's whole memory.
+    """
+    import warnings
+
+    where = _memory.memory_device(dev)
+    budget = _memory.budget_bytes(device=where)
+    total = _memory.total_bytes(where) if named else None
+    over: set[tuple[str, int]] = set()
+    for dtype in dtypes:
+        for i, n in enumerate(sizes):
+            need = _peak_bytes(n, dtype, first=i == 0)
+            if total is not None and need > total:
+                _memory.check_fits(need, device=where, name="sizes", what=(
+                    f"a {n:,} x {n:,} {dtype} matmul (more than the {_memory.format_bytes(total)} "
+                    "this machine has in all)"))  # fmt: skip
+            if need > budget:
+                if i == 0:
+                    _memory.check_fits(need, device=where, name="sizes",
+                                       what=f"the smallest {dtype} matmul, n={n:,}, and its check")  # fmt: skip
+                over.add((dtype, n))
+    if over:
+        warnings.warn(
+            f"measure_peak_compute: skipped matmul sizes from n={min(n for _, n in over):,} that "
+            f"do not fit {_memory.DEFAULT_FRACTION:.0%} of the free memory; the peak comes from "
+            "the smaller ones. Close other programs to measure larger sizes.",
+            _memory.MemoryBudgetWarning,
+            stacklevel=3,
+        )
+    return over
 
 
 def _check_dtypes(dtypes: Any, on_gpu: bool) -> tuple[str, ...]:
@@ -212,7 +297,7 @@ def _check_dtypes(dtypes: Any, on_gpu: bool) -> tuple[str, ...]:
     if isinstance(dtypes, str) or not isinstance(dtypes, Sequence) or not dtypes:
         raise ValueError(f"dtypes must be a non-empty list such as ['float32'], got {dtypes!r}")
     for dtype in dtypes:
-        if dtype not in COMPUTE_DTYPES:
+        if not isinstance(dtype, str) or dtype not in COMPUTE_DTYPES:
             raise ValueError(
                 f"dtypes contains {dtype!r}; use {', '.join(map(repr, COMPUTE_DTYPES))}"
             )
@@ -330,17 +415,28 @@ def measure_op(
     """
     if not isinstance(op, OpCost):
         raise TypeError(
-            f"Expected an instance of OpCost, got {type(op).__name__} instead; build one with "
+            f"Expected an instance of OpCost for op, got {type(op).__name__} instead; build one with "
             "labkit.roofline.matmul_cost(...) or a sibling"
         )
-    if not isinstance(tf32, bool) or not isinstance(flush_cache, bool):
-        raise TypeError("tf32 and flush_cache must be True or False")
-    torch = import_optional("torch", "measuring an operation")
+    check_bool("tf32", tf32)
+    check_bool("flush_cache", flush_cache)
+    warmup = check_ms("warmup_ms", warmup_ms, allow_zero=True)
+    rep = check_ms("rep_ms", rep_ms)
     dev = resolve_device(device)
     if tf32 and dev == "cpu":
         raise ValueError("tf32=True needs a GPU: TF32 is a mode of NVIDIA tensor cores")
-    warmup = check_ms("warmup_ms", warmup_ms, allow_zero=True)
-    rep = check_ms("rep_ms", rep_ms)
+    torch = import_optional("torch", "measuring an operation")
+    where = _memory.memory_device(dev)
+    item = DTYPE_BYTES.get(op.dtype, 4)
+    # inputs and output, the float32 draws lower-precision inputs come from, a conv's
+    # shape-check output, and the buffer a cache flush writes
+    need = op.bytes * (max(1, 4 // item) + (op.kind == "conv2d"))
+    if flush_cache:
+        from labkit.strided import _flush_bytes
+
+        need += _flush_bytes("cpu" if where == "cpu" else dev)
+    _memory.check_fits(need, device=where, what=f"measure_op({op.name})",
+                       name="op (its sizes)")  # fmt: skip
     mode = tf32_mode(tf32) if dev != "cpu" else contextlib.nullcontext()
     with mode:
         fn = _build(torch, op, dev)

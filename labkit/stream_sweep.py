@@ -15,6 +15,7 @@ from typing import Any
 
 from labkit import bandwidth as _bandwidth
 from labkit import memory as _memory
+from labkit._checks import check_optional_bool
 from labkit.bandwidth import (
     ARRAYS,
     DTYPE,
@@ -40,7 +41,10 @@ class StreamSweep:
     """Every (kernel, size) measurement of a sweep, sorted by kernel then size.
 
     ``caches`` are the cache sizes the plot marks; ``dropped_bytes_per_array``
-    the sizes skipped because they did not fit the memory budget.
+    the sizes skipped because they did not fit the memory budget (or ran out
+    of memory). ``out_of_memory`` is the line the sweep printed when an
+    allocation failed and it stopped early ("" when none did);
+    :attr:`largest_bytes_per_array` is then the largest size that fit.
     """
 
     rows: tuple[BandwidthResult, ...]
@@ -48,6 +52,12 @@ class StreamSweep:
     dtype: str
     caches: tuple[tuple[str, int], ...] = ()
     dropped_bytes_per_array: tuple[int, ...] = ()
+    out_of_memory: str = ""
+
+    @property
+    def largest_bytes_per_array(self) -> int | None:
+        """The largest array measured (None when nothing was)."""
+        return max((r.bytes_per_array for r in self.rows), default=None)
 
     @property
     def kernels(self) -> tuple[str, ...]:
@@ -102,6 +112,7 @@ class StreamSweep:
             "dtype": self.dtype,
             "caches": {name: size for name, size in self.caches},
             "dropped_bytes_per_array": list(self.dropped_bytes_per_array),
+            "out_of_memory": self.out_of_memory,
             "rows": [r.to_dict() for r in self.rows],
         }
 
@@ -136,6 +147,8 @@ def stream_sweep(
     (a few µs), not the cache: the same lesson as a GPU's launch overhead.
     """
     kernels = _check_kernels(kernels)
+    points_per_decade = _check_int("points_per_decade", points_per_decade, minimum=1)
+    check_optional_bool("show_progress", show_progress)
     device = check_device(device)
     if sizes_bytes is None:
         sizes = default_sizes(device, points_per_decade=points_per_decade)
@@ -153,7 +166,8 @@ def stream_sweep(
     warmup_ms, rep_ms = _check_ms("warmup_ms", warmup_ms), _check_ms("rep_ms", rep_ms)
     min_reps = _check_int("min_reps", min_reps, minimum=1)
     arrays = max(ARRAYS[k] for k in kernels)
-    kept, dropped = _memory.fit_sizes(sizes, device=device, fraction=fraction, arrays=arrays)
+    kept, dropped = _memory.fit_sizes(sizes, device=device, fraction=fraction, arrays=arrays,
+                                      name=None if sizes_bytes is None else "sizes_bytes")  # fmt: skip
     if not kept:
         _memory.check_fits(min(sizes), device=device, fraction=fraction, arrays=arrays,
                            what="the STREAM sweep's smallest size")  # fmt: skip
@@ -165,20 +179,42 @@ def stream_sweep(
             MemoryBudgetWarning,
             stacklevel=2,
         )  # fmt: skip
-    buffers = _bandwidth._allocate(max(kept) // ITEMSIZE_BYTES, arrays, device)
+    # On a GPU another process can take memory after the budget was read: an allocation
+    # that fails drops that size and the sweep goes on with the sizes below it.
+    buffers, kept, failed = _memory.allocate_shrinking(
+        kept, lambda size: _bandwidth._allocate(size // ITEMSIZE_BYTES, arrays, device),
+        device=device, what="stream_sweep",
+    )  # fmt: skip
     points = [(size, kernel) for size in kept for kernel in kernels]
-    rows = [
-        _measure(kernel, buffers, size // ITEMSIZE_BYTES, device,
-                 warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps)
-        for size, kernel in progress(points, desc=f"STREAM sweep ({device})",
-                                     total=len(points), show=show_progress)
-    ]  # fmt: skip
+    rows: list[BandwidthResult] = []
+    for size, kernel in progress(points, desc=f"STREAM sweep ({device})", total=len(points),
+                                 show=show_progress):  # fmt: skip
+        try:
+            rows.append(_measure(kernel, buffers, size // ITEMSIZE_BYTES, device,
+                                 warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps))  # fmt: skip
+        except Exception as exc:
+            if not _memory.is_out_of_memory(exc):
+                raise
+            failed += tuple(s for s in kept if s >= size)
+            break
     del buffers
+    note = ""
+    if failed:
+        _memory.release_memory(device)
+        largest = max((r.bytes_per_array for r in rows), default=None)
+        note = _memory.out_of_memory_message(
+            "stream_sweep", f"{format_bytes(min(failed))} per array",
+            None if largest is None else f"{format_bytes(largest)} per array", device,
+        )  # fmt: skip
+        if not rows:
+            raise _memory.MemoryBudgetError(note)
+        print(note)
     rows.sort(key=lambda r: (KERNELS.index(r.kernel), r.bytes_per_array))
     return StreamSweep(
         rows=tuple(rows),
         device=device,
         dtype=DTYPE,
         caches=cache_sizes(device),
-        dropped_bytes_per_array=dropped,
+        dropped_bytes_per_array=tuple(sorted({*dropped, *failed})),
+        out_of_memory=note,
     )

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labkit import memory as _memory
+from labkit._checks import check_optional_bool
 from labkit.bandwidth import _check_int, _check_ms, check_device, format_gb_per_s
 from labkit.memory import DEFAULT_FRACTION, MemoryBudgetWarning, format_bytes
 from labkit.progress import progress
@@ -207,21 +208,26 @@ def strided_read(
             :func:`labkit.bench` (a cache flush costs tens of ms on a CPU).
     """
     strides = _check_strides(strides)
-    device = check_device(device)
-    if dtype not in _DTYPES:
+    if not isinstance(dtype, str) or dtype not in _DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
     if not isinstance(flush_cache, bool):
         raise TypeError(f"flush_cache must be True or False, got {flush_cache!r}")
     rep_ms = _check_ms("rep_ms", rep_ms)
     max_reps = _check_int("max_reps", max_reps, minimum=3)
+    if n_elements is not None:
+        _check_int("n_elements", n_elements, minimum=1)
+    check_optional_bool("show_progress", show_progress)
+    device = check_device(device)
     itemsize = _DTYPES[dtype]
     widest = max(strides)
     extra = _flush_bytes(device) if flush_cache else 0
     what = "strided_read"
+    if extra:  # the flush buffer alone can exceed a small budget: say how to drop it
+        what += f" (its cache flush adds {format_bytes(extra)}; flush_cache=False drops it)"
     if n_elements is not None:
         n = _check_int("n_elements", n_elements, minimum=1)
         _memory.check_fits(n * widest * itemsize, device=device, fraction=fraction,
-                           extra_bytes=extra, what=what)  # fmt: skip
+                           extra_bytes=extra, what=what, name="n_elements")  # fmt: skip
     else:
         kind = "cpu" if device == "cpu" else "cuda"
         wanted = DEFAULT_USEFUL_BYTES[kind] * widest

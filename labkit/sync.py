@@ -20,6 +20,7 @@ so it never imports a framework that the caller has not imported already.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -76,7 +77,19 @@ def supports_events(sync: object) -> bool:
 
 def is_host_device(name: str) -> bool:
     """Whether a device name means the CPU, where work is done when the call returns."""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a device name such as 'cpu', got {type(name).__name__}")
     return name == "cpu" or ":CPU:" in f"{name.upper()}:"
+
+
+def _check_index(index: Any) -> None:
+    """A device index: None (the current device) or an integer >= 0."""
+    if index is None:
+        return
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise TypeError(f"index must be a device number or None, got {type(index).__name__}")
+    if index < 0:
+        raise ValueError(f"index must be a device number >= 0, got {index!r}")
 
 
 # --------------------------------------------------------------------------- concrete devices
@@ -94,7 +107,12 @@ class HostSync:
         """Write a numpy buffer of twice the CPU's last-level cache (read from /sys on Linux)."""
         import numpy as np
 
-        buffer = np.empty(2 * cpu_last_level_cache_bytes(), dtype=np.uint8)
+        from labkit.memory import check_fits
+
+        nbytes = check_fits(2 * cpu_last_level_cache_bytes(), what="bench(flush_l2=True)'s "
+                            "cache-flush buffer (twice the last-level cache; flush_l2=False "
+                            "needs none)")  # fmt: skip
+        buffer = np.empty(nbytes, dtype=np.uint8)
 
         def flush() -> None:
             buffer.fill(0)
@@ -109,6 +127,7 @@ class TorchCudaSync:
     """A CUDA (or ROCm) device driven by torch; times with ``torch.cuda.Event``."""
 
     def __init__(self, index: int | None = None) -> None:
+        _check_index(index)
         self._torch = import_optional("torch", "timing CUDA work")
         if not self._torch.cuda.is_available():
             raise ValueError(
@@ -187,6 +206,7 @@ class TorchXpuSync:
     """An Intel GPU through torch's XPU backend (host clock after ``torch.xpu.synchronize``)."""
 
     def __init__(self, index: int | None = None) -> None:
+        _check_index(index)
         self._torch = import_optional("torch", "timing XPU work")
         xpu = getattr(self._torch, "xpu", None)
         if xpu is None or not xpu.is_available():
@@ -214,6 +234,7 @@ class CupySync:
     """A CUDA device driven by CuPy; times with ``cupy.cuda.Event``."""
 
     def __init__(self, index: int | None = None) -> None:
+        _check_index(index)
         self._cupy = import_optional("cupy", "timing CuPy work")
         if not self._cupy.is_available():
             raise ValueError(
@@ -256,6 +277,10 @@ class TensorFlowSync:
     """TensorFlow: ``tf.test.experimental.sync_devices()`` waits for every device it uses."""
 
     def __init__(self, device_name: str | None = None) -> None:
+        if device_name is not None and not isinstance(device_name, str):
+            raise TypeError(
+                f"device_name must be a TensorFlow device name or None, got {device_name!r}"
+            )
         self._tf = import_tensorflow("timing TensorFlow work")
         self.name = "tf" if not device_name else f"tf:{_short_tf_device(device_name)}"
 
@@ -301,6 +326,12 @@ class SyncGroup:
     primary: Synchronizer
     extras: tuple[Synchronizer, ...] = ()
 
+    def __post_init__(self) -> None:
+        _check_synchronizers("primary", (self.primary,))
+        if not isinstance(self.extras, tuple):
+            raise TypeError(f"extras must be a tuple of synchronizers, got {self.extras!r}")
+        _check_synchronizers("extras", self.extras)
+
     @property
     def name(self) -> str:
         if not self.extras:
@@ -326,6 +357,8 @@ def merge(found: Sequence[Synchronizer], ambient: Sequence[Synchronizer] = ()) -
     become primary: when no GPU data was seen, the work may be pure CPU work,
     and events on an idle GPU queue would time nothing.
     """
+    _check_synchronizers("found", found)
+    _check_synchronizers("ambient", ambient)
     gpus = [s for s in found if not is_host_device(s.name)]
     primary: Synchronizer = gpus[0] if gpus else (found[0] if found else HostSync())
     extras: list[Synchronizer] = []
@@ -343,6 +376,8 @@ def group_for(device: str | Synchronizer | None, values: Iterable[Any]) -> SyncG
     An explicit device is used alone. None infers it from ``values`` and adds
     every ambient GPU context (see :func:`ambient_synchronizers`).
     """
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(f"values must be the call's arguments (an iterable), got {values!r}")
     if device is not None:
         return SyncGroup(resolve_device(device))
     return merge(infer_synchronizers(values), ambient_synchronizers())
@@ -354,6 +389,8 @@ def refine(group: SyncGroup, result: Any) -> SyncGroup:
     ``bench(make_batch)`` has no arguments; the tensor it returns says where
     the work ran.
     """
+    if not isinstance(group, SyncGroup):
+        raise TypeError(f"group must be a SyncGroup, got {type(group).__name__}")
     if not is_host_device(group.primary.name):
         return group
     more = infer_synchronizers([result])
@@ -364,6 +401,17 @@ def refine(group: SyncGroup, result: Any) -> SyncGroup:
 
 
 # --------------------------------------------------------------------------- resolution
+
+
+def _check_synchronizers(name: str, syncs: Any) -> None:
+    if isinstance(syncs, (str, bytes)) or not isinstance(syncs, Iterable):
+        raise TypeError(f"{name} must be a sequence of synchronizers, got {syncs!r}")
+    for sync in syncs:
+        if not isinstance(sync, Synchronizer) or not isinstance(getattr(sync, "name", None), str):
+            raise TypeError(
+                f"{name} must hold synchronizers (objects with a `name` and `synchronize()`), "
+                f"got {type(sync).__name__}"
+            )
 
 
 def resolve_device(device: str | Synchronizer) -> Synchronizer:
@@ -417,6 +465,8 @@ def infer_synchronizers(values: Iterable[Any]) -> list[Synchronizer]:
     tensors by ``type(x).__module__``, so no framework is imported here.
     Anything else (numpy arrays, numbers) counts as CPU data.
     """
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(f"values must be an iterable of values, got {values!r}")
     found: list[Synchronizer] = []
     for value in _shallow(values):
         sync = _synchronizer_for(value)
@@ -542,6 +592,9 @@ def cpu_last_level_cache_bytes(sysfs: Path = Path("/sys/devices/system/cpu/cpu0/
     """
     from labkit.cpu import parse_cache_size
 
+    if not isinstance(sysfs, (str, os.PathLike)):
+        raise TypeError(f"sysfs must be a path, got {type(sysfs).__name__}")
+    sysfs = Path(sysfs)
     sizes: list[int] = []
     try:
         for entry in sorted(sysfs.glob("index*/size")):

@@ -57,7 +57,7 @@ def format_duration(ms: float, unit: str | None = None) -> str:
     if not math.isfinite(ms):
         raise ValueError(f"ms must be a finite number of milliseconds, got {ms!r}")
     scales = dict(_UNITS_MS)
-    if unit is not None and unit not in scales:
+    if unit is not None and (not isinstance(unit, str) or unit not in scales):
         raise ValueError(f"unit must be one of {', '.join(scales)} or None, got {unit!r}")
     if ms == 0:
         return f"0 {unit or 'ns'}"
@@ -65,7 +65,11 @@ def format_duration(ms: float, unit: str | None = None) -> str:
     if unit is None:
         unit = next((name for name, scale in _UNITS_MS if abs(rounded) >= scale), "ns")
     value = ms / scales[unit]
-    digits = max(0, 2 - math.floor(math.log10(abs(float(f"{value:.3g}")))))
+    if not math.isfinite(value):
+        raise ValueError(f"ms={ms!r} is too large to write in {unit}; use a larger unit")
+    # The decimal exponent after rounding to 3 digits, read from the text: float(f"{v:.3g}")
+    # overflows to inf for values near the largest float.
+    digits = max(0, 2 - int(f"{value:.2e}".rsplit("e", 1)[1]))
     return f"{value:.{digits}f} {unit}"
 
 
@@ -84,15 +88,25 @@ def quantile(sorted_values: Sequence[float], q: float) -> float:
     result is clamped between them, so rounding can never put a quartile
     outside the samples or out of order.
     """
+    if isinstance(sorted_values, (str, bytes)) or not isinstance(sorted_values, Sequence):
+        raise TypeError(
+            f"sorted_values must be a sorted sequence of numbers, got {type(sorted_values).__name__}"
+        )
     n = len(sorted_values)
     if n == 0:
-        raise ValueError("quantile() needs at least one value")
+        raise ValueError("sorted_values is empty: quantile() needs at least one value")
+    if isinstance(q, bool) or not isinstance(q, numbers.Real):
+        raise TypeError(f"q must be a number between 0 and 1, got {type(q).__name__} ({q!r})")
     if not 0.0 <= q <= 1.0:
         raise ValueError(f"q must be between 0 and 1, got {q!r}")
     position = (n - 1) * q
     lower = math.floor(position)
     upper = min(lower + 1, n - 1)
-    a, b = float(sorted_values[lower]), float(sorted_values[upper])
+    a, b = sorted_values[lower], sorted_values[upper]
+    for value in (a, b):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"sorted_values must hold numbers, got {type(value).__name__}")
+    a, b = float(a), float(b)
     t = position - lower
     value = a + (b - a) * t if t < 0.5 else b - (b - a) * (1.0 - t)
     return min(max(value, a), b)
@@ -135,6 +149,24 @@ class Timing:
         samples = _check_samples(self.samples_ms)
         if self.label is not None and not isinstance(self.label, str):
             raise TypeError(f"label must be a string or None, got {type(self.label).__name__}")
+        for name in ("device", "method"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(
+                    f"{name} must be a string, got {type(getattr(self, name)).__name__}"
+                )
+        if isinstance(self.warmup_calls, bool) or not isinstance(self.warmup_calls, numbers.Integral):
+            raise TypeError(
+                f"warmup_calls must be an integer, got {type(self.warmup_calls).__name__}"
+            )
+        if self.warmup_calls < 0:
+            raise ValueError(f"warmup_calls must be >= 0, got {self.warmup_calls!r}")
+        first = self.first_call_ms
+        if first is not None and (isinstance(first, bool) or not isinstance(first, numbers.Real)):
+            raise TypeError(
+                f"first_call_ms must be a duration in ms or None, got {type(first).__name__}"
+            )
+        if first is not None and not (math.isfinite(first) and first >= 0):
+            raise ValueError(f"first_call_ms must be a finite duration >= 0 ms, got {first!r}")
         ordered = sorted(samples)
         q1, median, q3 = (quantile(ordered, q) for q in (0.25, 0.5, 0.75))
         iqr = q3 - q1
@@ -221,6 +253,8 @@ def _check_samples(samples: Any) -> tuple[float, ...]:
 
 def noisy_message(timing: Timing) -> str:
     """The text of the :class:`NoisyTimingWarning` for ``timing``: causes and what to do."""
+    if not isinstance(timing, Timing):
+        raise TypeError(f"timing must be a Timing from labkit.bench, got {type(timing).__name__}")
     name = f"{timing.label!r}" if timing.label else "this timing"
     return (
         f"{name}: IQR is {_percent(timing.relative_spread)} of the median "

@@ -20,12 +20,14 @@ CUDA events on the GPU.
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from labkit import memory as _memory
+from labkit._checks import check_optional_bool, check_sizes
 from labkit.bandwidth import (
     BandwidthResult,
     _check_int,
@@ -60,11 +62,11 @@ def theoretical_peak_gb_per_s(device: str = "cuda") -> float | None:
     (:mod:`labkit.nvidia`) when torch does not expose the clock; None if
     neither knows it.
     """
+    device = _require_cuda(device, "theoretical_peak_gb_per_s")
     import torch
 
     from labkit.nvidia import nvidia_info, theoretical_bandwidth_gb_per_s
 
-    device = _require_cuda(device, "theoretical_peak_gb_per_s")
     props = torch.cuda.get_device_properties(torch.device(device))
     peak = theoretical_bandwidth_gb_per_s(
         getattr(props, "memory_clock_rate", None), getattr(props, "memory_bus_width", None)
@@ -167,6 +169,12 @@ def device_copy(
     is missing or cannot run; CuPy works on the same buffers through DLPack,
     so it allocates nothing more.
     """
+    if bytes_per_array is not None:
+        _check_int("bytes_per_array", bytes_per_array, minimum=8)
+    _memory._check_fraction(fraction)
+    _check_ms("warmup_ms", warmup_ms)
+    _check_ms("rep_ms", rep_ms)
+    _check_int("min_reps", min_reps, minimum=1)
     import torch
 
     device = _require_cuda(device, "device_copy")
@@ -220,10 +228,21 @@ def _cupy_copies(dst: Any, src: Any, device: str, nbytes: int, warmup_ms: float,
 
 @dataclass(frozen=True)
 class TransferSweep:
-    """Host↔device bandwidth for each (direction, host memory, size); bytes counted once."""
+    """Host↔device bandwidth for each (direction, host memory, size); bytes counted once.
+
+    ``out_of_memory`` is the line the sweep printed when an allocation failed
+    and it stopped early ("" when none did); :attr:`largest_bytes` is then
+    the largest size that fit.
+    """
 
     rows: tuple[BandwidthResult, ...]
     device: str
+    out_of_memory: str = ""
+
+    @property
+    def largest_bytes(self) -> int | None:
+        """The largest transfer measured (None when nothing was)."""
+        return max((r.bytes_per_array for r in self.rows), default=None)
 
     def rows_for(self, direction: str, host_memory: str) -> tuple[BandwidthResult, ...]:
         if direction not in DIRECTIONS:
@@ -251,7 +270,8 @@ class TransferSweep:
                          for line in lines)  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
-        return {"device": self.device, "rows": [r.to_dict() for r in self.rows]}
+        return {"device": self.device, "out_of_memory": self.out_of_memory,
+                "rows": [r.to_dict() for r in self.rows]}  # fmt: skip
 
 
 def _check_choices(name: str, values: Any, allowed: tuple[str, ...]) -> tuple[str, ...]:
@@ -284,17 +304,23 @@ def host_device_sweep(
     ``non_blocking=True``. Default sizes: 64 KiB to 1 GiB, log-spaced,
     shrunk to fit both the host's and the GPU's budget.
     """
-    import torch
-
-    device = _require_cuda(device, "host_device_sweep")
     directions = _check_choices("directions", directions, DIRECTIONS)
     host_memory = _check_choices("host_memory", host_memory, HOST_MEMORY)
     warmup_ms, rep_ms = _check_ms("warmup_ms", warmup_ms), _check_ms("rep_ms", rep_ms)
+    if sizes_bytes is not None:
+        check_sizes(sizes_bytes, "sizes_bytes")
+    _memory._check_fraction(fraction)
+    check_optional_bool("show_progress", show_progress)
+    import torch
+
+    device = _require_cuda(device, "host_device_sweep")
     sizes = log_sizes(64 * 1024, 1024**3, points_per_decade=3) if sizes_bytes is None else (
         tuple(_check_int("sizes_bytes[...]", s, minimum=1) for s in sizes_bytes))  # fmt: skip
+    name = None if sizes_bytes is None else "sizes_bytes"
     kept, dropped = _memory.fit_sizes(sizes, device="cpu", fraction=fraction,
-                                      arrays=len(host_memory))  # fmt: skip
-    kept, dropped_gpu = _memory.fit_sizes(kept, device=device, fraction=fraction, arrays=1)
+                                      arrays=len(host_memory), name=name)  # fmt: skip
+    kept, dropped_gpu = _memory.fit_sizes(kept, device=device, fraction=fraction, arrays=1,
+                                          name=name)  # fmt: skip
     if not kept:
         _memory.check_fits(min(sizes), device="cpu", fraction=fraction, arrays=len(host_memory),
                            what="host_device_sweep")  # fmt: skip
@@ -308,29 +334,61 @@ def host_device_sweep(
             _memory.MemoryBudgetWarning,
             stacklevel=2,
         )
-    top = max(kept)
-    on_device = torch.empty(top, dtype=torch.uint8, device=device)
-    hosts = {kind: torch.ones(top, dtype=torch.uint8, pin_memory=(kind == "pinned"))
-             for kind in host_memory}  # fmt: skip
+
+    def allocate(top: int) -> tuple[Any, dict[str, Any]]:
+        on_device = torch.empty(top, dtype=torch.uint8, device=device)
+        hosts = {kind: torch.ones(top, dtype=torch.uint8, pin_memory=(kind == "pinned"))
+                 for kind in host_memory}  # fmt: skip
+        return on_device, hosts
+
+    # Another process can take GPU (or pinned host) memory after the budget was read:
+    # an allocation that fails drops that size and the sweep goes on below it.
+    (on_device, hosts), kept, failed = _memory.allocate_shrinking(
+        kept, allocate, device=device, what="host_device_sweep")  # fmt: skip
     points = [(size, d, m) for size in kept for d in directions for m in host_memory]
-    rows = []
+    rows: list[BandwidthResult] = []
     for size, direction, kind in progress(points, desc="host<->device sweep",
                                           total=len(points), show=show_progress):  # fmt: skip
-        dev, host = on_device[:size], hosts[kind][:size]
-        pinned = kind == "pinned"
-        fn = _transfer(dev, host, direction, pinned)
-        text = (f"device.copy_(host, non_blocking={pinned})" if direction == "h2d"
-                else f"host.copy_(device, non_blocking={pinned})")  # fmt: skip
-        calls = max(1, min(1000, (16 * 1024**2) // size))
+        try:
+            rows.append(_transfer_row(on_device, hosts, size, direction, kind, device,
+                                      warmup_ms, rep_ms))  # fmt: skip
+        except Exception as exc:
+            if not _memory.is_out_of_memory(exc):
+                raise
+            failed += (size,)
+            break
+    del on_device, hosts
+    note = ""
+    if failed:
+        _memory.release_memory(device)
+        largest = max((r.bytes_per_array for r in rows), default=None)
+        note = _memory.out_of_memory_message(
+            "host_device_sweep", f"a transfer of {format_bytes(min(failed))}",
+            None if largest is None else format_bytes(largest), device,
+        )  # fmt: skip
+        if not rows:
+            raise _memory.MemoryBudgetError(note)
+        print(note)
+    return TransferSweep(rows=tuple(rows), device=device, out_of_memory=note)
 
-        def sample(fn: Callable[[], Any] = fn, calls: int = calls) -> None:
-            for _ in range(calls):
-                fn()
 
-        timing = bench(sample, warmup_ms=warmup_ms, rep_ms=rep_ms, device=device,
-                       label=f"{direction} {kind}", warn=False)  # fmt: skip
-        rows.append(_result(f"{direction} {kind}", device, size, size, timing, text, calls))
-    return TransferSweep(rows=tuple(rows), device=device)
+def _transfer_row(on_device: Any, hosts: dict[str, Any], size: int, direction: str, kind: str,
+                  device: str, warmup_ms: float, rep_ms: float) -> BandwidthResult:  # fmt: skip
+    """Time one (size, direction, host memory) point of :func:`host_device_sweep`."""
+    dev, host = on_device[:size], hosts[kind][:size]
+    pinned = kind == "pinned"
+    fn = _transfer(dev, host, direction, pinned)
+    text = (f"device.copy_(host, non_blocking={pinned})" if direction == "h2d"
+            else f"host.copy_(device, non_blocking={pinned})")  # fmt: skip
+    calls = max(1, min(1000, (16 * 1024**2) // size))
+
+    def sample(fn: Callable[[], Any] = fn, calls: int = calls) -> None:
+        for _ in range(calls):
+            fn()
+
+    timing = bench(sample, warmup_ms=warmup_ms, rep_ms=rep_ms, device=device,
+                   label=f"{direction} {kind}", warn=False)  # fmt: skip
+    return _result(f"{direction} {kind}", device, size, size, timing, text, calls)
 
 
 def _transfer(dev: Any, host: Any, direction: str, pinned: bool) -> Callable[[], Any]:
@@ -400,7 +458,11 @@ def balance_repeats(copy_ms: float, pass_ms: float, *, limit: int = 1000) -> int
     for name, value in (("copy_ms", copy_ms), ("pass_ms", pass_ms)):
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
             raise ValueError(f"{name} must be a positive duration in ms, got {value!r}")
-    return max(1, min(limit, round(copy_ms / pass_ms)))
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite duration in ms, got {value!r}")
+    limit = _check_int("limit", limit, minimum=1)
+    ratio = copy_ms / pass_ms  # may overflow to inf for a tiny pass_ms: then it is the limit
+    return max(1, min(limit, round(ratio) if math.isfinite(ratio) else limit))
 
 
 def copy_compute_overlap(
@@ -422,12 +484,15 @@ def copy_compute_overlap(
     ``compute_repeats`` passes of ``torch.sin`` over the chunk (by default
     as many as make it last about as long as the chunk's copy).
     """
-    import torch
-
-    device = _require_cuda(device, "copy_compute_overlap")
     n_chunks = _check_int("n_chunks", n_chunks, minimum=2)
     chunk_bytes = _check_int("chunk_bytes", chunk_bytes, minimum=4096)
     rep_ms = _check_ms("rep_ms", rep_ms)
+    if compute_repeats is not None:
+        _check_int("compute_repeats", compute_repeats, minimum=1)
+    _memory._check_fraction(fraction)
+    import torch
+
+    device = _require_cuda(device, "copy_compute_overlap")
     n = chunk_bytes // 4
     _memory.check_fits(n * 4, device="cpu", fraction=fraction, arrays=n_chunks,
                        what="copy_compute_overlap (pinned host chunks)")  # fmt: skip

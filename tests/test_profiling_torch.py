@@ -197,7 +197,7 @@ def test_profiling_prints_nothing(capfd: pytest.CaptureFixture[str], tmp_path: P
         ({"sync_every_step": "yes"}, TypeError, "sync_every_step must be True or False"),
         ({"trace_dir": 5}, TypeError, "trace_dir must be a folder path"),
         ({"device": 3}, TypeError, "device must be None, a string"),
-        ({"seed": -1}, ValueError, "seed must be an integer >= 0"),
+        ({"seed": -1}, ValueError, "seed must be an integer from 0"),
     ],
 )
 def test_bad_arguments_are_named(kwargs: dict[str, Any], error: type, match: str) -> None:

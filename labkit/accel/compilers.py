@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from labkit._checks import check_memory_fits, check_torch_device, resolve_torch_device
 from labkit._optional import import_optional, import_tensorflow
 from labkit.accel._common import check_ms, check_positive_int, ratio, seconds, times
 from labkit.timing import Timing, bench, format_duration
@@ -114,6 +115,7 @@ def torch_compile_benchmark(
     if not isinstance(run, bool):
         raise TypeError(f"run must be True or False, got {type(run).__name__}")
     warmup_ms, rep_ms = check_ms("warmup_ms", warmup_ms), check_ms("rep_ms", rep_ms)
+    check_torch_device(device)
     torch = import_optional("torch", "the torch.compile benchmark")
     if not run:
         print(
@@ -122,9 +124,8 @@ def torch_compile_benchmark(
         return None
     elements: int | None = None
     if fn is None:
-        from labkit.device import pick_device
-
-        dev = torch.device(device) if device is not None else pick_device("torch")
+        dev = resolve_torch_device(device)
+        check_memory_fits(4 * size, dev, arrays=4, what=f"torch_compile_benchmark(size={size})")
         gen = torch.Generator().manual_seed(0)
         args = tuple(torch.randn(size, generator=gen).to(dev) for _ in range(2))
         fn, elements = elementwise_chain, size
@@ -196,6 +197,7 @@ def tf_xla_benchmark(
     """
     size = check_positive_int("size", size)
     warmup_ms, rep_ms = check_ms("warmup_ms", warmup_ms), check_ms("rep_ms", rep_ms)
+    check_memory_fits(4 * size, arrays=6, what=f"tf_xla_benchmark(size={size})")
     tf = import_tensorflow("the XLA benchmark")
 
     def chain(x: Any, y: Any) -> Any:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from labkit._checks import check_memory_fits, check_tf_device
 from labkit._optional import import_tensorflow
 from labkit.accel._common import first_line
 
@@ -74,13 +75,10 @@ def tf_soft_placement_demo(requested_device: str = "/GPU:0", size: int = 64) -> 
 
     The global soft-placement setting is restored afterwards, even on error.
     """
-    if not isinstance(requested_device, str) or not requested_device.strip():
-        raise ValueError(
-            f'requested_device must be a TensorFlow device string such as "/GPU:0", '
-            f"got {requested_device!r}"
-        )
+    check_tf_device(requested_device, "requested_device")
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"size must be a positive integer (matrix side), got {size!r}")
+    check_memory_fits(4 * size * size, arrays=4, what=f"tf_soft_placement_demo(size={size})")
     tf = import_tensorflow(PURPOSE)
     a = tf.random.stateless_normal((size, size), seed=(1, 2))
     b = tf.random.stateless_normal((size, size), seed=(3, 4))

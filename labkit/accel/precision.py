@@ -27,6 +27,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from labkit._checks import (
+    check_memory_fits,
+    check_real,
+    check_seed,
+    check_torch_device,
+    resolve_torch_device,
+)
 from labkit._optional import import_optional, import_tensorflow, is_installed
 from labkit.accel._common import check_ms, check_positive_int, ratio, times
 from labkit.timing import Timing, bench, format_duration
@@ -68,6 +75,11 @@ def tf32_defaults(frameworks: Sequence[str] | None = None) -> dict[str, Any]:
         frameworks = tuple(f for f in ("torch", "tensorflow") if is_installed(f))
     if isinstance(frameworks, str):
         frameworks = (frameworks,)
+    if not isinstance(frameworks, Sequence):
+        raise TypeError(
+            "frameworks must be None, 'torch', 'tensorflow' or a list of them, got "
+            f"{type(frameworks).__name__}"
+        )
     unknown = [f for f in frameworks if f not in ("torch", "tensorflow")]
     if unknown:
         raise ValueError(f"frameworks may contain 'torch' and 'tensorflow', got {unknown!r}")
@@ -195,13 +207,11 @@ def mixed_precision_torch(
     if dtype not in TORCH_DTYPES:
         raise ValueError(f"dtype must be one of {TORCH_DTYPES}, got {dtype!r}")
     steps = check_positive_int("steps", steps)
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
-        raise ValueError(f"lr must be a positive learning rate, got {lr!r}")
+    lr = check_real("lr", lr, low=0, low_open=True)
     warmup_ms, rep_ms = check_ms("warmup_ms", warmup_ms), check_ms("rep_ms", rep_ms)
+    check_torch_device(device)
     torch = import_optional("torch", PURPOSE)
-    from labkit.device import pick_device
-
-    dev = torch.device(device) if device is not None else pick_device("torch")
+    dev = resolve_torch_device(device)
     if not torch.amp.is_autocast_available(dev.type):
         raise ValueError(f"torch.autocast does not support device type {dev.type!r}")
     amp_dtype = getattr(torch, dtype)
@@ -314,9 +324,10 @@ def mixed_precision_keras(
     for name, value in (("batch", batch), ("features", features), ("hidden", hidden),
                         ("classes", classes), ("steps", steps)):  # fmt: skip
         check_positive_int(name, value)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an integer, got {type(seed).__name__}")
+    seed = check_seed("seed", seed)
     warmup_ms, rep_ms = check_ms("warmup_ms", warmup_ms), check_ms("rep_ms", rep_ms)
+    check_memory_fits(4 * batch * (features + 2 * hidden + classes), arrays=8,
+                      what=f"mixed_precision_keras(batch={batch}, hidden={hidden})")  # fmt: skip
     tf = import_tensorflow(PURPOSE)
     keras = import_optional("keras", PURPOSE)
     mp = keras.mixed_precision

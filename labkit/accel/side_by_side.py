@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from labkit._checks import check_memory_fits, check_real, check_seed
 from labkit._optional import import_optional, import_tensorflow
 from labkit.accel._common import check_ms, check_positive_int
 from labkit.compare import Comparison, compare
@@ -131,6 +132,8 @@ def mlp_side_by_side(
 ) -> SideBySide:
     """Time one SGD step of the same MLP in each of ``variants``."""
     batch = check_positive_int("batch", batch)
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence):
+        raise TypeError(f"sizes must be a list of layer sizes such as (784, 512, 10), got {sizes!r}")
     sizes = tuple(sizes)
     if len(sizes) < 2:
         raise ValueError(f"sizes needs at least an input and an output size, got {sizes!r}")
@@ -138,14 +141,19 @@ def mlp_side_by_side(
         check_positive_int(f"sizes[{i}]", s)
     if isinstance(variants, str):
         variants = (variants,)
+    if not isinstance(variants, Sequence):
+        raise TypeError(f"variants must be a list of names from {VARIANTS}, got {variants!r}")
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown or not variants:
         raise ValueError(
             f"variants must be a non-empty subset of {VARIANTS}, got {list(variants)!r}"
         )
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
-        raise ValueError(f"lr must be a positive learning rate, got {lr!r}")
+    lr = check_real("lr", lr, low=0, low_open=True)
+    seed = check_seed("seed", seed)
     warmup_ms, rep_ms = check_ms("warmup_ms", warmup_ms), check_ms("rep_ms", rep_ms)
+    weights = sum(a * b for a, b in zip(sizes[:-1], sizes[1:], strict=True))
+    check_memory_fits(4 * (2 * batch * sum(sizes) + 3 * weights), arrays=4,
+                      what=f"mlp_side_by_side(batch={batch}, sizes={sizes})")  # fmt: skip
     x_np, y_np = _data(batch, sizes[0], sizes[-1], seed)
     steps: dict[str, Any] = {}
     if "torch" in variants:

@@ -17,6 +17,7 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
+from labkit._checks import check_memory_fits, check_torch_device, resolve_torch_device
 from labkit._optional import import_optional
 from labkit.accel._common import check_ms, check_positive_int, ratio, times
 from labkit.timing import Timing, bench, format_duration
@@ -119,10 +120,10 @@ def sync_points_benchmark(
     size = check_positive_int("size", size)
     warmup_ms = check_ms("warmup_ms", warmup_ms)
     rep_ms = check_ms("rep_ms", rep_ms)
+    check_torch_device(device)
     torch = import_optional("torch", PURPOSE)
-    from labkit.device import pick_device
-
-    dev = torch.device(device) if device is not None else pick_device("torch")
+    dev = resolve_torch_device(device)
+    check_memory_fits(4 * size * size, dev, arrays=4, what=f"sync_points_benchmark(size={size})")
     gen = torch.Generator().manual_seed(0)
     w = (torch.randn(size, size, generator=gen) / size**0.5).to(dev)
     x0 = torch.randn(size, size, generator=gen).to(dev)
@@ -180,6 +181,7 @@ def async_launch_demo(size: int = 4096, repeats: int = 10) -> AsyncLaunchResult 
 
     if not require_gpu("the host returning from a matmul launch before the GPU finishes it"):
         return None
+    check_memory_fits(4 * size * size, "cuda", arrays=2, what=f"async_launch_demo(size={size})")
     import time
 
     torch = import_optional("torch", PURPOSE)

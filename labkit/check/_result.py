@@ -63,6 +63,10 @@ def _number(answer: Any, name: str) -> float:
         value = float(answer)
     except (TypeError, ValueError):
         raise wrong from None
+    except OverflowError:  # an int past float's range (10**400): no answer is that large
+        raise ValueError(
+            f"{name} must be a finite number, got an integer too large for a float"
+        ) from None
     if not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, got {value}")
     return value

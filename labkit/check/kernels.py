@@ -142,7 +142,7 @@ def occupancy(answer: Any) -> CheckResult:
             "registers per block = 64 × 256; blocks per SM = 65,536 // that; occupancy = "
             "resident threads / 2,048.",
         )
-    value = _number(answer, "occupancy")
+    value = _number(answer, "occupancy_fraction")
     if value > 1:
         value /= 100  # a percentage
     ref = theoretical_occupancy()

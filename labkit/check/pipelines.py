@@ -24,6 +24,20 @@ RESERVED_BYTES = 2_000_000_000  # CUDA context, cuDNN workspaces, allocator slac
 
 def knee(batch_sizes: Sequence[int], samples_per_s: Sequence[float], share: float = 0.9) -> int:
     """The smallest batch whose throughput reaches ``share`` of the best one."""
+    from labkit._checks import check_positive_int, check_real
+
+    for name, values in (("batch_sizes", batch_sizes), ("samples_per_s", samples_per_s)):
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+            raise TypeError(f"{name} must be a list of numbers, got {type(values).__name__}")
+    batch_sizes = [check_positive_int(f"batch_sizes[{i}]", b) for i, b in enumerate(batch_sizes)]
+    samples_per_s = [check_real(f"samples_per_s[{i}]", s, low=0)
+                     for i, s in enumerate(samples_per_s)]  # fmt: skip
+    share = check_real("share", share, low=0, high=1, low_open=True)
+    if len(set(batch_sizes)) != len(batch_sizes):
+        raise ValueError(
+            f"batch_sizes must not repeat a batch size (which throughput would it have?), got "
+            f"{batch_sizes!r}"
+        )
     if len(batch_sizes) != len(samples_per_s) or not batch_sizes:
         raise ValueError(
             "batch_sizes and samples_per_s must be non-empty and of the same length, got "
@@ -38,6 +52,7 @@ def knee_batch(
 ) -> CheckResult:
     """Check the smallest batch reaching 90% of the peak throughput, on the learner's own curve."""
     exercise = "where the curve flattens"
+    ref = knee(batch_sizes, samples_per_s)  # the learner's own curve, checked first
     if _unsolved(answer):
         return _todo(
             exercise,
@@ -45,7 +60,6 @@ def knee_batch(
             "at least 0.9 × the peak.",
         )
     value = _number(answer, "knee_batch")
-    ref = knee(batch_sizes, samples_per_s)
     if value == ref:
         return CheckResult(
             exercise,
@@ -115,7 +129,7 @@ def largest_batch(answer: Any) -> CheckResult:
             "usable = 24 GB - 2 GB reserved - model state (16 bytes per parameter with Adam); "
             "batch = usable // 150 MB, rounded down.",
         )
-    value = _number(answer, "largest_batch")
+    value = _number(answer, "largest")
     ref = largest_batch_that_fits()
     if value == ref:
         return CheckResult(

@@ -69,6 +69,17 @@ def idle_fraction(answer: Any) -> CheckResult:
 def top_operator(answer: Any, operators_by_self_time: Sequence[str]) -> CheckResult:
     """Check the operator with the largest self time, against the learner's own profile."""
     exercise = "the most expensive operator"
+    if (
+        isinstance(operators_by_self_time, (str, bytes))
+        or not isinstance(operators_by_self_time, Sequence)
+        or not all(isinstance(op, str) for op in operators_by_self_time)
+    ):
+        raise TypeError(
+            "operators_by_self_time must be a list of operator names (TorchProfile."
+            f"operators_by_self_time()), got {type(operators_by_self_time).__name__}"
+        )
+    if not operators_by_self_time:
+        raise ValueError("operators_by_self_time is empty: profile a few steps first")
     if _unsolved(answer):
         return _todo(
             exercise,
@@ -77,8 +88,6 @@ def top_operator(answer: Any, operators_by_self_time: Sequence[str]) -> CheckRes
         )
     if not isinstance(answer, str):
         raise TypeError(f"answer must be an operator name (str), got {type(answer).__name__}")
-    if not operators_by_self_time:
-        raise ValueError("operators_by_self_time is empty: profile a few steps first")
     if answer == operators_by_self_time[0]:
         return CheckResult(
             exercise,

@@ -30,6 +30,8 @@ def roofline_prediction(predictions: Any, roofline: Any) -> CheckResult:
     from labkit.roofline import COMPUTE_BOUND, MEMORY_BOUND, Roofline, predict_bound
 
     exercise = "roofline prediction"
+    if not isinstance(roofline, Roofline):
+        raise TypeError(f"roofline must be a labkit Roofline, got {type(roofline).__name__}")
     ops = roofline_exercise_ops()
     if _unsolved(predictions) or (
         isinstance(predictions, dict) and all(_unsolved(v) for v in predictions.values())
@@ -39,8 +41,6 @@ def roofline_prediction(predictions: Any, roofline: Any) -> CheckResult:
         raise TypeError(
             f"predictions must be a dict of op name to verdict, got {type(predictions).__name__}"
         )
-    if not isinstance(roofline, Roofline):
-        raise TypeError(f"roofline must be a labkit Roofline, got {type(roofline).__name__}")
     missing = sorted(set(ops) - set(predictions))
     if missing:
         return CheckResult(

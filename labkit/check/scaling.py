@@ -19,7 +19,11 @@ MICRO_BATCH_PER_GPU = 64
 
 def efficiency(throughput_1: float, throughput_n: float, n: int) -> float:
     """Weak-scaling efficiency: throughput with n workers over n times one worker's."""
-    return throughput_n / (n * throughput_1)
+    from labkit._checks import check_positive_int, check_real
+
+    throughput_1 = check_real("throughput_1", throughput_1, low=0, low_open=True)
+    throughput_n = check_real("throughput_n", throughput_n, low=0, low_open=True)
+    return throughput_n / (check_positive_int("n", n) * throughput_1)
 
 
 def scaling_efficiency(
@@ -27,10 +31,10 @@ def scaling_efficiency(
 ) -> CheckResult:
     """Check the weak-scaling efficiency computed from the learner's own two measurements."""
     exercise = "scaling efficiency"
+    ref = efficiency(throughput_1, throughput_n, n)  # the learner's measurements, checked first
     if _unsolved(answer):
         return _todo(exercise, "efficiency = samples/s with n processes / (n × samples/s with 1).")
     value = _number(answer, "efficiency")
-    ref = efficiency(throughput_1, throughput_n, n)
     if value > 1.5 and not _close(value, throughput_n / throughput_1, 0.01):
         value /= 100  # a percentage
     if _close(value, ref, 0.01):

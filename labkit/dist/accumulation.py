@@ -26,7 +26,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from labkit._checks import check_ms, check_positive_int
+from labkit._checks import (
+    check_ms,
+    check_positive_int,
+    check_real,
+    check_seed,
+    check_torch_device,
+    resolve_torch_device,
+)
 from labkit.timing import Timing, format_duration
 
 #: Largest gradient difference, relative to the largest gradient, that counts as "the same".
@@ -134,23 +141,22 @@ def accumulate_equivalence(
         raise ValueError(
             "micro_batch must be >= 2 with batch_norm=True (BatchNorm needs 2 samples)"
         )
-    if dtype not in TOLERANCE:
+    if not isinstance(dtype, str) or dtype not in TOLERANCE:
         raise ValueError(f"dtype must be one of {', '.join(TOLERANCE)}, got {dtype!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an integer, got {type(seed).__name__}")
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
-        raise ValueError(f"lr must be a number > 0, got {lr!r}")
+    seed = check_seed("seed", seed)
+    lr = check_real("lr", lr, low=0, low_open=True)
     check_ms("warmup_ms", warmup_ms, allow_zero=True)
     check_ms("rep_ms", rep_ms)
+    if device is not None and not isinstance(device, str):
+        raise TypeError(f"device must be a string such as 'cpu' or 'cuda', or None, got {device!r}")
+    check_torch_device(device)
     from labkit._optional import import_optional
     from labkit.device import pick_device
     from labkit.dist.train_ddp import build_mlp, synthetic_batches
     from labkit.timing import bench
 
     torch = import_optional("torch", "gradient accumulation")
-    if device is not None and not isinstance(device, str):
-        raise TypeError(f"device must be a string such as 'cpu' or 'cuda', or None, got {device!r}")
-    dev = pick_device("torch") if device is None else torch.device(device)
+    dev = pick_device("torch") if device is None else resolve_torch_device(device)
     from labkit.dist.train_ddp import IN_FEATURES, mlp_parameter_count
     from labkit.memory import check_fits
 
@@ -158,7 +164,9 @@ def accumulate_equivalence(
     item = 8 if dtype == "float64" else 4
     check_fits((4 * mlp_parameter_count(width) + 6 * rows * (width + IN_FEATURES)) * item,
                device="cuda" if dev.type == "cuda" else "cpu",
-               what=f"gradient accumulation of {rows} samples at width {width}")  # fmt: skip
+               what=f"gradient accumulation of {rows} samples (micro_batch={micro_batch} × "
+                    f"accum_steps={accum_steps}) at width {width}",
+               name="micro_batch, accum_steps or width")  # fmt: skip
     torch_dtype = getattr(torch, dtype)
     torch.manual_seed(seed)
     model = build_mlp(width, batch_norm=batch_norm).to(dev, torch_dtype)
@@ -223,7 +231,7 @@ def plot_accumulation(result: Accumulation, ax: Any = None) -> Any:
     from labkit.plots import plot_timings
 
     if not isinstance(result, Accumulation):
-        raise TypeError(f"Expected an instance of Accumulation, got {type(result).__name__} "
+        raise TypeError(f"Expected an instance of Accumulation as result, got {type(result).__name__} "
                         "instead; pass the result of accumulate_equivalence()")  # fmt: skip
     return plot_timings([result.direct, result.accumulated], ax=ax,
                         title=f"One effective batch of {result.effective_batch} samples")  # fmt: skip

@@ -41,7 +41,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from labkit._checks import check_positive_int
+from labkit._checks import check_positive_int, check_real
 from labkit.dist._process import (
     GRACE_S,
     DistRunError,
@@ -187,10 +187,12 @@ def run_ddp(
     if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
         raise ValueError(f"warmup_steps must be an integer >= 0, got {warmup_steps!r}")
     backend = _check_backend(backend)
+    check_real("timeout_s", timeout_s, low=0, low_open=True)
     from labkit.memory import check_fits
 
     check_fits(_ddp_bytes_per_proc(width, depth, batch_per_rank), arrays=nproc,
-               what=f"DDP training of an MLP of width {width} on {nproc} processes")  # fmt: skip
+               what=f"DDP training of an MLP of width {width} on {nproc} processes",
+               name="width or batch_per_rank")  # fmt: skip
     args = [
         "--width", str(width), "--depth", str(depth), "--steps", str(steps),
         "--warmup-steps", str(warmup_steps), "--batch-per-rank", str(batch_per_rank),
@@ -262,10 +264,12 @@ def allreduce_cost(
     reps = check_positive_int("reps", reps)
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
+    threads_per_proc = check_positive_int("threads_per_proc", threads_per_proc)
     backend = _check_backend(backend)
-    kept, dropped = fit_sizes(sizes, arrays=3 * nproc)  # each rank's buffer and gloo's copies
-    if not kept:
-        raise ValueError(f"none of sizes_bytes fits in the memory budget on {nproc} processes")
+    check_real("timeout_s", timeout_s, low=0, low_open=True)
+    # each rank's buffer and gloo's copies; none fitting (or one beyond the machine's whole
+    # memory) raises MemoryBudgetError naming sizes_bytes, before any process starts
+    kept, dropped = fit_sizes(sizes, arrays=3 * nproc, name="sizes_bytes")
     args = ["--sizes", ",".join(str(s) for s in kept), "--reps", str(reps), "--warmup",
             str(warmup), "--threads", str(threads_per_proc), "--backend", backend]  # fmt: skip
     data, _output, _cmd = run_torchrun(
@@ -310,10 +314,13 @@ def plot_scaling(scaling: Scaling, ax: Any = None) -> Any:
     The gap between the points and the dashed line is what communication
     (and, on a small CPU, processes sharing memory bandwidth) costs.
     """
+    from labkit._checks import check_ax
+
+    check_ax(ax)
     from labkit.plots import _pyplot, style_axes
 
     if not isinstance(scaling, Scaling):
-        raise TypeError(f"Expected an instance of Scaling, got {type(scaling).__name__} instead; "
+        raise TypeError(f"Expected an instance of Scaling as scaling, got {type(scaling).__name__} instead; "
                         "pass the result of labkit.dist.launch.scaling_efficiency()")  # fmt: skip
     plt = _pyplot()
     if ax is None:
@@ -343,10 +350,13 @@ def plot_allreduce(cost: AllreduceCost, ax: Any = None) -> Any:
     Flat time on the left is latency; on the right time grows with size and
     busbw levels off at what the link delivers.
     """
+    from labkit._checks import check_ax
+
+    check_ax(ax)
     from labkit.plots import _bytes_ticks, _pyplot, style_axes
 
     if not isinstance(cost, AllreduceCost):
-        raise TypeError(f"Expected an instance of AllreduceCost, got {type(cost).__name__} "
+        raise TypeError(f"Expected an instance of AllreduceCost as cost, got {type(cost).__name__} "
                         "instead; pass the result of labkit.dist.launch.allreduce_cost()")  # fmt: skip
     plt = _pyplot()
     if ax is None:
@@ -379,10 +389,13 @@ def plot_model_size(result: ModelSizeComm, ax: Any = None) -> Any:
     between the first two bars is the communication DDP did not hide; the
     third is what communication would cost with no overlap at all.
     """
+    from labkit._checks import check_ax
+
+    check_ax(ax)
     from labkit.plots import _pyplot, style_axes
 
     if not isinstance(result, ModelSizeComm):
-        raise TypeError(f"Expected an instance of ModelSizeComm, got {type(result).__name__} "
+        raise TypeError(f"Expected an instance of ModelSizeComm as result, got {type(result).__name__} "
                         "instead; pass the result of allreduce_vs_model_size()")  # fmt: skip
     plt = _pyplot()
     if ax is None:

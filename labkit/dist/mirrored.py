@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from labkit._checks import check_positive_int
+from labkit._checks import check_positive_int, check_real
 from labkit.timing import Timing, format_duration
 
 #: Leading steps left out of the timing (tracing and compilation).
@@ -263,6 +263,8 @@ def run_mirrored(
         )
     if not isinstance(baseline, bool):
         raise TypeError(f"baseline must be True or False, got {type(baseline).__name__}")
+    check_real("timeout_s", timeout_s, low=0, low_open=True)
+    worker_env = _worker_env(1, env)  # checks env
     if not is_installed("tensorflow"):
         raise MissingPackageError("tensorflow", "tf.distribute.MirroredStrategy")
     cmd = [sys.executable, "-m", "labkit.dist.mirrored", "--n-logical", str(n_logical),
@@ -270,7 +272,6 @@ def run_mirrored(
            str(batch_per_replica), "--width", str(width)]  # fmt: skip
     if not baseline:
         cmd.append("--no-baseline")
-    worker_env = _worker_env(1, env)
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # leave TensorFlow's threads alone
         worker_env.pop(name, None)
     worker_env.update(TF_QUIET_ENV)

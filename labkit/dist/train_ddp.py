@@ -64,11 +64,20 @@ DEPTH = 2
 POOL_BATCHES = 8
 
 
+def _check_mlp(width: Any, in_features: Any, depth: Any, out_features: Any) -> None:
+    from labkit._checks import check_positive_int
+
+    for name, value in (("width", width), ("in_features", in_features), ("depth", depth),
+                        ("out_features", out_features)):  # fmt: skip
+        check_positive_int(name, value)
+
+
 def mlp_parameter_count(
     width: int, *, in_features: int = IN_FEATURES, depth: int = DEPTH,
     out_features: int = OUT_FEATURES,
 ) -> int:  # fmt: skip
     """Weights and biases of :func:`build_mlp` (without batch norm), computed without torch."""
+    _check_mlp(width, in_features, depth, out_features)
     hidden = (depth - 1) * (width * width + width)
     return in_features * width + width + hidden + width * out_features + out_features
 
@@ -82,6 +91,9 @@ def build_mlp(
     Without batch norm no layer mixes the samples of a batch, which is what
     makes gradient accumulation exact (:mod:`labkit.dist.accumulation`).
     """
+    _check_mlp(width, in_features, depth, out_features)
+    if not isinstance(batch_norm, bool):
+        raise TypeError(f"batch_norm must be True or False, got {type(batch_norm).__name__}")
     import torch
 
     layers: list[Any] = []

@@ -28,6 +28,7 @@ import contextlib
 import functools
 import math
 import numbers
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -203,6 +204,25 @@ def _budget(warmup_ms: Any, rep_ms: Any) -> dict[str, float]:
             "rep_ms": _check_ms("rep_ms", rep_ms, allow_zero=False)}  # fmt: skip
 
 
+def _check_early(quick: Any, **sizes: tuple[Any, int]) -> None:
+    """The quick flag and the explicit sizes ({name: (value, largest)}), before CuPy is imported.
+
+    Whether a size fits the GPU is checked once CuPy can read its free memory.
+    """
+    from labkit._checks import check_bool
+
+    check_bool("quick", quick)
+    for name, (value, high) in sizes.items():
+        if value is not None:
+            _check_int(name, value, 1, high)
+
+
+def _check_versions(versions: Any, choices: Sequence[str]) -> list[str]:
+    if isinstance(versions, (str, bytes)) or not isinstance(versions, Iterable):
+        raise TypeError(f"versions must be a list of names from {choices}, got {versions!r}")
+    return [_check_version("versions[...]", v, choices) for v in versions]
+
+
 def _check_version(name: str, value: Any, versions: Sequence[str]) -> str:
     if value not in versions:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, versions))}, got {value!r}")
@@ -231,6 +251,18 @@ def _check_array(name: str, x: Any, cupy: Any, *, ndim: int | None = None) -> An
     return x
 
 
+def _check_on_gpu(name: str, x: Any) -> None:
+    """Before CuPy is imported: without CuPy loaded nothing is a CuPy array, so refuse ``x`` now.
+
+    Once CuPy is loaded, :func:`_check_array` checks ``x`` against it.
+    """
+    if sys.modules.get("cupy") is None:
+        raise TypeError(
+            f"{name} must be a CuPy array (cupy.ndarray) on the GPU, got {type(x).__name__}; "
+            "move a NumPy array there with cupy.asarray(x)"
+        )
+
+
 def _check_out(out: Any, cupy: Any, shape: tuple[int, ...], source: Any) -> Any:
     """``out`` (checked) or a fresh array; never the input itself."""
     if out is None:
@@ -251,14 +283,14 @@ def _check_aligned(name: str, x: Any) -> None:
         )
 
 
-def _check_block_size(value: Any, *, power_of_two: bool = False) -> int:
-    block = _check_int("block_size", value, 32, 1024)
+def _check_block_size(value: Any, *, power_of_two: bool = False, name: str = "block_size") -> int:
+    block = _check_int(name, value, 32, 1024)
     if block % 32:
         raise ValueError(
-            f"block_size must be a multiple of 32 (a whole number of warps), got {block}"
+            f"{name} must be a multiple of 32 (a whole number of warps), got {block}"
         )
     if power_of_two and block & (block - 1):
-        raise ValueError(f"block_size must be a power of two for this kernel, got {block}")
+        raise ValueError(f"{name} must be a power of two for this kernel, got {block}")
     return block
 
 
@@ -300,6 +332,10 @@ def strided_copy(x: Any, stride: int, *, out: Any = None, block_size: int = 256,
     access pattern changes (see ``strided_copy.cu``). ``x.size`` must be a
     multiple of ``stride``. Returns ``out`` (launched, not yet finished).
     """
+    _check_int("stride", stride, 1, 65535)
+    _check_int("block_size", block_size, 1, 1024)
+    _check_int("items_per_thread", items_per_thread, 1, 64)
+    _check_on_gpu("x", x)
     cupy = _cupy("strided_copy")
     launch = _plan_strided_copy(cupy, x, stride, out, block_size, items_per_thread)
     launch()
@@ -349,6 +385,9 @@ def transpose(x: Any, version: str = "padded", *, out: Any = None, tile_dim: int
     "tiled_nosync": the exercise's kernel, **wrong on purpose** (no
     ``__syncthreads()``). Thread blocks are ``tile_dim x block_rows``.
     """
+    _check_version("version", version, (*TRANSPOSE_VERSIONS, "tiled_nosync"))
+    _check_tile(tile_dim, block_rows)
+    _check_on_gpu("x", x)
     cupy = _cupy(f"transpose (version={version!r})")
     launch = _plan_transpose(cupy, x, version, out, tile_dim, block_rows)
     launch()
@@ -443,6 +482,9 @@ def sgemm(a: Any, b: Any, version: str = "tiled", *, out: Any = None, **macros: 
     ``BK``, ``TM``, ``TN`` for "tiled", which needs M, N, K multiples of BM,
     BN, BK). See ``sgemm.cu``.
     """
+    _check_version("version", version, SGEMM_VERSIONS)
+    _check_on_gpu("a", a)
+    _check_on_gpu("b", b)
     cupy = _cupy(f"sgemm (version={version!r})")
     launch = _plan_sgemm(cupy, a, b, version, out, macros)
     launch()
@@ -480,6 +522,8 @@ def reduce_sum(
     Returns a 1-element float32 CuPy array (``float(result[0])`` reads it).
     "shared" needs a power-of-two ``block_size``; "warp_shuffle" a multiple of 32.
     """
+    _check_version("version", version, REDUCE_VERSIONS)
+    _check_on_gpu("x", x)
     cupy = _cupy(f"reduce_sum (version={version!r})")
     launch = _plan_reduce(cupy, x, version, out, block_size)
     launch()
@@ -768,6 +812,7 @@ def stride_sweep(strides: Iterable[int] = DEFAULT_STRIDES, *, n_elements: int | 
         raise ValueError("strides is empty: give at least one stride, e.g. (1, 2, 4, 8)")
     block = _check_int("block_size", block_size, 1, 1024)
     budget = _budget(warmup_ms, rep_ms)
+    _check_early(quick, n_elements=(n_elements, _INT32_MAX))
     cupy = _cupy("the stride sweep")
     _free(cupy)  # blocks an earlier experiment left in CuPy's pool count as used
     n = _elements(n_elements, arrays=3, multiple=math.lcm(*values), what="the stride sweep",
@@ -832,14 +877,13 @@ def transpose_versions(n: int | None = None, *, versions: Sequence[str] = TRANSP
     budget. ``padded_configs`` adds runs of the padded kernel with other
     ``(tile_dim, block_rows)`` thread blocks, labelled "padded 64x16".
     """
-    chosen = [
-        _check_version("versions[...]", v, (*TRANSPOSE_VERSIONS, "tiled_nosync")) for v in versions
-    ]
+    chosen = _check_versions(versions, (*TRANSPOSE_VERSIONS, "tiled_nosync"))
     extra = [_check_tile(*_pair(c)) for c in padded_configs]
     if not chosen and not extra:
         raise ValueError("nothing to run: versions and padded_configs are both empty")
     _check_tile(tile_dim, block_rows)
     budget = _budget(warmup_ms, rep_ms)
+    _check_early(quick, n=(n, 46340))
     cupy = _cupy("the transpose comparison")
     _free(cupy)  # blocks an earlier experiment left in CuPy's pool count as used
     side = _square_side(n, arrays=3, quick=quick, what="the transpose comparison")
@@ -924,7 +968,7 @@ def sgemm_vs_cublas(n: int = 4096, *, versions: Sequence[str] = SGEMM_VERSIONS,
     kernel's BM, BN and BK (4096 is).
     """
     side = _check_int("n", n, 1, 32768)
-    chosen = [_check_version("versions[...]", v, SGEMM_VERSIONS) for v in versions]
+    chosen = _check_versions(versions, SGEMM_VERSIONS)
     configs = [dict(c) for c in tiled_configs]
     for config in configs:
         problems = sgemm_tiled_problems(**config)
@@ -986,12 +1030,13 @@ def reduction_versions(n_elements: int | None = None, *, versions: Sequence[str]
     long). The data are whole numbers -4..4, so every version's float32 sum
     is exact in any order and is checked for equality with the float64 sum.
     """
-    chosen = [_check_version("versions[...]", v, REDUCE_VERSIONS) for v in versions]
+    chosen = _check_versions(versions, REDUCE_VERSIONS)
     if not chosen:
         raise ValueError("versions is empty")
     atomic_n = _check_int("atomic_elements", atomic_elements, 1, _INT32_MAX)
     block = _check_block_size(block_size, power_of_two=True)
     budget = _budget(warmup_ms, rep_ms)
+    _check_early(quick, n_elements=(n_elements, _INT32_MAX))
     cupy = _cupy("the reduction comparison")
     _free(cupy)  # blocks an earlier experiment left in CuPy's pool count as used
     n = _elements(n_elements, arrays=2, multiple=1024, what="the reduction comparison", quick=quick)
@@ -1044,10 +1089,12 @@ def block_size_sweep(kernel: str = "strided_copy", block_sizes: Iterable[int] = 
             f"block_sizes must be a sequence of integers, got {type(block_sizes).__name__}"
         )
     power = kernel in ("transpose_padded", "reduce_shared")
-    sizes = sorted({_check_block_size(b, power_of_two=power) for b in block_sizes})
+    sizes = sorted({_check_block_size(b, power_of_two=power, name="block_sizes[...]")
+                    for b in block_sizes})  # fmt: skip
     if not sizes:
         raise ValueError("block_sizes is empty")
     budget = _budget(warmup_ms, rep_ms)
+    _check_early(quick, n_elements=(n_elements, _INT32_MAX))
     cupy = _cupy(f"the block-size sweep of {kernel}")
     _free(cupy)  # blocks an earlier experiment left in CuPy's pool count as used
     if kernel == "transpose_padded":
@@ -1110,6 +1157,9 @@ def plot_kernels(result: KernelComparison | Mapping[str, Any], ax: Any = None) -
     version comparisons are horizontal bars labelled with their fraction of
     the ceiling.
     """
+    from labkit._checks import check_ax
+
+    check_ax(ax)
     from labkit.plots import _pyplot, style_axes
 
     data = _plot_data(result)
@@ -1147,7 +1197,7 @@ def _plot_data(result: Any) -> dict[str, Any]:
     if isinstance(result, Mapping) and all(k in result for k in keys) and result["runs"]:
         return dict(result)
     raise TypeError(
-        f"Expected an instance of KernelComparison (or its to_dict() from a recording), got "
+        f"Expected an instance of KernelComparison (or its to_dict() from a recording) as result, got "
         f"{type(result).__name__} instead; pass the result of stride_sweep(), transpose_versions(), "
         "sgemm_vs_cublas(), reduction_versions() or block_size_sweep()"
     )

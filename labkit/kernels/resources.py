@@ -17,6 +17,7 @@ notebook can print it instead of a traceback.
 from __future__ import annotations
 
 import functools
+import math
 import numbers
 import os
 import re
@@ -277,8 +278,12 @@ def _source(source_or_path: Any) -> tuple[str | None, Path | None, str]:
 
 
 def _check_timeout(timeout_s: Any) -> float:
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real) or not timeout_s > 0:
-        raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    if (
+        isinstance(timeout_s, bool)
+        or not isinstance(timeout_s, numbers.Real)
+        or not 0 < timeout_s < math.inf
+    ):
+        raise ValueError(f"timeout_s must be a finite number of seconds > 0, got {timeout_s!r}")
     return float(timeout_s)
 
 
@@ -452,7 +457,10 @@ def resources_table(
         raise TypeError(
             f"arches must be a non-empty list such as ['sm_80', 'sm_90'], got {arches!r}"
         )
-    arch_list = tuple(check_arch(a) for a in arches)
+    try:
+        arch_list = tuple(check_arch(a) for a in arches)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"arches: {exc}") from None
     defs = _check_defines(defines)
     compiler = _require_compiler(nvcc)
     missing: list[str] = []

@@ -614,6 +614,22 @@ def _require_simulator() -> None:
             raise SimulatorUnavailable(package)
 
 
+def available() -> bool:
+    """Whether the simulator can run here; if not, print one line naming the install command.
+
+    For a notebook cell: ``if simulator.available(): ...``, like
+    ``labkit.try_import`` for a framework, so that a learner without
+    numba-cuda sees why the cell skipped, not a traceback. numba is only
+    looked up, never imported (see the module docstring).
+    """
+    try:
+        _require_simulator()
+    except SimulatorUnavailable as exc:
+        print(f"Skipped: {exc}")
+        return False
+    return True
+
+
 def _run_worker(jobs: list[dict[str, Any]], timeout_s: float) -> list[dict[str, Any]]:
     """Run ``jobs`` in a fresh interpreter with the simulator switched on; return its answers."""
     _require_simulator()
@@ -765,6 +781,9 @@ def verify_all(
         raise TypeError(
             f"kernels must be a non-empty list of kernel names or None, got {kernels!r}"
         )
+    unknown = [k for k in names if not isinstance(k, str) or k not in KERNELS]
+    if unknown:
+        raise ValueError(f"kernels must hold names from {', '.join(KERNELS)}; got {unknown!r}")
     n = _check_n(n)
     jobs = [_job(k, n, seed=seed, block=block, stride=2 if n % 2 == 0 else 1) for k in names]
     timeout_s = _check_timeout(timeout_s)
@@ -843,7 +862,7 @@ def plot_race(demo: RaceDemo, *, runs: int = 3, ax: Any = None) -> Any:
     ``ax`` may be a sequence of axes, one per run shown.
     """
     if not isinstance(demo, RaceDemo):
-        raise TypeError(f"Expected an instance of RaceDemo, got {type(demo).__name__} instead.")
+        raise TypeError(f"Expected an instance of RaceDemo as demo, got {type(demo).__name__} instead.")
     shown = _check_int("runs", runs, low=1, high=demo.runs)
     from labkit.plots import _pyplot, style_axes
 

@@ -99,7 +99,8 @@ def kernel_spec(name: str) -> KernelSpec:
         return KERNELS[name]
     except KeyError:
         raise ValueError(
-            f"unknown kernel {name!r}; labkit ships: {', '.join(sorted(KERNELS))}"
+            f"unknown kernel {name!r}; labkit ships: {', '.join(sorted(KERNELS))} (name must be "
+            "one of them)"
         ) from None
 
 

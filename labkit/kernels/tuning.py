@@ -143,8 +143,13 @@ class TuningReplay:
 
     @property
     def valid(self) -> tuple[TunedConfig, ...]:
-        """The configurations that compiled, ran and were verified, fastest first."""
-        return tuple(sorted((c for c in self.configs if c.ok), key=lambda c: c.time_ms or 0.0))
+        """The configurations that compiled, ran and were verified, fastest first.
+
+        Equal times are ordered by their parameters, so the order (and
+        :attr:`best`) does not depend on the order of the cache's entries.
+        """
+        return tuple(sorted((c for c in self.configs if c.ok),
+                            key=lambda c: (c.time_ms or 0.0, sorted(map(str, c.params.items())))))  # fmt: skip
 
     @property
     def failed(self) -> tuple[TunedConfig, ...]:
@@ -204,10 +209,25 @@ def recorded_cache_path(
     kernel: str = "transpose", directory: str | os.PathLike[str] | None = None
 ) -> Path:
     """Where the recorded cache of ``kernel`` ("transpose", "sgemm") lives."""
-    from labkit.reference import check_name, reference_dir
+    from labkit.reference import reference_dir
 
-    check_name(kernel)
+    _check_kernel_name(kernel)
     return reference_dir(directory) / CACHE_NAME.format(kernel=kernel)
+
+
+def _check_kernel_name(kernel: Any) -> str:
+    """A recording's kernel name ("transpose", "sgemm"): letters, digits, "_" and "-" only."""
+    from labkit.reference import check_name
+
+    if not isinstance(kernel, str):
+        raise TypeError(f"kernel must be a name such as 'transpose', got {type(kernel).__name__}")
+    try:
+        return check_name(kernel)
+    except ValueError:
+        raise ValueError(
+            f"kernel must be a name such as 'transpose' or 'sgemm' (letters, digits, '_' and '-'), "
+            f"got {kernel!r}"
+        ) from None
 
 
 def read_cache(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -289,6 +309,13 @@ def replay(
     """
     from labkit._optional import import_optional, is_installed
 
+    if cache_path is not None and not isinstance(cache_path, (str, os.PathLike)):
+        raise TypeError(f"cache_path must be a file path or None, got {type(cache_path).__name__}")
+    _check_kernel_name(kernel)
+    if use_kernel_tuner is not None and not isinstance(use_kernel_tuner, bool):
+        raise TypeError(
+            f"use_kernel_tuner must be True, False or None, got {type(use_kernel_tuner).__name__}"
+        )
     path = Path(cache_path) if cache_path is not None else recorded_cache_path(kernel)
     if not path.is_file():
         hint = "" if cache_path is not None else (
@@ -328,6 +355,10 @@ def replay(
 def best_configuration(source: TuningReplay | str | os.PathLike[str] | None = None, *,
                        kernel: str = "transpose") -> dict[str, Any]:  # fmt: skip
     """The parameters of the fastest verified configuration (of a replay, a cache file, or the recording)."""
+    if source is not None and not isinstance(source, (TuningReplay, str, os.PathLike)):
+        raise TypeError(
+            f"source must be a TuningReplay, a cache file path or None, got {type(source).__name__}"
+        )
     result = source if isinstance(source, TuningReplay) else replay(source, kernel=kernel,
                                                                       use_kernel_tuner=False)  # fmt: skip
     return dict(result.best.params)
@@ -349,9 +380,9 @@ def record_cache(
     temporary name and renamed, so a crash never leaves half a recording.
     """
     from labkit import __version__
-    from labkit.reference import check_name, reference_dir
+    from labkit.reference import reference_dir
 
-    check_name(kernel)
+    _check_kernel_name(kernel)
     data = read_cache(source)
     when = recorded or datetime.datetime.now(datetime.timezone.utc).date()
     label = {"gpu": gpu_name or str(data["device_name"]), "recorded": when.isoformat(),
@@ -440,6 +471,31 @@ def _check_iterations(iterations: Any) -> int:
     return _check_int("iterations", iterations, 1, 1000)
 
 
+def _check_tune_args(
+    tune_params: Any, defaults: Mapping[str, Sequence[int]], cache_path: Any, quiet: Any
+) -> dict[str, list[int]]:
+    """``tune_params`` as {name: [values]}, with the same names as ``defaults`` and int values."""
+    from labkit.kernels.cupy_run import _check_int
+
+    params = defaults if tune_params is None else tune_params
+    if not isinstance(params, Mapping):
+        raise TypeError(f"tune_params must be a dict of parameter name to values, got {params!r}")
+    if set(params) != set(defaults):
+        raise ValueError(
+            f"tune_params must give {', '.join(defaults)}, got {sorted(map(str, params))}"
+        )
+    checked = {}
+    for key, values in params.items():
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+            raise TypeError(f"tune_params[{key!r}] must be a non-empty list of ints, got {values!r}")
+        checked[key] = [_check_int(f"tune_params[{key!r}]", v, 1, 4096) for v in values]
+    if cache_path is not None and not isinstance(cache_path, (str, os.PathLike)):
+        raise TypeError(f"cache_path must be a file path or None, got {type(cache_path).__name__}")
+    if not isinstance(quiet, bool):
+        raise TypeError(f"quiet must be True or False, got {type(quiet).__name__}")
+    return checked
+
+
 def _exact_verify(index: int) -> Callable[..., bool]:
     def verify(answer: list[Any], result_host: list[Any], atol: float = 0.0) -> bool:
         import numpy as np
@@ -480,9 +536,7 @@ def tune_transpose(
 
     side = _check_int("n", n, 16, 32768)
     iterations = _check_iterations(iterations)
-    params = dict(TRANSPOSE_TUNE_PARAMS if tune_params is None else tune_params)
-    if set(params) != {"TILE_DIM", "BLOCK_ROWS"}:
-        raise ValueError(f"tune_params must give TILE_DIM and BLOCK_ROWS, got {sorted(params)}")
+    params = _check_tune_args(tune_params, TRANSPOSE_TUNE_PARAMS, cache_path, quiet)
     cupy = _cupy("tuning the transpose")
     import numpy as np
 
@@ -519,11 +573,7 @@ def tune_sgemm(
 
     side = _check_int("n", n, 64, 16384)
     iterations = _check_iterations(iterations)
-    params = dict(SGEMM_TUNE_PARAMS if tune_params is None else tune_params)
-    if set(params) != set(SGEMM_TUNE_PARAMS):
-        raise ValueError(
-            f"tune_params must give {', '.join(SGEMM_TUNE_PARAMS)}, got {sorted(params)}"
-        )
+    params = _check_tune_args(tune_params, SGEMM_TUNE_PARAMS, cache_path, quiet)
     for key in ("BM", "BN", "BK"):
         bad = [v for v in params[key] if side % v]
         if bad:
@@ -559,12 +609,15 @@ def plot_tuning(result: TuningReplay, ax: Any = None, *, top: int = 20) -> Any:
     The spread between the best and the worst bar is the point: the same
     kernel, only its compile-time parameters changed.
     """
+    from labkit._checks import check_ax
+
+    check_ax(ax)
     from labkit.plots import _pyplot, style_axes
     from labkit.timing import duration_unit
 
     if not isinstance(result, TuningReplay):
         raise TypeError(
-            f"Expected an instance of TuningReplay, got {type(result).__name__} instead; pass the "
+            f"Expected an instance of TuningReplay as result, got {type(result).__name__} instead; pass the "
             "result of labkit.kernels.tuning.replay() or tune_transpose()"
         )
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:

@@ -23,7 +23,15 @@ SEED_FLAT_FEATURES = 32 * 32 * 32
 
 def count_params(model: nn.Module) -> int:
     """Number of trainable parameters (a LazyLinear must have run one forward pass first)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__} instead")
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def _check_classes(num_classes: object) -> int:
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+        raise ValueError(f"num_classes must be a positive int, got {num_classes!r}")
+    return num_classes
 
 
 class _SeedLayers(nn.Module):
@@ -79,7 +87,7 @@ class CNN64(_SeedLayers):
 
     def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
-        self.fc1 = nn.Linear(SEED_FLAT_FEATURES, num_classes)
+        self.fc1 = nn.Linear(SEED_FLAT_FEATURES, _check_classes(num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc1(torch.flatten(self.features(x), 1))
@@ -96,7 +104,7 @@ class CNN224(_SeedLayers):
 
     def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
-        self.fc1 = nn.Linear(32 * 112 * 112, num_classes)
+        self.fc1 = nn.Linear(32 * 112 * 112, _check_classes(num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc1(torch.flatten(self.features(x), 1))
@@ -113,8 +121,7 @@ class CNN(_SeedLayers):
 
     def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
-        if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 1:
-            raise ValueError(f"num_classes must be a positive int, got {num_classes!r}")
+        _check_classes(num_classes)
         self.avgpool = nn.AdaptiveAvgPool2d((4, 4))
         self.flatten = nn.Flatten()
         self.fc1 = nn.Linear(32 * 4 * 4, num_classes)
@@ -135,7 +142,7 @@ class LazyCNN(_SeedLayers):
     def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
         self.flatten = nn.Flatten()
-        self.fc1 = nn.LazyLinear(num_classes)
+        self.fc1 = nn.LazyLinear(_check_classes(num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc1(self.flatten(self.features(x)))

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from labkit._checks import check_memory_fits, check_real, check_seed
 from labkit._optional import import_optional
 
 
@@ -39,6 +40,10 @@ def synthetic_images(
     n = _positive_int("n", n)
     size = _positive_int("size", size, 2)
     num_classes = _positive_int("num_classes", num_classes, 2)
+    seed = check_seed("seed", seed)
+    noise = check_real("noise", noise, low=0)
+    check_memory_fits(4 * 3 * size * size * (n + num_classes), arrays=3,
+                      what=f"synthetic_images(n={n}, size={size})")  # fmt: skip
     torch = import_optional("torch", "synthetic_images")
     functional = torch.nn.functional
     patterns_gen = torch.Generator().manual_seed(10_000 + num_classes)
@@ -64,6 +69,9 @@ def digits_images(
     (float32 (n, 3, size, size) and int64 (n,)).
     """
     size = _positive_int("size", size, 2)
+    seed = check_seed("seed", seed)
+    check_real("test_fraction", test_fraction, low=0, high=1, low_open=True, high_open=True)
+    check_memory_fits(4 * 3 * size * size * 1797, arrays=3, what=f"digits_images(size={size})")
     import_optional("sklearn", "digits_images")
     datasets = import_optional("sklearn.datasets", "digits_images")
     torch = import_optional("torch", "digits_images")
@@ -94,6 +102,9 @@ def sequence_task(
     n = _positive_int("n", n)
     steps = _positive_int("steps", steps)
     features = _positive_int("features", features)
+    seed = check_seed("seed", seed)
+    check_memory_fits(4 * n * steps * features, arrays=2,
+                      what=f"sequence_task(n={n}, steps={steps}, features={features})")  # fmt: skip
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, steps, features), dtype=np.float32)
     y = (x[:, :, 0].sum(axis=1) > 0).astype(np.int64)
@@ -104,10 +115,15 @@ def train_test_split(
     x: Any, y: Any, *, test_fraction: float = 0.25, seed: int = 0
 ) -> tuple[tuple[Any, Any], tuple[Any, Any]]:
     """Shuffle ``(x, y)`` with ``seed`` and split off ``test_fraction`` (numpy arrays or tensors)."""
+    for name, value in (("x", x), ("y", y)):
+        if not hasattr(value, "shape") or not hasattr(value, "__len__"):
+            raise TypeError(
+                f"{name} must be a numpy array or a torch tensor, got {type(value).__name__}"
+            )
     if len(x) != len(y):
         raise ValueError(f"x and y must have the same length, got {len(x)} and {len(y)}")
-    if not 0.0 < float(test_fraction) < 1.0:
-        raise ValueError(f"test_fraction must be between 0 and 1, got {test_fraction!r}")
+    check_real("test_fraction", test_fraction, low=0, high=1, low_open=True, high_open=True)
+    seed = check_seed("seed", seed)
     n = len(x)
     n_test = max(1, round(n * float(test_fraction)))
     if n_test >= n:

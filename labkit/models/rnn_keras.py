@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from labkit._checks import check_bool, check_memory_fits, check_ms, check_seed, check_tf_device
 from labkit._optional import import_tensorflow
 
 #: The layer kinds :func:`keras_rnn` builds. Only LSTM and GRU have a cuDNN path.
@@ -92,10 +93,9 @@ def keras_rnn(
     - "LSTM-no-cudnn": the same LSTM with ``use_cudnn=False``: the loop,
       for a like-for-like comparison.
     """
-    if kind not in KERAS_RNN_KINDS:
-        raise ValueError(f"kind must be one of {', '.join(KERAS_RNN_KINDS)}; got {kind!r}")
-    if isinstance(units, bool) or not isinstance(units, int) or units < 1:
-        raise ValueError(f"units must be a positive int, got {units!r}")
+    _check_layer(kind, units)
+    check_bool("return_sequences", return_sequences)
+    check_bool("return_state", return_state)
     import_tensorflow("keras_rnn")
     import keras
 
@@ -107,6 +107,13 @@ def keras_rnn(
     # "auto" (the default), not True: True raises a ValueError wherever cuDNN cannot run (CPU).
     use_cudnn: Any = "auto" if kind == "LSTM" else False
     return keras.layers.LSTM(units, use_cudnn=use_cudnn, **options)
+
+
+def _check_layer(kind: Any, units: Any) -> None:
+    if kind not in KERAS_RNN_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KERAS_RNN_KINDS)}; got {kind!r}")
+    if isinstance(units, bool) or not isinstance(units, int) or units < 1:
+        raise ValueError(f"units must be a positive int, got {units!r}")
 
 
 @dataclass(frozen=True)
@@ -150,13 +157,24 @@ def time_keras_rnns(
     ``LSTM-no-cudnn``; on a CPU all of them run a loop, and SimpleRNN (less
     work per step) is fastest.
     """
+    for name, value in (("batch", batch), ("steps", steps), ("features", features)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if isinstance(kinds, str) or not isinstance(kinds, (tuple, list)) or not kinds:
+        raise TypeError(f"kinds must be a non-empty list of {KERAS_RNN_KINDS}, got {kinds!r}")
+    unknown = [k for k in kinds if k not in KERAS_RNN_KINDS]
+    if unknown:
+        raise ValueError(f"kinds must hold names from {', '.join(KERAS_RNN_KINDS)}; got {unknown!r}")
+    _check_layer(kinds[0], units)
+    check_tf_device(device, allow_none=True)
+    check_ms("warmup_ms", warmup_ms, allow_zero=True)
+    check_ms("rep_ms", rep_ms)
+    check_memory_fits(4 * batch * steps * (features + 4 * units), arrays=2,
+                      what=f"time_keras_rnns(batch={batch}, steps={steps})")  # fmt: skip
     tf = import_tensorflow("time_keras_rnns")
     from labkit.device import pick_device
     from labkit.timing import bench
 
-    for name, value in (("batch", batch), ("steps", steps), ("features", features)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
     where = device or pick_device("tensorflow")
     gpu = "GPU" in where.upper()
     results = []
@@ -200,14 +218,16 @@ def train_keras_rnn(
     arrays (:func:`labkit.models.sequence_task`). ``keras.utils.set_random_seed``
     makes the run repeatable on the CPU.
     """
+    from labkit.models.train import TrainingResult, _check_hyper, _check_split
+
+    _check_layer(kind, units)
+    _check_hyper(epochs, batch_size, lr)
+    seed = check_seed("seed", seed)
+    x_train, y_train = _check_split("train", train)
+    x_test, y_test = _check_split("test", test)
     tf = import_tensorflow("train_keras_rnn")
     import keras
 
-    from labkit.models.train import TrainingResult, _check_hyper, _check_split
-
-    _check_hyper(epochs, batch_size, lr)
-    x_train, y_train = _check_split("train", train)
-    x_test, y_test = _check_split("test", test)
     num_classes = max(int(y_train.max()), int(y_test.max()), 1) + 1
     keras.utils.set_random_seed(seed)
     model = keras.Sequential(

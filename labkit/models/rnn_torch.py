@@ -44,8 +44,12 @@ class TorchRNN(nn.Module):
         for name, value in (("input_size", input_size), ("hidden_size", hidden_size)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if num_classes is not None and (not isinstance(num_classes, int) or num_classes < 1):
+        if num_classes is not None and (
+            isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1
+        ):
             raise ValueError(f"num_classes must be None or a positive int, got {num_classes!r}")
+        if not isinstance(batch_first, bool):
+            raise TypeError(f"batch_first must be True or False, got {type(batch_first).__name__}")
         self.batch_first = batch_first
         self.rnn = nn.RNN(input_size, hidden_size, batch_first=batch_first)
         self.head = nn.Linear(hidden_size, num_classes) if num_classes is not None else None

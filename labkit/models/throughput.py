@@ -18,6 +18,7 @@ Two switches that notebook 04 turns on, both also usable on the CPU:
 from __future__ import annotations
 
 import contextlib
+import sys
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -79,19 +80,43 @@ def throughput_by_batch(
     memory are skipped with a warning. The model is moved to the device (and
     to channels_last) in place.
     """
-    torch = import_optional("torch", "throughput_by_batch")
-    from labkit.device import pick_device
-    from labkit.memory import dropped_message, fit_sizes
-    from labkit.timing import bench
+    from labkit._checks import (
+        check_bool,
+        check_ms,
+        check_real,
+        check_torch_device,
+        resolve_torch_device,
+    )
+    from labkit.memory import (
+        MemoryBudgetError,
+        MemoryBudgetWarning,
+        budget_bytes,
+        fit_sizes,
+        format_bytes,
+        is_out_of_memory,
+        memory_device,
+        out_of_memory_message,
+        release_memory,
+    )
 
-    if not isinstance(model, torch.nn.Module):
+    torch = sys.modules.get("torch")  # an nn.Module means torch is imported already
+    if torch is None or not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__} instead")
+    if isinstance(batch_sizes, (str, bytes)) or not isinstance(batch_sizes, Iterable):
+        raise TypeError(f"batch_sizes must be a list of positive ints, got {batch_sizes!r}")
     sizes = list(batch_sizes)
     if not sizes or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in sizes):
         raise ValueError(f"batch_sizes must be a non-empty list of positive ints, got {sizes!r}")
     if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 2:
         raise ValueError(f"image_size must be an int >= 2 (pixels per side), got {image_size!r}")
-    device = torch.device(device) if device is not None else pick_device("torch")
+    check_bool("channels_last", channels_last)
+    check_bool("inference", inference)
+    check_ms("warmup_ms", warmup_ms, allow_zero=True)
+    check_ms("rep_ms", rep_ms)
+    check_real("memory_fraction", memory_fraction, low=0, high=1, low_open=True)
+    check_torch_device(device)
+    torch = import_optional("torch", "throughput_by_batch")
+    device = resolve_torch_device(device)
     if amp_dtype is not None and not isinstance(amp_dtype, torch.dtype):
         raise TypeError(f"amp_dtype must be a torch.dtype (e.g. torch.bfloat16), got {amp_dtype!r}")
 
@@ -123,18 +148,23 @@ def throughput_by_batch(
         device=where if device.type in ("cpu", "cuda") else "cpu",
         fraction=memory_fraction,
     )
-    if dropped:
-        warnings.warn(
-            dropped_message(
-                [d // bytes_per_image for d in dropped],
-                [k // bytes_per_image for k in kept],
-                device=where if device.type in ("cpu", "cuda") else "cpu",
-                fraction=memory_fraction,
-                arrays=ACTIVATION_FACTOR,
-            ).replace("size(s)", "batch size(s)"),
-            stacklevel=2,
-        )
     fitting = sorted({b for b in sizes if b * bytes_per_image * ACTIVATION_FACTOR in set(kept)})
+    if dropped:
+        budget = budget_bytes(device=memory_device(device), fraction=memory_fraction)
+        too_big = sorted(set(sizes) - set(fitting))
+        text = (
+            f"throughput_by_batch: skipped {len(too_big)} batch size(s) "
+            f"({', '.join(map(str, too_big))}): a batch "
+            f"of {too_big[0]} needs about {format_bytes(too_big[0] * bytes_per_image * ACTIVATION_FACTOR)} "
+            f"(inputs and activations), over the {format_bytes(budget)} budget "
+            f"({memory_fraction:.0%} of the free memory)"
+        )
+        if not fitting:
+            raise MemoryBudgetError(
+                text + ". Pass smaller batch_sizes or image_size, or close other programs."
+            )
+        warnings.warn(text + f"; the largest batch measured is {fitting[-1]}.",
+                      MemoryBudgetWarning, stacklevel=2)  # fmt: skip
 
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
     model = model.to(device=device, memory_format=memory_format)
@@ -144,32 +174,21 @@ def throughput_by_batch(
 
     results: list[BatchThroughput] = []
     for batch in fitting:
-        x = torch.randn(batch, 3, image_size, image_size, device=device)
-        x = x.contiguous(memory_format=memory_format)
-
-        if inference:
-
-            def step(x: Any = x) -> Any:
-                with torch.inference_mode(), autocast():
-                    return model(x)
-
-        else:
-
-            def step(x: Any = x) -> Any:
-                with autocast():
-                    out = model(x)
-                out.float().sum().backward()
-                return out
-
-        timing = bench(
-            step,
-            warmup_ms=warmup_ms,
-            rep_ms=rep_ms,
-            device=where,
-            grad_to_none=None if inference else params,
-            label=f"batch {batch}",
-            warn=False,
-        )
+        try:
+            timing = _time_batch(torch, model, batch, image_size, memory_format, inference,
+                                 autocast, params, where, warmup_ms, rep_ms)  # fmt: skip
+        except Exception as exc:  # out of memory: the sweep ends at the batches that fit
+            if not is_out_of_memory(exc):
+                raise
+            timing = None
+        if timing is None:
+            largest = f"batch {results[-1].batch_size}" if results else None
+            note = out_of_memory_message("throughput_by_batch", f"batch {batch}", largest, where)
+            release_memory(where)
+            if not results:
+                raise MemoryBudgetError(note)
+            print(note)  # the largest batch that fit is results[-1].batch_size
+            break
         results.append(
             BatchThroughput(
                 batch_size=batch,
@@ -184,3 +203,37 @@ def throughput_by_batch(
             )
         )
     return results
+
+
+def _time_batch(torch: Any, model: Any, batch: int, image_size: int, memory_format: Any,
+                inference: bool, autocast: Any, params: list[Any], where: str,
+                warmup_ms: float, rep_ms: float) -> Any:  # fmt: skip
+    """Time the model on one random batch (see :func:`throughput_by_batch`)."""
+    from labkit.timing import bench
+
+    x = torch.randn(batch, 3, image_size, image_size, device=where)
+    x = x.contiguous(memory_format=memory_format)
+
+    if inference:
+
+        def step(x: Any = x) -> Any:
+            with torch.inference_mode(), autocast():
+                return model(x)
+
+    else:
+
+        def step(x: Any = x) -> Any:
+            with autocast():
+                out = model(x)
+            out.float().sum().backward()
+            return out
+
+    return bench(
+        step,
+        warmup_ms=warmup_ms,
+        rep_ms=rep_ms,
+        device=where,
+        grad_to_none=None if inference else params,
+        label=f"batch {batch}",
+        warn=False,
+    )

@@ -11,11 +11,19 @@ timed honestly: an epoch's time is read only after the device has finished
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from labkit._checks import (
+    check_positive_int,
+    check_real,
+    check_seed,
+    check_torch_device,
+    resolve_torch_device,
+)
 from labkit._optional import import_optional
 
 
@@ -51,11 +59,13 @@ class TrainingResult:
 
 
 def _check_split(name: str, split: Any) -> tuple[Any, Any]:
-    if not isinstance(split, Sequence) or len(split) != 2:
+    if isinstance(split, (str, bytes)) or not isinstance(split, Sequence) or len(split) != 2:
         raise TypeError(
             f"{name} must be a pair (x, y) of arrays or tensors, got {type(split).__name__}"
         )
     x, y = split
+    if any(isinstance(v, (str, bytes)) or not hasattr(v, "__len__") for v in (x, y)):
+        raise TypeError(f"{name} must be a pair (x, y) of arrays or tensors, got {split!r}")
     if len(x) != len(y) or len(x) == 0:
         raise ValueError(
             f"{name}: x and y must be non-empty and the same length, got {len(x)} and {len(y)}"
@@ -67,13 +77,17 @@ def _check_hyper(epochs: Any, batch_size: Any, lr: Any) -> None:
     for name, value in (("epochs", epochs), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
-        raise ValueError(f"lr must be a positive learning rate, got {lr!r}")
+    check_real("lr", lr, low=0, low_open=True)
 
 
 def accuracy(model: Any, x: Any, y: Any, batch_size: int = 512) -> float:
     """Fraction of ``x`` that ``model`` classifies as ``y`` (eval mode, no gradients)."""
     torch = import_optional("torch", "accuracy")
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__} instead")
+    check_positive_int("batch_size", batch_size)
+    if len(x) != len(y) or len(x) == 0:
+        raise ValueError(f"x and y must be non-empty and the same length, got {len(x)} and {len(y)}")
     was_training = model.training
     model.eval()
     correct = 0
@@ -109,15 +123,14 @@ def train_classifier(
     A model with lazy layers (``LazyLinear``) gets one dry forward pass before
     the optimizer is built, so the optimizer sees the real parameters.
     """
-    torch = import_optional("torch", "train_classifier")
-    from labkit.device import pick_device
-
-    if not isinstance(model, torch.nn.Module):
+    torch = sys.modules.get("torch")  # an nn.Module means torch is imported already
+    if torch is None or not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__} instead")
     _check_hyper(epochs, batch_size, lr)
+    seed = check_seed("seed", seed)
     x_train, y_train = _check_split("train", train)
     x_test, y_test = _check_split("test", test)
-    device = torch.device(device) if device is not None else pick_device("torch")
+    device = resolve_torch_device(device)
 
     def to_device(x: Any, dtype: Any) -> Any:
         return torch.as_tensor(x).to(device=device, dtype=dtype)
@@ -180,11 +193,16 @@ def train_torch_rnn(
     Pair it with :func:`labkit.models.sequence_task` and compare with
     :func:`labkit.models.train_keras_rnn` on the same arrays.
     """
+    check_positive_int("hidden_size", hidden_size)
+    _check_hyper(epochs, batch_size, lr)
+    seed = check_seed("seed", seed)
+    check_torch_device(device)
+    x_train, y_train = _check_split("train", train)
+    _x_test, y_test = _check_split("test", test)
     torch = import_optional("torch", "train_torch_rnn")
     from labkit.models.rnn_torch import TorchRNN
 
-    x_train, y_train = _check_split("train", train)
-    num_classes = int(max(int(y_train.max()), int(_check_split("test", test)[1].max())) + 1)
+    num_classes = int(max(int(y_train.max()), int(y_test.max())) + 1)
     torch.manual_seed(seed)
     model = TorchRNN(int(x_train.shape[-1]), hidden_size, max(num_classes, 2))
     return train_classifier(

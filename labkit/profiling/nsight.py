@@ -18,6 +18,7 @@ as root or allow non-admin profiling in the driver settings).
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labkit._checks import check_real
 from labkit.profiling._common import check_positive_int
 
 #: Where to get the tools when they are missing.
@@ -98,7 +100,9 @@ def nsight_commands(
     kernel_regex = _check_text("kernel_regex", kernel_regex)
     output = _check_text("output", output)
     python = _check_text("python", python)
-    if isinstance(args, str) or not all(isinstance(a, str) for a in args):
+    if isinstance(args, str) or not isinstance(args, Sequence) or not all(
+        isinstance(a, str) for a in args
+    ):
         raise TypeError(
             f"args must be a sequence of strings such as ('--steps', '20'), got {args!r}"
         )
@@ -196,8 +200,11 @@ def run_nsys(
     steps = check_positive_int("steps", steps)
     batch = check_positive_int("batch", batch)
     image_size = check_positive_int("image_size", image_size, minimum=2)
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
-        raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    check_real("timeout_s", timeout_s, low=0, low_open=True)
+    if out_dir is not None and not isinstance(out_dir, (str, os.PathLike)):
+        raise TypeError(f"out_dir must be a folder path or None, got {type(out_dir).__name__}")
+    if nsys is not None and (not isinstance(nsys, str) or not nsys.strip()):
+        raise TypeError(f"nsys must be the path of the nsys program or None, got {nsys!r}")
     exe = nsys or find_nsight().nsys
     if exe is None:
         return NsysRun("nsys profile ...", False, None, 0.0, error=f"nsys not found ({NSYS_HINT})")

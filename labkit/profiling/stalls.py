@@ -23,6 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from labkit._checks import check_seed, check_torch_device
 from labkit.profiling._common import check_ms, check_positive_int
 from labkit.profiling.torch_profile import (
     PURPOSE,
@@ -307,7 +308,8 @@ def time_sync_stall(
     batch = check_positive_int("batch", batch)
     image_size = check_positive_int("image_size", image_size, minimum=2)
     min_reps = check_positive_int("min_reps", min_reps)
-    seed = check_positive_int("seed", seed, minimum=0)
+    seed = check_seed("seed", seed)
+    check_torch_device(device)
     warmup_ms = check_ms("warmup_ms", warmup_ms, allow_zero=True)
     rep_ms = check_ms("rep_ms", rep_ms)
     from labkit._optional import import_optional

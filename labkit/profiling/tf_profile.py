@@ -25,12 +25,14 @@ notices are captured off the notebook (``profiler_messages``).
 from __future__ import annotations
 
 import importlib
+import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labkit._checks import check_seed
 from labkit._optional import import_tensorflow
 from labkit.doctor import format_bytes
 from labkit.profiling._common import (
@@ -210,6 +212,11 @@ def read_xplane(path: Any) -> XPlaneSummary:
     :class:`MissingPackageError` without TensorFlow and RuntimeError when this
     TensorFlow ships no XSpace reader.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(
+            f"path must be the path of an .xplane.pb file (str or os.PathLike), got "
+            f"{type(path).__name__} instead"
+        )
     import_tensorflow("reading a TensorFlow profile")
     module = xplane_module()
     if module is None:
@@ -327,21 +334,27 @@ def profile_keras_training(
     image_size = check_positive_int("image_size", image_size, minimum=8)
     warmup_steps = check_positive_int("warmup_steps", warmup_steps)
     top = check_positive_int("top", top, minimum=0)
-    seed = check_positive_int("seed", seed, minimum=0)
+    seed = check_seed("seed", seed)
     if image_size % 8:
         raise ValueError(
             f"image_size must be a multiple of 8 (pooling to 4×4 must be exact), got {image_size}"
         )
+    if logdir is not None and not isinstance(logdir, (str, os.PathLike)):
+        raise TypeError(
+            f"logdir must be a folder path or None for a new temporary folder, got "
+            f"{type(logdir).__name__} instead"
+        )
+    from labkit.memory import check_fits
+
+    batch_bytes = batch * 3 * image_size * image_size * 4
+    # The arrays live on the host; activations are counted there too (a GPU has more room).
+    check_fits(batch_bytes * 34, device="cpu", what="profile_keras_training",
+               name="batch or image_size")  # fmt: skip
     tf = import_tensorflow(PURPOSE)
     import keras
     import numpy as np
 
-    from labkit.memory import check_fits
-
     gpus = tf.config.list_physical_devices("GPU")
-    batch_bytes = batch * 3 * image_size * image_size * 4
-    # The arrays live on the host; activations are counted there too (a GPU has more room).
-    check_fits(batch_bytes * 34, device="cpu", what="profile_keras_training")
     folder = output_dir(logdir, name="logdir", prefix="labkit-tfprofile-")
     before = set(folder.glob("plugins/profile/*/*.xplane.pb"))
 

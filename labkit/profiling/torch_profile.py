@@ -22,12 +22,14 @@ Numbers come from torch (2.4+): ``key_averages()`` rows with
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labkit._checks import check_seed, check_torch_device
 from labkit._optional import import_optional
 from labkit.profiling._common import (
     captured_output_fds,
@@ -436,26 +438,21 @@ def phase_labels(torch: Any, device: Any) -> Callable[[str], Any]:
 
 
 def resolve_device(torch: Any, device: Any) -> Any:
-    from labkit.device import pick_device
+    """``device`` as a torch.device that exists here; None picks the best one."""
+    from labkit._checks import resolve_torch_device
 
-    if device is None:
-        return pick_device("torch")
-    if not isinstance(device, (str, torch.device)):
-        raise TypeError(
-            f"device must be None, a string such as 'cpu' or 'cuda', or a torch.device, got "
-            f"{type(device).__name__} instead"
-        )
-    return torch.device(device)
+    return resolve_torch_device(device)
 
 
-def check_memory(device: Any, batch: int, image_size: int, what: str) -> None:
+def check_memory(device: Any, batch: int, image_size: int, what: str,
+                 name: str = "batch or image_size") -> None:  # fmt: skip
     """Refuse sizes whose data and activations exceed labkit's memory budget (25% of free)."""
     from labkit.memory import check_fits
 
     kind = getattr(device, "type", str(device))
     where = str(device) if kind == "cuda" else "cpu"
     batch_bytes = batch * 3 * image_size * image_size * 4
-    check_fits(batch_bytes * (BATCHES + ACTIVATION_FACTOR), device=where, what=what)
+    check_fits(batch_bytes * (BATCHES + ACTIVATION_FACTOR), device=where, what=what, name=name)
 
 
 # ---------------------------------------------------------------------------- profile_training
@@ -502,7 +499,13 @@ def profile_training(
     sync_every_step = check_bool("sync_every_step", sync_every_step)
     record_shapes = check_bool("record_shapes", record_shapes)
     profile_memory = check_bool("profile_memory", profile_memory)
-    seed = check_positive_int("seed", seed, minimum=0)
+    seed = check_seed("seed", seed)
+    check_torch_device(device)
+    if trace_dir is not None and not isinstance(trace_dir, (str, os.PathLike)):
+        raise TypeError(
+            f"trace_dir must be a folder path or None for a new temporary folder, got "
+            f"{type(trace_dir).__name__} instead"
+        )
     torch = import_optional("torch", PURPOSE)
     dev = resolve_device(torch, device)
     check_memory(dev, batch, image_size, "profile_training")
@@ -700,6 +703,9 @@ def plot_phases(*profiles: TorchProfile, ax: Any = None) -> Any:
     GPU the "logging" bar of the ``.item()`` loop is the host waiting for the
     device; on a CPU the two look alike, because nothing waits.
     """
+    from labkit._checks import check_ax
+
+    check_ax(ax)
     if not profiles:
         raise ValueError("plot_phases needs at least one TorchProfile")
     for i, p in enumerate(profiles):
