@@ -89,16 +89,6 @@ def test_environment_yml_installs_the_same_pins() -> None:
     assert not [p for p in pip if "==" in p]
 
 
-def test_ci_runs_make_test_and_nothing_else() -> None:
-    lines = [
-        ln.strip()
-        for ln in (ROOT / ".ci" / "run").read_text().splitlines()
-        if ln.strip() and not ln.strip().startswith("#")
-    ]
-    assert lines[-1] == "exec make test"
-    assert all(ln.startswith(("set ", "cd ", "exec make test")) for ln in lines)
-
-
 def test_make_test_is_strict_nbval_plus_ruff() -> None:
     makefile = (ROOT / "Makefile").read_text()
     assert "--nbval " in makefile and "--nbval-lax" not in makefile
