@@ -118,24 +118,13 @@ class Lab:
 
 
 def _lab_command(root_dir: Path, port: int, token: str) -> list[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "jupyterlab",
-        "--no-browser",
-        "--ServerApp.ip=127.0.0.1",
-        f"--ServerApp.port={port}",
-        "--ServerApp.port_retries=0",
-        f"--IdentityProvider.token={token}",
-        f"--ServerApp.root_dir={root_dir}",
-        # Offline: no news feed, no update check, no PyPI extension listing.
-        "--LabApp.news_url=None",
-        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        "--LabApp.extension_manager=readonly",
-    ]
-    if hasattr(os, "getuid") and os.getuid() == 0:
-        cmd.append("--allow-root")
-    return cmd
+    """`make lab`'s own command line (tools/lab.py: 127.0.0.1, offline flags), on a copy."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import lab
+
+    extra = ["--no-browser", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+             f"--IdentityProvider.token={token}"]  # fmt: skip
+    return lab.lab_command(extra, root=root_dir)
 
 
 def _lab_env(tmp_path: Path) -> dict[str, str]:

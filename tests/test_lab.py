@@ -166,3 +166,46 @@ def test_lab_serves_the_root_folder(tmp_path: Path) -> None:
         with urllib.request.urlopen(api % "contents", timeout=5) as resp:
             listing = json.load(resp)
     assert [item["name"] for item in listing["content"]] == ["00_setup.ipynb"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--ip", "0.0.0.0"],
+        ["--NotebookApp.ip=0.0.0.0"],
+        ["--ServerApp.allow_remote_access=True"],
+        ["--ServerApp.allow_origin=*"],
+        ["--ServerApp.allow_origin_pat", ".*"],
+        ["--ServerApp.disable_check_xsrf=True"],
+    ],
+)
+def test_refuses_settings_that_expose_the_server(args: list[str]) -> None:
+    with pytest.raises(SystemExit, match="refusing"):
+        lab.lab_command(args, uid=1000)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--ServerApp.token="],
+        ["--ServerApp.token", ""],
+        ["--NotebookApp.token=''"],
+        ["--IdentityProvider.token", '""', "--no-browser"],
+        ["--IdentityProvider.token", "--no-browser"],
+    ],
+)
+def test_refuses_every_spelling_of_an_empty_token(args: list[str]) -> None:
+    with pytest.raises(SystemExit, match="empty token"):
+        lab.lab_command(args, uid=1000)
+
+
+def test_a_chosen_token_and_port_are_passed_on() -> None:
+    cmd = lab.lab_command(["--IdentityProvider.token=abc123", "--ServerApp.port=9999"], uid=1000)
+    assert cmd[-2:] == ["--IdentityProvider.token=abc123", "--ServerApp.port=9999"]
+
+
+def test_lab_does_not_reach_the_internet() -> None:
+    # No downloads at run time: JupyterLab's news feed, update check and PyPI listing are off.
+    cmd = lab.lab_command([], uid=1000)
+    for flag in lab.OFFLINE:
+        assert flag in cmd

@@ -15,6 +15,50 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
+#: Settings that would expose the server beyond this machine's loopback, or
+#: weaken its defences against other web pages in the same browser.
+_EXPOSING = {
+    "--ip": "the lab listens on 127.0.0.1 only",  # keys with "ip" get the tunnel hint
+    "--ServerApp.ip": "the lab listens on 127.0.0.1 only",
+    "--NotebookApp.ip": "the lab listens on 127.0.0.1 only",
+    "--ServerApp.allow_remote_access": "it would accept requests meant for other hosts",
+    "--ServerApp.allow_origin": "it would let other web sites call the server",
+    "--ServerApp.allow_origin_pat": "it would let other web sites call the server",
+    "--ServerApp.disable_check_xsrf": "it would turn off cross-site request forgery checks",
+}
+_TOKENS = {"--IdentityProvider.token", "--ServerApp.token", "--NotebookApp.token"}
+
+#: No downloads at run time: JupyterLab's news feed, its update check and the
+#: PyPI extension listing all reach the internet.
+OFFLINE = (
+    "--LabApp.news_url=None",
+    "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+    "--LabApp.extension_manager=readonly",
+)
+
+
+def _options(extra: list[str]) -> list[tuple[str, str]]:
+    """(``--key``, value) pairs, for both ``--key=value`` and ``--key value``."""
+    pairs = []
+    for i, arg in enumerate(extra):
+        if not arg.startswith("--"):
+            continue
+        key, eq, value = arg.partition("=")
+        if not eq:
+            nxt = extra[i + 1] if i + 1 < len(extra) else ""
+            value = "" if nxt.startswith("--") else nxt
+        pairs.append((key, value))
+    return pairs
+
+
+def _refuse_unsafe(extra: list[str]) -> None:
+    for key, value in _options(extra):
+        if key in _EXPOSING:
+            tunnel = " Use an SSH tunnel to reach the lab from another machine." if "ip" in key else ""
+            raise SystemExit(f"lab.py: refusing {key!r}: {_EXPOSING[key]}.{tunnel}")
+        if key in _TOKENS and value.strip("'\"") == "":
+            raise SystemExit("lab.py: refusing an empty token: it would disable authentication.")
+
 
 def split_args(argv: list[str]) -> tuple[Path | None, list[str]]:
     """``--root DIR`` (or ``--root=DIR``), and the arguments left for JupyterLab."""
@@ -44,14 +88,7 @@ def lab_command(
         )
     if uid is None:
         uid = os.getuid() if hasattr(os, "getuid") else -1
-    forbidden = [a for a in extra if a.split("=")[0] in {"--ip", "--ServerApp.ip"}]
-    if forbidden:
-        raise SystemExit(
-            f"lab.py: refusing {forbidden[0]!r}: the lab listens on 127.0.0.1 only. "
-            "Use an SSH tunnel to reach it from another machine."
-        )
-    if any("token=" in a and a.split("token=", 1)[1] in {"", "''", '""'} for a in extra):
-        raise SystemExit("lab.py: refusing an empty token: it would disable authentication.")
+    _refuse_unsafe(extra)
     cmd = [
         sys.executable,
         "-m",
@@ -59,6 +96,7 @@ def lab_command(
         "lab",
         "--ServerApp.ip=127.0.0.1",
         f"--ServerApp.root_dir={Path(root).resolve()}",
+        *OFFLINE,
     ]
     if uid == 0:
         cmd.append("--allow-root")
