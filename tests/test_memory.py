@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit import memory
+from labkit import container, memory
 from labkit.memory import MemoryBudgetError
 
 MiB = 1024**2
@@ -111,8 +111,8 @@ def _cgroup_tree(tmp_path, monkeypatch: pytest.MonkeyPatch, own: str, files: dic
         path.write_text(text)
     proc = tmp_path / "proc-self-cgroup"
     proc.write_text(own)
-    monkeypatch.setattr(memory, "_CGROUP_ROOT", root)
-    monkeypatch.setattr(memory, "_PROC_SELF_CGROUP", proc)
+    monkeypatch.setattr(container, "_CGROUP_ROOT", root)
+    monkeypatch.setattr(container, "_PROC_SELF_CGROUP", proc)
     return root
 
 
@@ -187,7 +187,7 @@ def test_no_cgroup_limit_leaves_psutil_alone(tmp_path, monkeypatch: pytest.Monke
 def test_unreadable_cgroup_files_mean_no_limit(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = _cgroup_tree(tmp_path, monkeypatch, "0::/\n", {})
     (root / "memory.max").mkdir(parents=True)  # reading a directory raises OSError
-    monkeypatch.setattr(memory, "_PROC_SELF_CGROUP", tmp_path / "missing")
+    monkeypatch.setattr(container, "_PROC_SELF_CGROUP", tmp_path / "missing")
     assert memory.container_memory() is None
 
 
