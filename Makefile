@@ -16,15 +16,22 @@ PYTEST_ARGS ?=
 LAB_ARGS    ?=
 NOTEBOOKS   := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 SANITIZE    := notebooks/nbval_sanitize.cfg
+# The committed outputs assume the reference profile (labkit/profile.py): 2 threads,
+# buffers sized for 6 GiB of free host memory, GPUs hidden. Every run that makes or
+# compares them goes through it; it stops at once where the machine cannot provide it.
+PROFILE     ?= reference
+WITH_PROFILE = $(PY) tools/with_profile.py $(PROFILE) --
 
-.PHONY: help setup lab lab-student student test test-flaky lint check-notebooks notebooks clean \
-        setup-matrix test-matrix
+.PHONY: help setup lab lab-student student test test-nbval test-flaky test-gpu lint check-notebooks \
+        notebooks clean setup-matrix test-matrix
 
 help:
 	@echo "make lab               set up .venv and open JupyterLab on notebooks/"
 	@echo "make student           write the student edition (solutions and outputs removed) to build/student"
 	@echo "make lab-student       build the student edition and open JupyterLab on it"
 	@echo "make test              set up .venv, then lint and run every test (pytest + strict nbval)"
+	@echo "make test-nbval        only the strict nbval part of make test (under the reference profile)"
+	@echo "make test-gpu          on an NVIDIA GPU machine: every notebook with the GPU visible, GPU cells checked"
 	@echo "make test-flaky        strict nbval over every notebook RUNS=5 times in a row (flakiness)"
 	@echo "make test-matrix       every notebook in a torch-only and a torch+TensorFlow venv (.venv-matrix/)"
 	@echo "make notebooks         re-execute every notebook in place (the committed outputs)"
@@ -68,9 +75,14 @@ check-notebooks: $(STAMP)
 # machine, and a second process on a 2-core machine oversubscribes torch's
 # threads (a 2-thread matmul then runs up to 1000x slower), which would make
 # the measured roofline, and the verdicts printed from it, meaningless.
+# Strict nbval runs under the reference profile ($(PROFILE)), so the outputs have the same
+# structure on any machine that can provide it (docs/reliability.md, section 5).
 test: lint check-notebooks
 	$(PY) -m pytest -p no:cacheprovider -n 2 --dist loadfile tests $(PYTEST_ARGS)
-	$(PY) -m pytest -p no:cacheprovider \
+	$(MAKE) --no-print-directory test-nbval
+
+test-nbval: $(STAMP)
+	$(WITH_PROFILE) $(PY) -m pytest -p no:cacheprovider \
 	  --nbval --nbval-current-env --nbval-sanitize-with $(SANITIZE) \
 	  $(NOTEBOOKS) $(PYTEST_ARGS)
 
@@ -78,7 +90,13 @@ test: lint check-notebooks
 # runs on one machine are flaky, and a mask must not hide them (issue 8).
 RUNS ?= 5
 test-flaky: $(STAMP)
-	$(PY) tools/nbval_repeat.py --runs $(RUNS) --log build/nbval_repeat.json
+	$(WITH_PROFILE) $(PY) tools/nbval_repeat.py --runs $(RUNS) --log build/nbval_repeat.json
+
+# On a machine with an NVIDIA GPU (EXTRAS=gpu,lab,dev): every notebook with the GPU
+# visible and no profile; no cell may raise, every GPU cell must run live, and what
+# the GPU cells print must be sane (tools/gpu_notebooks.py). Outputs are not compared.
+test-gpu: $(STAMP)
+	$(PY) tools/gpu_notebooks.py --json build/gpu_notebooks.json $(NOTEBOOKS)
 
 # The environment matrix (issue 8): the notebooks where optional packages are
 # missing, for real. b-torch has torch only (no TensorFlow, CuPy, numba,
@@ -114,10 +132,10 @@ test-matrix: setup-matrix
 
 # Progress bars print elapsed times to stderr: off wherever outputs are stored
 # or compared (a student's `make lab` keeps them).
-test test-flaky test-matrix notebooks: export LABKIT_PROGRESS := 0
+test test-nbval test-flaky test-gpu test-matrix notebooks: export LABKIT_PROGRESS := 0
 
 notebooks: $(STAMP)
-	$(PY) tools/build_notebooks.py $(NOTEBOOKS)
+	$(WITH_PROFILE) $(PY) tools/build_notebooks.py $(NOTEBOOKS)
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .ruff_cache

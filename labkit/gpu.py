@@ -16,6 +16,7 @@ machine and notebooks can test their outputs.
 
 from __future__ import annotations
 
+from labkit import profile as _profile
 from labkit import reference as _reference
 from labkit._optional import import_optional, is_installed
 
@@ -36,7 +37,10 @@ def has_gpu() -> bool:
     Apple's MPS and Intel's XPU do not count: the course's GPU cells use CUDA
     (CuPy kernels, CUDA events, nvidia-smi), so "has a GPU" means an NVIDIA
     (or ROCm) device. Use ``torch.backends.mps.is_available()`` to ask about MPS.
+    Under a profile that hides GPUs (:mod:`labkit.profile`) the answer is False.
     """
+    if _profile.hides_gpu():
+        return False
     if is_installed("torch"):
         torch = import_optional("torch", "detecting a GPU")
         try:

@@ -37,6 +37,7 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+from labkit import profile as _profile
 from labkit.container import ContainerMemory, container_memory
 from labkit.doctor import format_bytes
 
@@ -177,9 +178,18 @@ def available_bytes(device: str = "cpu") -> int:
     (or CuPy's ``memGetInfo`` without torch) plus memory torch has cached but
     not used. This is the one source of "free memory" in labkit, so a test can
     replace it to simulate a machine that is short of memory.
+
+    Under a profile (:mod:`labkit.profile`, as ``make test`` runs the
+    notebooks) the host's answer is the profile's fixed ``host_memory_bytes``
+    instead, so that every buffer, and every output sized from one, is the
+    same on every machine; :func:`budget_bytes` still refuses a budget the
+    machine cannot really hold.
     """
     kind, index = parse_device(device)
-    return _host_available_bytes() if kind == "cpu" else _cuda_free_bytes(index)
+    if kind != "cpu":
+        return _cuda_free_bytes(index)
+    profile = _profile.active()
+    return _host_available_bytes() if profile is None else profile.host_memory_bytes
 
 
 def _host_total_bytes() -> int:
@@ -241,7 +251,19 @@ def _check_count(name: str, value: Any, *, minimum: int) -> int:
 def budget_bytes(*, device: str = "cpu", fraction: float = DEFAULT_FRACTION) -> int:
     """The most one probe may allocate on ``device``: ``fraction`` of the free memory."""
     fraction = _check_fraction(fraction)
-    return int(available_bytes(device) * fraction)
+    budget = int(available_bytes(device) * fraction)
+    profile = _profile.active()
+    if profile is not None and parse_device(device)[0] == "cpu":
+        real = _host_available_bytes()
+        if budget > real:
+            raise MemoryBudgetError(
+                f"the {profile.name!r} profile ({_profile.ENV_VAR}={profile.name}) sizes this "
+                f"probe for {format_bytes(profile.host_memory_bytes)} of free host memory, a "
+                f"budget of {format_bytes(budget)}, but only {format_bytes(real)} is free now. "
+                "Close other programs, or run without the profile (unset "
+                f"{_profile.ENV_VAR}) to size buffers from what is free."
+            )
+    return budget
 
 
 def fit_bytes(

@@ -21,6 +21,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from labkit import profile as _profile
+
 NVIDIA_PCI_VENDOR = "0x10de"
 
 # CUdevice_attribute values from cuda.h (stable since CUDA 2.x/5.x).
@@ -322,8 +324,16 @@ def nvidia_info() -> NvidiaInfo:
 
     ``cuInit`` initialises the driver in this process, as ``torch.cuda.is_available()``
     does, so the usual rule applies afterwards: start worker processes with
-    "spawn", not "fork", if they use CUDA.
+    "spawn", not "fork", if they use CUDA. Under a profile that hides GPUs
+    (:mod:`labkit.profile`) nothing is probed and no hardware is reported.
     """
+    if _profile.hides_gpu():  # the reference profile plays a machine without a GPU
+        hidden = f"not probed: the {_profile.ENV_VAR}={_profile.active().name} profile hides GPUs"
+        return NvidiaInfo(
+            library=None, library_error=hidden, init_error=None, init_error_code=None,
+            cuda_driver_version=None, driver_version=None, devices=(), smi_gpus=(),
+            smi_error=hidden, pci_gpus=(),
+        )  # fmt: skip
     try:
         lib = _probe_driver_library()
     except (OSError, AttributeError) as exc:  # a broken or foreign libcuda

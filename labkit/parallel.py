@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit import memory as _memory
+from labkit import profile as _profile
 from labkit._checks import check_ms, check_optional_bool, check_positive_int, check_sizes
 from labkit._optional import import_optional
 from labkit.crossover import crossover_size
@@ -69,7 +70,12 @@ def cpu_threads() -> int:
     torch starts with one thread per physical core; hyper-threads share a
     core's arithmetic units, so they add little to a matmul. In a container,
     the CPUs the process is allowed on (its affinity) can be fewer still.
+    Under a profile (:mod:`labkit.profile`) it is the profile's thread count,
+    so the thread counts a notebook compares are the same on every machine.
     """
+    profile = _profile.active()
+    if profile is not None:
+        return profile.threads
     try:
         allowed = len(os.sched_getaffinity(0))
     except AttributeError:  # macOS and Windows have no sched_getaffinity

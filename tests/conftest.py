@@ -13,6 +13,7 @@ a strategy).
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -24,3 +25,14 @@ settings.register_profile(
 )
 settings.register_profile("explore", deadline=None, max_examples=500)
 settings.load_profile("default")
+
+
+@pytest.fixture(autouse=True)
+def _no_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unit tests run without a labkit profile, whatever the shell has set.
+
+    A profile (labkit/profile.py) fixes free memory, threads and GPU for the
+    notebooks; tests that play a machine short of memory must see their own
+    patched numbers. tests/test_profile.py turns it on where it is the subject.
+    """
+    monkeypatch.delenv("LABKIT_PROFILE", raising=False)

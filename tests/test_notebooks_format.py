@@ -38,7 +38,9 @@ def _good() -> dict:
              "outputs": [{"output_type": "stream", "name": "stdout", "text": "1\n"}]},
         ],
     }
-    nb["metadata"]["labkit"] = {"built_by": "make notebooks", "source_sha256": nbcheck.source_hash(nb)}
+    nb["metadata"]["labkit"] = {
+        "built_by": "make notebooks", "source_sha256": nbcheck.source_hash(nb), "profile": "reference"
+    }
     return nb
 
 

@@ -2,7 +2,10 @@
 
 Each notebook runs top to bottom in a fresh gpu-labkit kernel, and is stamped
 with a hash of its sources so `tools/nbcheck.py` can tell a built notebook
-from a hand-run or edited one.
+from a hand-run or edited one. It runs only under the reference profile
+(labkit/profile.py; `make notebooks` applies it with tools/with_profile.py),
+whose name is stamped too: outputs made without it would carry this machine's
+memory, thread count and GPU into the committed files.
 
 The kernel runs with ``capture_fd_output=False``: under pytest, nbval's
 kernel does not capture C-level stderr (TensorFlow's C++ logs), so outputs
@@ -19,7 +22,7 @@ import time
 from pathlib import Path
 
 import nbformat
-from nbcheck import BUILT_BY, KERNEL_NAME, check_notebook, source_hash
+from nbcheck import BUILT_BY, KERNEL_NAME, PROFILE, check_notebook, source_hash
 from nbclient import NotebookClient
 
 CELL_TIMEOUT_S = 900
@@ -45,7 +48,11 @@ def build(path: Path) -> float:
     elapsed_s = time.perf_counter() - start
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
-    nb.metadata["labkit"] = {"built_by": BUILT_BY, "source_sha256": source_hash(nb)}
+    nb.metadata["labkit"] = {
+        "built_by": BUILT_BY,
+        "source_sha256": source_hash(nb),
+        "profile": PROFILE,
+    }
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".ipynb.tmp")
     os.close(fd)
     try:
@@ -60,6 +67,13 @@ def build(path: Path) -> float:
 def main(argv: list[str]) -> int:
     if not argv:
         print("build_notebooks: no notebooks given", file=sys.stderr)
+        return 2
+    if os.environ.get("LABKIT_PROFILE") != PROFILE:
+        print(
+            f"build_notebooks: the committed outputs are made under the {PROFILE!r} profile; "
+            f"run `make notebooks`, or tools/with_profile.py {PROFILE} -- {sys.argv[0]} ...",
+            file=sys.stderr,
+        )
         return 2
     failed = 0
     for name in argv:

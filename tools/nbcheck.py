@@ -10,6 +10,8 @@ a notebook that:
   of order, or by hand);
 - was not produced by `make notebooks`, or was edited after it ran: the build
   stamps a hash of every cell's source into the notebook's metadata;
+- was not built under the reference profile (labkit/profile.py), which fixes
+  the thread count, the memory budget and the hidden GPU the outputs assume;
 - has more than 40% of its code cells excluded from comparison, which would
   make "tested outputs" an empty promise.
 """
@@ -22,6 +24,8 @@ import sys
 from pathlib import Path
 
 BUILT_BY = "make notebooks"
+#: The profile (labkit/profile.py) the committed outputs are made and compared under.
+PROFILE = "reference"
 KERNEL_NAME = "gpu-labkit"
 MAX_IGNORED_FRACTION = 0.4
 _IGNORE_MARKERS = ("NBVAL_IGNORE_OUTPUT", "NBVAL_SKIP", "NBVAL_RAISES_EXCEPTION")
@@ -89,6 +93,11 @@ def check_notebook(path: Path) -> list[str]:
         problems.append(f"{path}: was not produced by `make notebooks`; {rebuild}")
     elif stamp.get("source_sha256") != source_hash(nb):
         problems.append(f"{path}: was edited after `make notebooks` ran; {rebuild}")
+    elif stamp.get("profile") != PROFILE:
+        problems.append(
+            f"{path}: was built under profile {stamp.get('profile')!r}, not {PROFILE!r}, so its "
+            f"outputs assume another machine; {rebuild}"
+        )
     kernel = nb.get("metadata", {}).get("kernelspec", {}).get("name")
     if kernel != KERNEL_NAME:
         problems.append(f"{path}: kernelspec is {kernel!r}, expected {KERNEL_NAME!r}")
