@@ -276,35 +276,62 @@ def cache_sizes(device: str = "cpu") -> tuple[tuple[str, int], ...]:
     return (("L2", l2),) if l2 > 0 else ()
 
 
-def dram_bytes_per_array(device: str = "cpu") -> int:
-    """An array size that certainly lives in main memory (DRAM or HBM), not in a cache.
+#: Bytes per array that live in main memory (DRAM or HBM), not in a cache: fixed, not read
+#: from the machine, so a sweep has the same rows everywhere (issue 13). STREAM asks for
+#: arrays of at least 4× the last-level cache: 512 MiB meets that for CPU caches up to
+#: 128 MiB, and 2 GiB for GPU L2s up to 512 MiB. A CPU with a larger last-level cache
+#: (or a VM that reports the host's whole L3) serves part of the traffic from cache;
+#: :func:`dram_cache_ratio` says by how much the array exceeds that cache.
+DRAM_BYTES_PER_ARRAY: dict[str, int] = {"cpu": 512 * 1024**2, "cuda": 2 * 1024**3}
+#: The smallest size of the default sweeps: within L1 on a CPU (every core since 2008
+#: has at least 32 KiB of L1d); where launch overhead rules on a GPU.
+SWEEP_LOW_BYTES: dict[str, int] = {"cpu": 8 * 1024, "cuda": 64 * 1024}
 
-    CPU: 4× the last-level cache and at least 256 MiB. Note that a virtual
-    machine reports the host's whole L3 (300 MiB on the course's CI VM, so
-    1.2 GiB per array). GPU: 8× the L2 and at least 1 GiB.
+
+def dram_bytes_per_array(device: str = "cpu") -> int:
+    """The array size labkit uses for main memory: 512 MiB on a CPU, 2 GiB on a GPU.
+
+    A fixed size, not one derived from this machine's caches, so that
+    every machine runs (and prints) the same sweep; see
+    :data:`DRAM_BYTES_PER_ARRAY` and :func:`dram_cache_ratio`.
     """
     device = check_device(device)
+    return DRAM_BYTES_PER_ARRAY["cpu" if device == "cpu" else "cuda"]
+
+
+def dram_cache_ratio(device: str = "cpu") -> float | None:
+    """How many times :func:`dram_bytes_per_array` exceeds the last-level cache (None: unknown).
+
+    STREAM's rule is at least 4×: below that, part of what is timed as
+    main-memory bandwidth is cache bandwidth.
+    """
     caches = dict(cache_sizes(device))
-    last = max(caches.values()) if caches else 64 * 1024**2
-    if device == "cpu":
-        return _round_up(max(4 * last, 256 * 1024**2), MIN_BYTES_PER_ARRAY)
-    return _round_up(max(8 * last, 1024**3), MIN_BYTES_PER_ARRAY)
+    return dram_bytes_per_array(device) / max(caches.values()) if caches else None
+
+
+def dram_cache_note(device: str = "cpu") -> str:
+    """How the fixed DRAM size compares with this machine's last-level cache, in words.
+
+    "16.0× the last-level cache (STREAM asks for at least 4×)", or that the
+    cache size is unknown here.
+    """
+    ratio = dram_cache_ratio(device)
+    if ratio is None:
+        return "the last-level cache size is unknown here (STREAM asks for at least 4× it)"
+    return f"{ratio:.1f}× the last-level cache (STREAM asks for at least 4×)"
 
 
 def default_sizes(device: str = "cpu", *, points_per_decade: int = 4) -> tuple[int, ...]:
-    """Log-spaced bytes per array from L1-sized to DRAM-sized, multiples of 4 KiB.
+    """A fixed grid of bytes per array, log-spaced, in multiples of 4 KiB.
 
-    CPU: from a quarter of the L1 data cache (32 KiB if unknown) to
-    :func:`dram_bytes_per_array`. GPU: from 64 KiB (where launch overhead
-    rules) to :func:`dram_bytes_per_array`.
+    CPU: from 8 KiB (inside every L1d) to 512 MiB; GPU: from 64 KiB to
+    2 GiB (:func:`dram_bytes_per_array`). The grid is the same on every
+    machine: sizes that do not fit the memory budget stay in a sweep's table
+    as rows that say so, rather than changing the table's shape.
     """
     device = check_device(device)
     points_per_decade = _check_int("points_per_decade", points_per_decade, minimum=1)
-    caches = dict(cache_sizes(device))
-    if device == "cpu":
-        low = max(MIN_BYTES_PER_ARRAY, caches.get("L1d", 32 * 1024) // 4)
-    else:
-        low = 64 * 1024
+    low = SWEEP_LOW_BYTES["cpu" if device == "cpu" else "cuda"]
     return log_sizes(low, dram_bytes_per_array(device), points_per_decade=points_per_decade)
 
 
@@ -580,6 +607,8 @@ __all__ = [
     "check_device",
     "default_sizes",
     "dram_bytes_per_array",
+    "dram_cache_note",
+    "dram_cache_ratio",
     "format_gb_per_s",
     "log_sizes",
     "peak_bandwidth",

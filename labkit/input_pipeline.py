@@ -41,7 +41,9 @@ from __future__ import annotations
 import inspect
 import math
 import numbers
+import os
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -504,11 +506,28 @@ class LoaderRun:
         return "\n".join(lines)
 
 
+#: The start of torch's warning about more DataLoader workers than CPUs (torch.utils.data).
+_TOO_MANY_WORKERS = r"This DataLoader will create \d+ worker process"
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity), which DataLoader workers share."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS and Windows have no sched_getaffinity
+        return os.cpu_count() or 1
+
+
 @dataclass(frozen=True)
 class LoaderComparison:
-    """Several pipelines feeding the same step, side by side."""
+    """Several pipelines feeding the same step, side by side.
+
+    ``usable_cpus`` is how many CPUs the process could run on when it
+    measured (DataLoader workers share them); None where it was not read.
+    """
 
     runs: tuple[LoaderRun, ...]
+    usable_cpus: int | None = None
 
     def run(self, label: str) -> LoaderRun:
         for r in self.runs:
@@ -533,7 +552,7 @@ class LoaderComparison:
         ]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"runs": [r.to_dict() for r in self.runs]}
+        return {"runs": [r.to_dict() for r in self.runs], "usable_cpus": self.usable_cpus}
 
     def __str__(self) -> str:
         from labkit.batching import format_samples_per_s
@@ -563,6 +582,11 @@ class LoaderComparison:
             lines.append("  " + "  ".join(cells))
         notes = list(dict.fromkeys(n for r in self.runs for n in r.notes))
         lines += [f"  note: {n}" for n in notes]
+        if self.usable_cpus is not None:
+            lines.append(
+                f"  CPUs this process may use: {self.usable_cpus} (worker processes beyond that "
+                "take turns on them)"
+            )
         return "\n".join(lines)
 
 
@@ -771,10 +795,14 @@ def measure_loader(
             worker_init_fn=worker_init,
             prefetch_factor=prefetch_factor or 2,
         )
-    loader = torch.utils.data.DataLoader(data, **kwargs)
     step, step_text = _step_fn(step_ms, dev)
     try:
-        startup_ms, waits, computes = _profile_loop(loader, step, sync, warmup_steps, steps)
+        with warnings.catch_warnings():
+            # torch warns on stderr, when the loader is made and again when it starts, if there
+            # are more workers than CPUs: the comparison prints the CPU count on every machine.
+            warnings.filterwarnings("ignore", message=_TOO_MANY_WORKERS, category=UserWarning)
+            loader = torch.utils.data.DataLoader(data, **kwargs)
+            startup_ms, waits, computes = _profile_loop(loader, step, sync, warmup_steps, steps)
     except RuntimeError as exc:
         if num_workers and "exited unexpectedly" in str(exc):
             raise RuntimeError(
@@ -835,7 +863,10 @@ def compare_loaders(
         _check_loader_args(**bound.arguments)
     if "dataset" not in common:
         common["dataset"] = SyntheticImages()
-    return LoaderComparison(tuple(measure_loader(**{**common, **config}) for config in configs))
+    cpus = usable_cpus()
+    return LoaderComparison(
+        tuple(measure_loader(**{**common, **config}) for config in configs), usable_cpus=cpus
+    )
 
 
 # --------------------------------------------------------------------------- tf.data

@@ -8,7 +8,6 @@ memory sets the floor. :func:`stream_sweep` measures that staircase, and
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +31,7 @@ from labkit.bandwidth import (
     default_sizes,
     format_gb_per_s,
 )
-from labkit.memory import DEFAULT_FRACTION, MemoryBudgetWarning, format_bytes
+from labkit.memory import DEFAULT_FRACTION, format_bytes
 from labkit.progress import progress
 
 
@@ -42,9 +41,12 @@ class StreamSweep:
 
     ``caches`` are the cache sizes the plot marks; ``dropped_bytes_per_array``
     the sizes skipped because they did not fit the memory budget (or ran out
-    of memory). ``out_of_memory`` is the line the sweep printed when an
-    allocation failed and it stopped early ("" when none did);
-    :attr:`largest_bytes_per_array` is then the largest size that fit.
+    of memory): they stay in :meth:`table` as rows that say so, so the table
+    has the same rows on every machine. ``budget_bytes`` is the budget the
+    sizes were judged against (all arrays together). ``out_of_memory`` is the
+    line the sweep printed when an allocation failed and it stopped early (""
+    when none did); :attr:`largest_bytes_per_array` is then the largest size
+    that fit.
     """
 
     rows: tuple[BandwidthResult, ...]
@@ -53,6 +55,8 @@ class StreamSweep:
     caches: tuple[tuple[str, int], ...] = ()
     dropped_bytes_per_array: tuple[int, ...] = ()
     out_of_memory: str = ""
+    budget_bytes: int | None = None
+    arrays: int = 3
 
     @property
     def largest_bytes_per_array(self) -> int | None:
@@ -90,10 +94,11 @@ class StreamSweep:
         return max(rows, key=lambda r: r.gb_per_s)
 
     def table(self) -> str:
-        """Bytes per array down, kernels across, GB/s in the cells."""
+        """Bytes per array down, kernels across, GB/s in the cells; skipped sizes say so."""
         header = ["per array", *self.kernels]
         lines = [header]
-        for size in self.sizes_bytes:
+        skipped = set(self.dropped_bytes_per_array)
+        for size in sorted({*self.sizes_bytes, *skipped}):
             cells = [format_bytes(size)]
             for kernel in self.kernels:
                 row = next((r for r in self.rows_for(kernel) if r.bytes_per_array == size), None)
@@ -101,6 +106,14 @@ class StreamSweep:
             lines.append(cells)
         widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
         text = ["  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)) for line in lines]
+        for i, size in enumerate(sorted({*self.sizes_bytes, *skipped}), start=1):
+            if size in skipped:
+                text[i] += "  skipped: does not fit in memory"
+        if skipped and self.budget_bytes is not None:
+            text.append(
+                f"(skipped sizes: {self.arrays} arrays of that size exceed this probe's budget of "
+                f"{format_bytes(self.budget_bytes)}; close other programs to measure them)"
+            )
         return "\n".join(text)
 
     def __str__(self) -> str:
@@ -113,6 +126,8 @@ class StreamSweep:
             "caches": {name: size for name, size in self.caches},
             "dropped_bytes_per_array": list(self.dropped_bytes_per_array),
             "out_of_memory": self.out_of_memory,
+            "budget_bytes": self.budget_bytes,
+            "arrays": self.arrays,
             "rows": [r.to_dict() for r in self.rows],
         }
 
@@ -133,9 +148,9 @@ def stream_sweep(
 
     Args:
         kernels: any of "copy", "scale", "add", "triad".
-        sizes_bytes: bytes per array (default :func:`default_sizes`); sizes
-            that do not fit ``fraction`` of the free memory are dropped with
-            one :class:`~labkit.memory.MemoryBudgetWarning`.
+        sizes_bytes: bytes per array (default :func:`default_sizes`, a fixed
+            grid); sizes that do not fit ``fraction`` of the free memory are
+            not measured, and stay in the table as rows that say so.
         device: "cpu", "cuda" or "cuda:N".
         points_per_decade: density of the default sizes.
         warmup_ms, rep_ms, min_reps: passed to :func:`labkit.bench` per point.
@@ -171,14 +186,9 @@ def stream_sweep(
     if not kept:
         _memory.check_fits(min(sizes), device=device, fraction=fraction, arrays=arrays,
                            what="the STREAM sweep's smallest size")  # fmt: skip
-    if dropped:
-        warnings.warn(
-            "stream_sweep: " + _memory.dropped_message(
-                dropped, kept, device=device, fraction=fraction, arrays=arrays
-            ),
-            MemoryBudgetWarning,
-            stacklevel=2,
-        )  # fmt: skip
+    # Sizes that do not fit stay in the table as rows that say so (no warning: the table
+    # has the same rows on every machine, and says which sizes this one could not hold).
+    budget = _memory.budget_bytes(device=device, fraction=fraction)
     # On a GPU another process can take memory after the budget was read: an allocation
     # that fails drops that size and the sweep goes on with the sizes below it.
     buffers, kept, failed = _memory.allocate_shrinking(
@@ -217,4 +227,6 @@ def stream_sweep(
         caches=cache_sizes(device),
         dropped_bytes_per_array=tuple(sorted({*dropped, *failed})),
         out_of_memory=note,
+        budget_bytes=budget,
+        arrays=arrays,
     )

@@ -134,15 +134,32 @@ def test_sweep_rows_are_sorted_complete_and_peak_is_the_fastest() -> None:
     json.dumps(result.to_dict(), allow_nan=False)
 
 
-def test_default_sizes_span_l1_to_dram(monkeypatch: pytest.MonkeyPatch) -> None:
-    caches = (("L1d", 48 * KiB), ("L2", 2 * MiB), ("L3", 300 * MiB))
+@pytest.mark.parametrize(
+    "caches",
+    [(("L1d", 48 * KiB), ("L2", 2 * MiB), ("L3", 300 * MiB)),
+     (("L1d", 32 * KiB), ("L2", MiB), ("L3", 32 * MiB)), ()],
+)  # fmt: skip
+def test_default_sizes_are_one_fixed_grid_whatever_the_caches(
+    monkeypatch: pytest.MonkeyPatch, caches: tuple
+) -> None:
+    """Issue 13: the grid must not depend on the machine, so every table has the same rows."""
     monkeypatch.setattr(bandwidth, "cache_sizes", lambda device="cpu": caches)
     sizes = bandwidth.default_sizes(points_per_decade=4)
-    assert sizes[0] == 12 * KiB  # a quarter of L1d
-    assert sizes[-1] == 1200 * MiB == bandwidth.dram_bytes_per_array()  # 4 × L3
+    assert sizes[0] == 8 * KiB
+    assert sizes[-1] == 512 * MiB == bandwidth.dram_bytes_per_array()
+    assert len(sizes) == 21
     assert list(sizes) == sorted(set(sizes)) and all(s % 4096 == 0 for s in sizes)
     ratios = [b / a for a, b in zip(sizes, sizes[1:], strict=False)]
     assert all(1.3 < r < 2.4 for r in ratios)  # log-spaced, about 4 per decade
+
+
+def test_dram_size_is_compared_with_the_last_level_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bandwidth, "cache_sizes", lambda device="cpu": (("L3", 32 * MiB),))
+    assert bandwidth.dram_cache_ratio() == 16.0
+    assert bandwidth.dram_cache_note() == "16.0× the last-level cache (STREAM asks for at least 4×)"
+    monkeypatch.setattr(bandwidth, "cache_sizes", lambda device="cpu": ())
+    assert bandwidth.dram_cache_ratio() is None
+    assert "unknown" in bandwidth.dram_cache_note()
 
 
 def test_log_sizes_validates() -> None:
@@ -175,15 +192,20 @@ def low_memory(monkeypatch: pytest.MonkeyPatch) -> dict:
     return {"free": free, "budget": free * memory.DEFAULT_FRACTION, "asked": asked}
 
 
-def test_sweep_shrinks_to_fit_and_says_so_once(low_memory: dict) -> None:
+def test_sizes_that_do_not_fit_stay_in_the_table_as_rows_that_say_so(low_memory: dict) -> None:
     sizes = [64 * KiB, 128 * KiB, MiB, 8 * MiB]
-    with pytest.warns(MemoryBudgetWarning) as caught:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no stderr block that only some machines show
         result = stream_sweep.stream_sweep(kernels=("copy", "triad"), sizes_bytes=sizes,
                                            show_progress=False, **FAST)  # fmt: skip
-    assert len([w for w in caught if w.category is MemoryBudgetWarning]) == 1
-    assert "skipped 2 size(s) from 1 MiB" in str(caught[0].message)
     assert result.sizes_bytes == (64 * KiB, 128 * KiB)
     assert result.dropped_bytes_per_array == (MiB, 8 * MiB)
+    assert result.budget_bytes == low_memory["budget"] and result.arrays == 3
+    lines = result.table().splitlines()
+    assert len(lines) == 1 + 4 + 1  # header, every size, the footnote
+    assert lines[3].split() == ["1", "MiB", "-", "-", "skipped:", "does", "not", "fit", "in",
+                                "memory"]  # fmt: skip
+    assert "exceed this probe's budget of 1 MiB" in lines[-1]
     assert low_memory["asked"] and max(low_memory["asked"]) <= low_memory["budget"]
 
 

@@ -170,6 +170,25 @@ def test_loader_validates() -> None:
         measure_loader(dataset=[(1, 2)])  # type: ignore[arg-type]
 
 
+def test_more_workers_than_cpus_is_said_the_same_way_on_every_machine() -> None:
+    """Issue 13: torch warns on stderr only where workers outnumber the CPUs; labkit's table
+    prints the CPU count on every machine instead (masked by nbval_sanitize.cfg)."""
+    import os
+
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(before)})  # one CPU, two workers
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = compare_loaders([{"num_workers": 2}], **FAST)
+    finally:
+        os.sched_setaffinity(0, before)
+    assert not [w for w in caught if "worker process" in str(w.message)]
+    assert str(result).splitlines()[-1] == (
+        "  CPUs this process may use: 1 (worker processes beyond that take turns on them)"
+    )
+
+
 def test_compare_loaders_table_summary_and_plot() -> None:
     result = compare_loaders([{"num_workers": 0}, {"num_workers": 0, "label": "again"}], **FAST)
     assert isinstance(result, LoaderComparison) and [r.label for r in result.runs] == [
