@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tools" / "gpu_checks.sh"
 STEPS = ("doctor", "doctor_json", "bench_timing", "bench_bandwidth", "bench_parallel",
          "bench_roofline", "bench_accel", "bench_cnn", "bench_rnn", "bench_kernels",
-         "bench_batching", "bench_profile", "pytest_gpu", "notebook_times")  # fmt: skip
+         "bench_batching", "bench_profile", "pytest_gpu", "gpu_notebooks", "notebook_times")  # fmt: skip
 
 needs_bash = pytest.mark.skipif(shutil.which("bash") is None, reason="no bash here")
 

@@ -524,6 +524,8 @@ def test_stride_sweep(fake_gpu: FakeCupy) -> None:
     assert result.fraction("stride 1") == result.runs[0].fraction
     text = str(result)
     assert "Strided copy on Fake GPU 9000: 8,192 float32" in text and "of ceiling" in text
+    # make test-gpu (tools/gpu_notebooks.py) reads this line as proof of verification
+    assert "  every kernel's output was verified before timing (largest error 0)" in text
     assert result.summary()[0].startswith(
         "Strided copy: 8,192 float32 (32 KiB per array); rates count useful"
     )

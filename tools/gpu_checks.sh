@@ -15,6 +15,8 @@
 # Under $OUT: <step>.out (stdout; .json for JSON steps), <step>.err (stderr),
 # summary.txt (one line per step: ok/FAILED/TIMEOUT/skipped and seconds, also
 # printed) and reference/ (the recordings made by this run).
+# gpu_notebooks (`make test-gpu`) executes every notebook with the GPU visible and checks its GPU
+# cells ($OUT/gpu_notebooks.json, with each notebook's seconds).
 # The last step, notebook_times, executes every notebook (copies, in a
 # temporary folder) and writes $OUT/notebook_times.json, the GPU column of
 # docs/instructors.md's syllabi; it runs last and gets whatever budget is left
@@ -145,6 +147,11 @@ PY
 else
     say "$(printf '%-20s skipped  (pytest is not installed)' pytest_gpu)"
 fi
+
+# `make test-gpu` (tools/gpu_notebooks.py, issue 13): every notebook with the GPU visible; no cell
+# may raise, each GPU cell must run live and print sane values (bandwidth within the card's
+# peak, finite ratios, kernels verified). Without nbclient it runs each notebook as a script.
+step gpu_notebooks 300 text "$PYTHON" tools/gpu_notebooks.py --json "$OUT/gpu_notebooks.json"
 
 # Execution time of each notebook on this machine (tools/time_notebooks.py): last, because
 # it needs ~220 s on a 2-core CPU and the steps above use most of the budget. It needs

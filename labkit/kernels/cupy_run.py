@@ -711,6 +711,9 @@ class KernelComparison:
         for r in self.runs:
             lines.append(f"  {r.label:<{width}}  {format_duration(r.median_ms):>9}  "
                          f"{_format_rate(r.rate, self.unit):>13}  {r.fraction:4.0%} of ceiling")  # fmt: skip
+        largest = max((r.max_error for r in self.runs), default=0.0)
+        lines.append(f"  every kernel's output was verified before timing (largest error "
+                     f"{largest:.2g})")  # fmt: skip
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
 
