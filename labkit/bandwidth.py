@@ -279,9 +279,9 @@ def cache_sizes(device: str = "cpu") -> tuple[tuple[str, int], ...]:
 #: Bytes per array that live in main memory (DRAM or HBM), not in a cache: fixed, not read
 #: from the machine, so a sweep has the same rows everywhere (issue 13). STREAM asks for
 #: arrays of at least 4× the last-level cache: 512 MiB meets that for CPU caches up to
-#: 128 MiB, and 2 GiB for GPU L2s up to 512 MiB. A CPU with a larger last-level cache
-#: (or a VM that reports the host's whole L3) serves part of the traffic from cache;
-#: :func:`dram_cache_ratio` says by how much the array exceeds that cache.
+#: 128 MiB in all, and 2 GiB for GPU L2s up to 512 MiB. A CPU with more last-level cache
+#: (all its slices and sockets count) serves part of the traffic from cache:
+#: :func:`dram_cache_note` says how the array compares.
 DRAM_BYTES_PER_ARRAY: dict[str, int] = {"cpu": 512 * 1024**2, "cuda": 2 * 1024**3}
 #: The smallest size of the default sweeps: within L1 on a CPU (every core since 2008
 #: has at least 32 KiB of L1d); where launch overhead rules on a GPU.
@@ -299,26 +299,50 @@ def dram_bytes_per_array(device: str = "cpu") -> int:
     return DRAM_BYTES_PER_ARRAY["cpu" if device == "cpu" else "cuda"]
 
 
-def dram_cache_ratio(device: str = "cpu") -> float | None:
-    """How many times :func:`dram_bytes_per_array` exceeds the last-level cache (None: unknown).
+def last_level_cache_bytes(device: str = "cpu") -> int | None:
+    """The last-level cache a STREAM run on ``device`` can use (None: unknown).
 
-    STREAM's rule is at least 4×: below that, part of what is timed as
-    main-memory bandwidth is cache bandwidth.
+    CPU: every instance the process's CPUs share, summed
+    (:func:`labkit.cpu.shared_last_level_cache_bytes`: a 4-CCD EPYC has four
+    L3s), or the one :func:`cache_sizes` reports where sysfs says nothing.
+    GPU: its L2.
     """
+    device = check_device(device)
+    if device == "cpu":
+        from labkit.cpu import shared_last_level_cache_bytes
+
+        total = shared_last_level_cache_bytes()
+        if total:
+            return total
     caches = dict(cache_sizes(device))
-    return dram_bytes_per_array(device) / max(caches.values()) if caches else None
+    return max(caches.values()) if caches else None
 
 
-def dram_cache_note(device: str = "cpu") -> str:
-    """How the fixed DRAM size compares with this machine's last-level cache, in words.
+def dram_cache_ratio(device: str = "cpu", bytes_per_array: int | None = None) -> float | None:
+    """How many times an array (default :func:`dram_bytes_per_array`) exceeds the last-level cache.
 
-    "16.0× the last-level cache (STREAM asks for at least 4×)", or that the
-    cache size is unknown here.
+    STREAM's rule is at least 4× all the last-level cache the run uses:
+    below that, part of what is timed as main-memory bandwidth is cache
+    bandwidth. None where the cache size is unknown.
     """
-    ratio = dram_cache_ratio(device)
-    if ratio is None:
-        return "the last-level cache size is unknown here (STREAM asks for at least 4× it)"
-    return f"{ratio:.1f}× the last-level cache (STREAM asks for at least 4×)"
+    size = dram_bytes_per_array(device) if bytes_per_array is None else bytes_per_array
+    cache = last_level_cache_bytes(device)
+    return size / cache if cache else None
+
+
+def dram_cache_note(device: str = "cpu", bytes_per_array: int | None = None) -> str:
+    """The array against STREAM's 4× rule, in one sentence that has the same form on every machine.
+
+    "16.0× the 32 MiB of last-level cache ...": the ratio and the size are
+    this machine's; the rule and what breaking it means are always said, so
+    the reader judges the number, and the text's shape does not depend on it.
+    """
+    size = dram_bytes_per_array(device) if bytes_per_array is None else bytes_per_array
+    cache = last_level_cache_bytes(device)
+    rule = "STREAM asks for at least 4×; below that, part of the traffic comes from cache"
+    if not cache:
+        return f"of unknown size against the last-level cache ({rule})"
+    return f"{size / cache:.1f}× the {format_bytes(cache)} of last-level cache ({rule})"
 
 
 def default_sizes(device: str = "cpu", *, points_per_decade: int = 4) -> tuple[int, ...]:
@@ -609,6 +633,7 @@ __all__ = [
     "dram_bytes_per_array",
     "dram_cache_note",
     "dram_cache_ratio",
+    "last_level_cache_bytes",
     "format_gb_per_s",
     "log_sizes",
     "peak_bandwidth",

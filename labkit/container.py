@@ -118,3 +118,38 @@ def container_memory() -> ContainerMemory | None:
             if tightest is None or found.headroom_bytes < tightest.headroom_bytes:
                 tightest = found
     return tightest
+
+
+def _own_v1_cgroup(controller: str) -> str:
+    """This process's cgroup v1 path for ``controller`` ("cpu"), "/" when not listed."""
+    for line in (_read_text(_PROC_SELF_CGROUP) or "").splitlines():
+        parts = line.strip().split(":", 2)
+        if len(parts) == 3 and controller in parts[1].split(","):
+            return parts[2]
+    return "/"
+
+
+def container_cpus() -> float | None:
+    """How many CPUs' worth of time the cgroup CPU quota allows (2.0 = two CPUs); None: no quota.
+
+    A JupyterHub ``cpu_limit`` or a Docker ``--cpus`` is a CFS quota, not an
+    affinity: ``os.sched_getaffinity`` still lists every CPU of the node, but
+    the process gets only quota / period of CPU time. Reads ``cpu.max``
+    (cgroup v2) or ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` (v1) of the
+    process's cgroup and its parents; the tightest wins.
+    """
+    v2_path, _ = _own_cgroups()
+    found: list[float] = []
+    for mount in (_CGROUP_ROOT, _CGROUP_ROOT / "unified"):
+        for folder in _cgroup_dirs(mount, v2_path):
+            fields = (_read_text(folder / "cpu.max") or "").split()
+            if len(fields) == 2 and fields[0].isdigit() and fields[1].isdigit() and int(fields[1]):
+                found.append(int(fields[0]) / int(fields[1]))
+    v1_path = _own_v1_cgroup("cpu")
+    for mount in (_CGROUP_ROOT / "cpu", _CGROUP_ROOT / "cpu,cpuacct"):
+        for folder in _cgroup_dirs(mount, v1_path):
+            quota = (_read_text(folder / "cpu.cfs_quota_us") or "").strip()
+            period = (_read_text(folder / "cpu.cfs_period_us") or "").strip()
+            if quota.isdigit() and period.isdigit() and int(quota) > 0 and int(period) > 0:
+                found.append(int(quota) / int(period))
+    return min(found) if found else None

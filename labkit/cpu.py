@@ -192,6 +192,46 @@ def _linux_caches() -> dict[str, int]:
     return caches
 
 
+#: Where Linux describes each CPU's caches; tests point it at a fake tree.
+_SYS_CPU = Path("/sys/devices/system/cpu")
+
+
+def shared_last_level_cache_bytes(cpus: Iterable[int] | None = None) -> int | None:
+    """The last-level cache this process's CPUs can use, all instances together (Linux; else None).
+
+    ``cpu_info().l3_cache_bytes`` is one instance, core 0's. A chip with
+    several L3 slices (AMD's CCDs) or a machine with two sockets has one
+    instance per group of cores, and a multithreaded STREAM run uses every
+    instance its threads touch, so STREAM's "4× the cache" rule counts them
+    all: each distinct ``shared_cpu_list`` of the highest cache level is
+    counted once, over ``cpus`` (default: this process's affinity).
+    """
+    if cpus is None:
+        try:
+            cpus = os.sched_getaffinity(0)
+        except AttributeError:  # not Linux: no sysfs either
+            return None
+    seen: dict[str, int] = {}
+    best_level = 0
+    for cpu in sorted(cpus):
+        levels = []
+        for index in (_SYS_CPU / f"cpu{cpu}" / "cache").glob("index*"):
+            if (_read(index / "type") or "").strip() == "Instruction":
+                continue
+            level = (_read(index / "level") or "").strip()
+            size = parse_cache_size(_read(index / "size") or "")
+            if level.isdigit() and size is not None:
+                levels.append((int(level), (_read(index / "shared_cpu_list") or "").strip(), size))
+        if not levels:
+            continue
+        level, shared, size = max(levels)
+        if level > best_level:
+            best_level, seen = level, {}
+        if level == best_level:
+            seen[shared or f"cpu{cpu}"] = size
+    return sum(seen.values()) if seen else None
+
+
 def _windows_model() -> str | None:
     try:
         import winreg  # type: ignore[import-not-found]

@@ -511,11 +511,21 @@ _TOO_MANY_WORKERS = r"This DataLoader will create \d+ worker process"
 
 
 def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity), which DataLoader workers share."""
+    """The CPUs this process may use, which DataLoader workers share.
+
+    Its affinity (``taskset``, a Slurm allocation), and no more than a cgroup
+    CPU quota allows (a JupyterHub ``cpu_limit``, Docker's ``--cpus``), which
+    the affinity does not show. torch's too-many-workers warning reads the
+    affinity only.
+    """
+    from labkit.container import container_cpus
+
     try:
-        return len(os.sched_getaffinity(0))
+        allowed = len(os.sched_getaffinity(0))
     except AttributeError:  # macOS and Windows have no sched_getaffinity
-        return os.cpu_count() or 1
+        allowed = os.cpu_count() or 1
+    quota = container_cpus()
+    return allowed if quota is None else max(1, min(allowed, math.ceil(quota)))
 
 
 @dataclass(frozen=True)
@@ -833,6 +843,7 @@ def measure_loader(
             "num_workers": num_workers,
             "pin_memory": pin,
             "prefetch_factor": prefetch_factor,
+            "usable_cpus": usable_cpus(),  # torch's too-many-workers warning is silenced above
         },
     )
 

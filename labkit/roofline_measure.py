@@ -34,7 +34,7 @@ CPU_DTYPES: tuple[str, ...] = ("float32", "float64", "bfloat16")
 GPU_DTYPES: tuple[str, ...] = ("float32", "tf32", "bfloat16", "float16")
 COMPUTE_DTYPES: tuple[str, ...] = (*DTYPE_BYTES, "tf32")
 
-#: Matmul sizes tried for the peak; the best rate (fastest sample) wins.
+#: Matmul sizes tried for the peak; the best median-based rate wins.
 CPU_PEAK_SIZES: tuple[int, ...] = (256, 512, 1024, 2048, 4096)
 GPU_PEAK_SIZES: tuple[int, ...] = (1024, 2048, 4096, 8192)
 
@@ -156,7 +156,7 @@ def measure_peak_compute(
     max_call_ms: float = 200.0,
     show_progress: bool | None = None,
 ) -> dict[str, PeakCompute]:
-    """Peak GFLOP/s per dtype: n×n matmuls at increasing n, the best rate any sample reached.
+    """Peak GFLOP/s per dtype: n×n matmuls at increasing n, best median-based rate.
 
     Args:
         device: "cpu", "cuda", "cuda:N" or None (the GPU where one exists).
@@ -170,8 +170,7 @@ def measure_peak_compute(
         show_progress: a progress bar; None follows :mod:`labkit.progress`.
 
     Each dtype's result is checked against a float64 matmul before timing.
-    Rates are 2n³ FLOPs / the fastest sample's time (each size's
-    :class:`~labkit.timing.Timing` keeps the median and spread).
+    Rates are 2n³ FLOPs / median time.
     """
     from labkit.progress import progress
 
@@ -231,10 +230,7 @@ def measure_peak_compute(
         done.append((n, timing))
     results = {}
     for dtype, runs in found.items():
-        # The fastest sample, not the median: a roof is what the hardware can reach, and
-        # another busy process only ever slows a sample down (with one core kept busy, a
-        # median-based roof once moved the ridge point below a 16×16 matmul's intensity).
-        rates = [(2 * n**3 / (t.min_ms / 1e3) / 1e9, n) for n, t in runs if t.min_ms > 0]
+        rates = [(2 * n**3 / (t.median_ms / 1e3) / 1e9, n) for n, t in runs if t.median_ms > 0]
         best_rate, best_n = max(rates) if rates else (math.nan, runs[0][0])
         results[dtype] = PeakCompute(
             dtype=dtype, device=dev, gflop_per_s=best_rate, size=best_n,

@@ -153,13 +153,22 @@ def test_default_sizes_are_one_fixed_grid_whatever_the_caches(
     assert all(1.3 < r < 2.4 for r in ratios)  # log-spaced, about 4 per decade
 
 
-def test_dram_size_is_compared_with_the_last_level_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bandwidth, "cache_sizes", lambda device="cpu": (("L3", 32 * MiB),))
+def test_dram_size_is_compared_with_all_the_last_level_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    from labkit import cpu
+
+    rule = "STREAM asks for at least 4×; below that, part of the traffic comes from cache"
+    monkeypatch.setattr(cpu, "shared_last_level_cache_bytes", lambda cpus=None: 32 * MiB)
     assert bandwidth.dram_cache_ratio() == 16.0
-    assert bandwidth.dram_cache_note() == "16.0× the last-level cache (STREAM asks for at least 4×)"
+    assert bandwidth.dram_cache_note() == f"16.0× the 32 MiB of last-level cache ({rule})"
+    # two 105 MiB sockets, and an array the budget shrank: the same sentence, other numbers
+    monkeypatch.setattr(cpu, "shared_last_level_cache_bytes", lambda cpus=None: 210 * MiB)
+    assert bandwidth.dram_cache_note(bytes_per_array=128 * MiB) == (
+        f"0.6× the 210 MiB of last-level cache ({rule})"
+    )
+    monkeypatch.setattr(cpu, "shared_last_level_cache_bytes", lambda cpus=None: None)
     monkeypatch.setattr(bandwidth, "cache_sizes", lambda device="cpu": ())
     assert bandwidth.dram_cache_ratio() is None
-    assert "unknown" in bandwidth.dram_cache_note()
+    assert bandwidth.dram_cache_note() == f"of unknown size against the last-level cache ({rule})"
 
 
 def test_log_sizes_validates() -> None:

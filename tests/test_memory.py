@@ -277,3 +277,55 @@ def test_allocate_shrinking_steps_down_past_sizes_that_fail(monkeypatch) -> None
 def test_memory_device(device: str, expected: str) -> None:
     assert memory.memory_device(device) == expected
 
+
+
+# --------------------------------------------------------------------------- CPU quotas
+
+
+@pytest.mark.parametrize(
+    ("own", "files", "expected"),
+    [
+        ("0::/kubepods/pod1\n", {"kubepods/pod1/cpu.max": "200000 100000\n"}, 2.0),
+        ("0::/kubepods/pod1\n", {"kubepods/pod1/cpu.max": "max 100000\n"}, None),
+        ("0::/a/b\n", {"a/cpu.max": "150000 100000\n", "a/b/cpu.max": "400000 100000\n"}, 1.5),
+        ("4:cpu,cpuacct:/docker/x\n", {"cpu,cpuacct/docker/x/cpu.cfs_quota_us": "50000\n",
+                                       "cpu,cpuacct/docker/x/cpu.cfs_period_us": "100000\n"}, 0.5),
+        ("4:cpu:/\n", {"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+    ],
+)  # fmt: skip
+def test_a_cgroup_cpu_quota_is_read(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, own: str, files: dict, expected: float | None
+) -> None:
+    _cgroup_tree(tmp_path, monkeypatch, own, files)
+    assert container.container_cpus() == expected
+
+
+def test_usable_cpus_is_the_affinity_within_the_quota(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from labkit import input_pipeline
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    _cgroup_tree(tmp_path, monkeypatch, "0::/pod\n", {"pod/cpu.max": "150000 100000\n"})
+    assert input_pipeline.usable_cpus() == 2  # a 1.5-CPU quota on a 64-CPU node
+    _cgroup_tree(tmp_path, monkeypatch, "0::/pod\n", {"pod/cpu.max": "max 100000\n"})
+    assert input_pipeline.usable_cpus() == 64
+
+
+def test_the_shared_last_level_cache_counts_every_instance(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two L3 slices (AMD CCDs, or two sockets) of 32 MiB: a run on all CPUs has 64 MiB of L3."""
+    from labkit import cpu
+
+    for n in range(4):
+        shared = "0-1" if n < 2 else "2-3"
+        for index, (level, kind, size) in enumerate([("1", "Data", "32K"), ("1", "Instruction", "32K"),
+                                                     ("2", "Unified", "1024K"), ("3", "Unified", "32768K")]):  # fmt: skip
+            folder = tmp_path / f"cpu{n}" / "cache" / f"index{index}"
+            folder.mkdir(parents=True)
+            for name, text in (("level", level), ("type", kind), ("size", size),
+                               ("shared_cpu_list", shared if level == "3" else str(n))):  # fmt: skip
+                (folder / name).write_text(text + "\n")
+    monkeypatch.setattr(cpu, "_SYS_CPU", tmp_path)
+    assert cpu.shared_last_level_cache_bytes([0, 1, 2, 3]) == 64 * 1024**2
+    assert cpu.shared_last_level_cache_bytes([0, 1]) == 32 * 1024**2
+    assert cpu.shared_last_level_cache_bytes([7]) is None  # no such CPU: unknown

@@ -11,6 +11,8 @@ at the first failure, printing which cells differed.
 
 Exit status 0 only if every run passed. The runs measure the machine, so
 nothing else should be running meanwhile (see the Makefile's `test` target).
+Like `make test`, it runs under the reference profile (labkit/profile.py):
+`make test-flaky` applies it, and this script refuses to run without it.
 """
 
 from __future__ import annotations
@@ -58,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         parser.error(f"no such notebook: {', '.join(missing)}")
 
+    if os.environ.get("LABKIT_PROFILE") != "reference":
+        parser.error(
+            "the committed outputs are compared under the reference profile: run make test-flaky, "
+            "or tools/with_profile.py reference -- python tools/nbval_repeat.py ..."
+        )
     env = dict(os.environ, LABKIT_PROGRESS="0")
     runs: list[dict[str, object]] = []
     for i in range(1, args.runs + 1):
@@ -83,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         args.log.write_text(json.dumps({
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "machine": f"{platform.machine()}, {os.cpu_count()} logical CPUs",
+            "profile": os.environ.get("LABKIT_PROFILE"),
             "notebooks": [p.name for p in notebooks],
             "runs_requested": args.runs,
             "runs": runs,
