@@ -295,15 +295,18 @@ def test_sockets_only_where_labkit_dist_needs_them() -> None:
 
 
 def test_ci_sets_up_online_then_tests_offline() -> None:
-    """.ci/run: the network is used for the setup only; `make test` and the matrix run without it."""
+    """.ci/run: the network is used for the setup only; the tests and the matrix run without it."""
     lines = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()
              if ln.strip() and not ln.strip().startswith("#")]  # fmt: skip
     make = [ln for ln in lines if "make " in ln]
     assert make == [
         "make setup setup-matrix",
         "bash tools/offline.sh make test",
+        "bash tools/offline.sh python3 tools/constrain.py $condition -- make test-nbval",
         "exec bash tools/offline.sh make test-matrix",
     ]
+    # the three machine shapes of issue 13, each a strict nbval run (docs/reliability.md, 5)
+    assert 'for condition in "--memory-limit 8G" "--cpus 0" "--busy-cores 1"; do' in lines
 
 
 # --------------------------------------------------------------------------- the matrix's checker
