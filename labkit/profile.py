@@ -110,10 +110,28 @@ def get(name: str) -> Profile:
         ) from None
 
 
+_warned: set[str] = set()
+
+
 def active() -> Profile | None:
-    """The profile named by ``LABKIT_PROFILE``, or None where it is unset or empty."""
+    """The profile named by ``LABKIT_PROFILE``, or None where it is unset, empty or unknown.
+
+    An unknown name (a typo in a shell) is not worth a traceback in every
+    cell: it is ignored, with one warning that names the profiles. The tools
+    that apply a profile (``tools/with_profile.py``) refuse unknown names.
+    """
     name = os.environ.get(ENV_VAR, "").strip()
-    return get(name) if name else None
+    if not name:
+        return None
+    try:
+        return get(name)
+    except ProfileError as exc:
+        if name not in _warned:
+            _warned.add(name)
+            import warnings
+
+            warnings.warn(f"{ENV_VAR}: {exc}; ignoring it", UserWarning, stacklevel=2)
+        return None
 
 
 def hides_gpu() -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -92,6 +93,61 @@ def test_a_v1_child_gets_limit_in_bytes(tmp_path: Path) -> None:
     assert group.peak_bytes() is None  # no memory.max_usage_in_bytes in the fake
 
 
+@pytest.mark.parametrize(
+    ("version", "own", "made", "parent"),
+    [
+        (1, "4:memory:/process_api/abc\n", ["process_api/abc"], "process_api/abc"),  # inside our own
+        (2, "0::/user.slice/session-1.scope\n", ["user.slice/session-1.scope"], "user.slice"),  # beside it
+        (2, "0::/\n", [], ""),  # at the root, which may hold processes and still hand down controllers
+        (1, "4:memory:/docker/xyz\n", [], ""),  # no cgroup namespace: the mount is our own cgroup
+    ],
+)  # fmt: skip
+def test_the_new_cgroup_stays_inside_every_limit_this_process_has(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: int, own: str, made: list, parent: str
+) -> None:
+    root = tmp_path / "cg"
+    for folder in made:
+        (root / folder).mkdir(parents=True)
+    root.mkdir(exist_ok=True)
+    proc = tmp_path / "proc-self-cgroup"
+    proc.write_text(own)
+    monkeypatch.setattr(constrain, "PROC_SELF_CGROUP", proc)
+    assert constrain.parent_for_child(constrain.CgroupMount(version, root)) == root / parent
+
+
+def test_leftover_processes_are_killed_before_the_cgroup_goes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    left = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    folder = tmp_path / "cg"
+    folder.mkdir()
+    procs = folder / "cgroup.procs"
+    procs.write_text(f"{left.pid}\n")
+    real_kill = os.kill
+
+    def kill(pid: int, sig: int) -> None:  # a real cgroup forgets a dead process by itself
+        real_kill(pid, sig)
+        procs.write_text("")
+
+    monkeypatch.setattr(constrain.os, "kill", kill)
+    group = constrain.MemoryCgroup(constrain.CgroupMount(2, tmp_path), folder, GiB)
+    try:
+        group.kill_leftovers()
+        assert left.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        left.kill()
+    (folder / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 2\n")
+    assert group.oom_kills() == 2
+
+
+def test_exit_statuses_read_as_a_shell_reads_them(capfd: pytest.CaptureFixture[str]) -> None:
+    assert constrain.main(["--", sys.executable, "-c", "raise SystemExit(3)"]) == 3
+    assert constrain.main(["--", sys.executable, "-c",
+                           "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"]) == 143  # fmt: skip
+    assert constrain.main(["--", "no-such-command-labkit"]) == 127
+    assert "'no-such-command-labkit' is not a command here" in capfd.readouterr().err
+
+
 def test_a_cgroup_that_cannot_be_made_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(constrain.ConstraintError, match="no cgroup hierarchy"):
         constrain.memory_cgroup(GiB, mounts=[])
@@ -109,7 +165,7 @@ def test_the_command_never_runs_unconstrained(
     assert "COMMAND was not run" in capsys.readouterr().err
 
 
-def test_pinned_to_one_cpu_with_the_other_busy(capfd: pytest.CaptureFixture[str]) -> None:
+def test_pinned_to_one_cpu_shared_with_a_busy_process(capfd: pytest.CaptureFixture[str]) -> None:
     allowed = sorted(os.sched_getaffinity(0))
     busy = ["--busy-cores", "1"] if len(allowed) > 1 else []
     probe = "import os; print('affinity', sorted(os.sched_getaffinity(0)))"
@@ -117,8 +173,8 @@ def test_pinned_to_one_cpu_with_the_other_busy(capfd: pytest.CaptureFixture[str]
     out = capfd.readouterr().out
     assert status == 0
     assert f"affinity [{allowed[0]}]" in out
-    if busy:
-        assert f"1 busy process(es) on CPU(s) [{allowed[-1]}]" in out
+    if busy:  # the busy process shares the CPU the command may use
+        assert f"1 busy process(es) on CPU(s) [{allowed[0]}]" in out
 
 
 def test_busy_processes_are_pinned_and_stopped() -> None:
@@ -147,9 +203,11 @@ def test_a_real_memory_limit_is_what_labkit_sees() -> None:
     done = subprocess.run(
         [sys.executable, str(TOOLS / "constrain.py"), "--memory-limit", "1G", "--",
          sys.executable, "-c", probe],
-        capture_output=True, text=True, timeout=120, check=True,
+        capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     lines = done.stdout.strip().splitlines()
+    if done.returncode == 2 and "COMMAND was not run" in done.stderr:
+        pytest.skip(f"no memory-limited cgroup can be made here: {done.stderr.strip()}")
     assert lines[0].startswith("constrain: memory limit 1 GiB (cgroup v")
     assert lines[1] == f"{GiB} True"
     assert lines[2].startswith("constrain: exit status 0")

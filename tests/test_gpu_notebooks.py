@@ -80,6 +80,25 @@ def test_verified_kernel_tables_pass() -> None:
 # --------------------------------------------------------------------------- GPU cells
 
 
+def test_a_live_cell_that_mentions_a_missing_package_is_still_checked() -> None:
+    """notebook 02's device copy also says CuPy's references were skipped: still a live cell."""
+    call = 'if labkit.require_gpu("x"):\n    print(1)'
+    nb = _executed((call, "device copy 7.0 TB/s\nCuPy references skipped: cupy is not installed. "
+                          "Install it with: pip install cupy-cuda12x\n"))  # fmt: skip
+    run = gpu_notebooks.GpuRun("fake.ipynb")
+    gpu_notebooks.check_gpu_cells(nb, run, peak_gb_per_s=PEAK)
+    assert run.gpu_cells_live == [0] and run.gpu_cells_skipped == {}
+    assert run.problems == [
+        "cell 0: a bandwidth of 7.0 TB/s, above the card's theoretical peak of 4,800 GB/s"
+    ]
+
+
+@pytest.mark.parametrize(("text", "bad"), [("copy -3.2 GB/s", True), ("copy 3.2 GiB/s", False),
+                                           ("pinned 55 MB/s", False), ("copy 6000 GB/sec", True)])  # fmt: skip
+def test_rates_in_every_unit_are_read(text: str, bad: bool) -> None:
+    assert bool(gpu_notebooks.sanity_problems(text, peak_gb_per_s=PEAK)) is bad
+
+
 def test_each_gpu_cell_must_run_live() -> None:
     call = 'if labkit.require_gpu("x"):\n    print(1)'
     nb = _executed(
@@ -138,21 +157,50 @@ def test_a_fake_gpu_notebook_runs_and_is_checked(
 
 
 def test_the_script_runner_names_the_cell_that_raised(tmp_path: Path) -> None:
-    nb = _notebook("print('one')", "x = 1\nraise ValueError('broken kernel')", "print('never')")
+    nb = _notebook(FAKE_GPU, "print('one', end='')\nraise ValueError('broken kernel')",
+                   'if labkit.require_gpu("x"):\n    print("never")')  # fmt: skip
+    path = _write(tmp_path, nb)
+    work = tmp_path / "work"
+    work.mkdir()
+    run = gpu_notebooks.run_notebook(path, work, None, peak_gb_per_s=PEAK, keep=tmp_path / "kept")
+    assert run.runner == "script" and not run.ok and run.stopped_at == 1
+    assert "cell 1: error output ScriptError: ValueError: broken kernel" in run.problems
+    assert any(p.startswith("cell 1: 'Traceback' in stdout") for p in run.problems)  # stderr kept
+    assert "cell 2: the GPU cell did not run (cell 1 failed first)" in run.problems
+    kept = json.loads((tmp_path / "kept" / path.name).read_text())
+    assert kept["cells"][1]["outputs"][0]["text"].startswith("one")  # no marker glued onto it
+
+
+def test_a_gpu_cell_that_only_draws_counts_as_live_in_a_script(tmp_path: Path) -> None:
+    nb = _notebook(FAKE_GPU, 'if labkit.require_gpu("a plot"):\n'
+                             '    import matplotlib.pyplot as plt\n    plt.plot([1, 2])')  # fmt: skip
     path = _write(tmp_path, nb)
     work = tmp_path / "work"
     work.mkdir()
     run = gpu_notebooks.run_notebook(path, work, None, peak_gb_per_s=PEAK)
-    assert run.runner == "script" and not run.ok
-    assert any("cell 1: error output ScriptError: ValueError: broken kernel" in p
-               for p in run.problems), run.problems  # fmt: skip
+    assert run.ok and run.gpu_cells_live == [1], run.problems
+
+
+def test_dataloader_workers_do_not_rerun_the_script(tmp_path: Path) -> None:
+    """Workers start with forkserver/spawn; a script with a file would be re-run by each one."""
+    nb = _notebook("import torch\nfrom torch.utils.data import DataLoader\n"
+                   "ctx = __import__('multiprocessing').get_context('spawn')\n"
+                   "print(sum(len(b) for b in DataLoader(list(range(8)), batch_size=4, num_workers=1,"
+                   " multiprocessing_context=ctx)))")  # fmt: skip
+    path = _write(tmp_path, nb)
+    work = tmp_path / "work"
+    work.mkdir()
+    run = gpu_notebooks.run_notebook(path, work, None, peak_gb_per_s=PEAK, keep=tmp_path / "kept")
+    assert run.ok, run.problems
+    kept = json.loads((tmp_path / "kept" / path.name).read_text())
+    assert kept["cells"][0]["outputs"][0]["text"] == "8\n"
 
 
 def test_the_script_runner_reads_notebooks_without_nbformat(tmp_path: Path) -> None:
     path = _write(tmp_path, _notebook("print('hi')"))
     nb = gpu_notebooks._nodes(json.loads(path.read_text()))
     assert nb.cells[0].cell_type == "code" and gpu_notebooks._source(nb.cells[0]) == "print('hi')"
-    assert "print('<<<labkit-test-gpu cell 0>>>', flush=True)" in gpu_notebooks.script_source(nb)
+    assert "print('\\n' + '<<<labkit-test-gpu cell 0>>>', flush=True)" in gpu_notebooks.script_source(nb)
 
 
 def test_without_a_gpu_it_stops_at_once(capsys: pytest.CaptureFixture[str]) -> None:
@@ -173,6 +221,8 @@ def test_under_a_profile_it_refuses(monkeypatch: pytest.MonkeyPatch, capsys: pyt
 def test_main_with_a_fake_gpu_writes_its_summary(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    for name in ("PYTHONPATH", "LABKIT_PROGRESS"):  # main() sets them for the notebooks
+        monkeypatch.setenv(name, os.environ.get(name, ""))
     monkeypatch.setattr(gpu_notebooks, "gpu_here", lambda: ("Fake H200", PEAK))
     monkeypatch.setattr(gpu_notebooks, "uses_jupyter", lambda: False)
     path = _write(tmp_path, _notebook(

@@ -302,7 +302,7 @@ def test_ci_sets_up_online_then_tests_offline() -> None:
     assert make == [
         "make setup setup-matrix",
         "bash tools/offline.sh make test",
-        "bash tools/offline.sh python3 tools/constrain.py $condition -- make test-nbval",
+        "python3 tools/constrain.py $condition -- bash tools/offline.sh make test-nbval",
         "exec bash tools/offline.sh make test-matrix",
     ]
     # the three machine shapes of issue 13, each a strict nbval run (docs/reliability.md, 5)

@@ -54,9 +54,15 @@ def test_active_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert profile.active() is None
     monkeypatch.setenv(profile.ENV_VAR, "reference")
     assert profile.active() is profile.REFERENCE and profile.hides_gpu()
-    monkeypatch.setenv(profile.ENV_VAR, "refrence")
-    with pytest.raises(profile.ProfileError, match="unknown profile 'refrence'.*'reference'"):
-        profile.active()
+    monkeypatch.setenv(profile.ENV_VAR, "refrence")  # a typo: ignored, with one warning
+    monkeypatch.setattr(profile, "_warned", set())
+    with pytest.warns(UserWarning, match="unknown profile 'refrence'.*'reference'.*ignoring it"):
+        assert profile.active() is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert profile.active() is None  # warned once only
+    with pytest.raises(profile.ProfileError, match="unknown profile 'refrence'"):
+        profile.get("refrence")
 
 
 def test_missing_names_the_memory_it_lacks() -> None:
@@ -181,10 +187,13 @@ def test_with_profile_hands_its_variables_to_every_child_even_on_one_cpu() -> No
     )
     done = subprocess.run(
         [sys.executable, str(TOOLS / "with_profile.py"), "reference", "--", sys.executable, "-c", probe],
-        capture_output=True, text=True, timeout=120, check=True,
+        capture_output=True, text=True, timeout=120,
         preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),
         env={k: v for k, v in os.environ.items() if k not in profile.THREAD_VARIABLES},
     )  # fmt: skip
+    if done.returncode == 2 and "cannot provide" in done.stderr:
+        pytest.skip("less than the profile's 6 GiB became free meanwhile (other tests run alongside)")
+    assert done.returncode == 0, done.stderr
     first, last = done.stdout.strip().splitlines()
     assert first.startswith("with_profile: profile 'reference'")
     assert last == "reference '' 2 1"  # 2 torch threads on the 1 CPU this process may use

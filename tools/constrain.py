@@ -26,6 +26,8 @@ runs COMMAND unconstrained in that case).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import os
 import re
 import signal
@@ -118,6 +120,43 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
+#: The file naming this process's cgroups; tests point it at a fake one.
+PROC_SELF_CGROUP = Path("/proc/self/cgroup")
+
+
+def own_cgroup(version: int) -> str:
+    """This process's cgroup path in the v2 hierarchy, or in v1's memory hierarchy ("/" if unlisted)."""
+    try:
+        lines = PROC_SELF_CGROUP.read_text().splitlines()
+    except OSError:
+        return "/"
+    for line in lines:
+        parts = line.strip().split(":", 2)
+        if len(parts) != 3:
+            continue
+        if (version == 2 and parts[1] == "") or (version == 1 and "memory" in parts[1].split(",")):
+            return parts[2] or "/"
+    return "/"
+
+
+def parent_for_child(mount: CgroupMount) -> Path:
+    """Where the new cgroup goes, so that it stays inside every limit this process is under.
+
+    v1: inside this process's own memory cgroup (v1 lets a cgroup hold both
+    processes and children). v2 forbids that ("no internal processes": a
+    cgroup that holds processes cannot hand controllers to children), except
+    at the root, so the new cgroup goes beside this process's own, under its
+    parent, which already hands the memory controller down to it.
+    """
+    parts = [p for p in own_cgroup(mount.version).split("/") if p not in ("", ".", "..")]
+    if mount.version == 2 and parts:
+        parts = parts[:-1]
+    path = mount.path.joinpath(*parts)
+    # In a container without a cgroup namespace the listed path does not exist here:
+    # the mount is the container's own cgroup.
+    return path if path.is_dir() else mount.path
+
+
 @dataclass
 class MemoryCgroup:
     """A child cgroup with a memory limit; ``join`` moves the calling process into it."""
@@ -126,32 +165,45 @@ class MemoryCgroup:
     path: Path
     limit_bytes: int
 
+    swap_limited: bool = True
+
     @classmethod
-    def create(cls, mount: CgroupMount, limit_bytes: int, name: str) -> MemoryCgroup:
-        path = mount.path / name
+    def create(
+        cls, mount: CgroupMount, limit_bytes: int, name: str, parent: Path | None = None
+    ) -> MemoryCgroup:
+        parent = mount.path if parent is None else parent
+        path = parent / name
+        swap_limited = True
         try:
             if mount.version == 2:
-                # A child of the root gets the controller only if the root hands it down.
-                control = mount.path / "cgroup.subtree_control"
+                # The new cgroup gets the controller only if its parent hands it down.
+                control = parent / "cgroup.subtree_control"
                 if "memory" not in control.read_text().split():
                     _write(control, "+memory")
             path.mkdir()
             if mount.version == 2:
                 _write(path / "memory.max", str(limit_bytes))
-                if (path / "memory.swap.max").exists():
+                swap_limited = (path / "memory.swap.max").exists()
+                if swap_limited:
                     _write(path / "memory.swap.max", "0")
             else:
                 _write(path / "memory.limit_in_bytes", str(limit_bytes))
-                if (path / "memory.memsw.limit_in_bytes").exists():  # swap accounting on
+                swap_limited = (path / "memory.memsw.limit_in_bytes").exists()
+                if swap_limited:  # swap accounting on
                     _write(path / "memory.memsw.limit_in_bytes", str(limit_bytes))
         except OSError as exc:
             if path.is_dir():
                 _remove(path)
+            why = (
+                " (cgroup v2 lets a cgroup that holds processes hand no controller to children)"
+                if mount.version == 2 and getattr(exc, "errno", None) == 16  # EBUSY
+                else ""
+            )
             raise ConstraintError(
-                f"cannot make a memory-limited cgroup under {mount.path} (cgroup v{mount.version}): "
-                f"{exc}. Run as root, or in a cgroup delegated to this user."
+                f"cannot make a memory-limited cgroup under {parent} (cgroup v{mount.version}): "
+                f"{exc}{why}. Run as root, or in a cgroup delegated to this user."
             ) from exc
-        return cls(mount, path, limit_bytes)
+        return cls(mount, path, limit_bytes, swap_limited)
 
     def join(self) -> None:
         """Move this process into the cgroup (called in the child, before it runs COMMAND)."""
@@ -165,7 +217,31 @@ class MemoryCgroup:
         except (OSError, ValueError, IndexError):
             return None
 
+    def kill_leftovers(self) -> None:
+        """SIGKILL whatever COMMAND left in the cgroup (an orphaned kernel, a worker)."""
+        for _ in range(40):
+            try:
+                pids = [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+            except (OSError, ValueError):
+                return
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.05)
+
+    def oom_kills(self) -> int:
+        """How many processes the kernel killed for reaching the limit (v2's memory.events; v1: 0)."""
+        try:
+            text = (self.path / "memory.events").read_text()
+        except OSError:
+            return 0
+        return next((int(v) for k, v in (ln.split() for ln in text.splitlines() if ln.strip())
+                     if k == "oom_kill"), 0)  # fmt: skip
+
     def remove(self) -> None:
+        self.kill_leftovers()
         _remove(self.path)
 
 
@@ -193,7 +269,8 @@ def memory_cgroup(limit_bytes: int, mounts: list[CgroupMount] | None = None) -> 
     errors = []
     for mount in mounts:
         try:
-            return MemoryCgroup.create(mount, limit_bytes, f"labkit-constrain-{os.getpid()}")
+            return MemoryCgroup.create(mount, limit_bytes, f"labkit-constrain-{os.getpid()}",
+                                       parent_for_child(mount))  # fmt: skip
         except ConstraintError as exc:
             errors.append(str(exc))
     raise ConstraintError("; ".join(errors))
@@ -204,15 +281,25 @@ def memory_cgroup(limit_bytes: int, mounts: list[CgroupMount] | None = None) -> 
 BUSY_LOOP = "while True:\n    pass\n"
 
 
+def _die_with_parent() -> None:
+    """In a child: get SIGKILL when this script dies, however it dies (Linux's PR_SET_PDEATHSIG)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+
+
 def start_busy(n: int, allowed: list[int]) -> list[subprocess.Popen[bytes]]:
-    """``n`` processes that each keep one CPU (the last allowed ones) busy."""
+    """``n`` processes that each keep one CPU (the last of ``allowed``) busy."""
     if n > len(allowed):
         raise ConstraintError(f"--busy-cores {n} is more than the {len(allowed)} CPU(s) allowed here")
+
+    def pin(cpu: int) -> None:
+        _die_with_parent()
+        os.sched_setaffinity(0, {cpu})
+
     procs = []
     for cpu in allowed[len(allowed) - n :]:
         procs.append(subprocess.Popen(
-            [sys.executable, "-c", BUSY_LOOP],
-            preexec_fn=lambda cpu=cpu: os.sched_setaffinity(0, {cpu}),
+            [sys.executable, "-c", BUSY_LOOP], preexec_fn=lambda cpu=cpu: pin(cpu),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         ))  # fmt: skip
     return procs
@@ -229,13 +316,26 @@ def stop(procs: list[subprocess.Popen[bytes]]) -> None:
 
 
 def run(command: list[str], preexec: Callable[[], None] | None) -> int:
-    """Run COMMAND (in the foreground, signals passed on); its exit status."""
+    """Run COMMAND; its exit status, 128 + N if a signal N ended it (as a shell says).
+
+    Ctrl-C reaches COMMAND from the terminal by itself; a SIGTERM or SIGHUP
+    sent to this script (a CI time limit) is passed on to COMMAND, and this
+    script still cleans up after it.
+    """
     proc = subprocess.Popen(command, preexec_fn=preexec)
+
+    def forward(signum: int, frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signum)
+
+    saved = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    saved[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        proc.send_signal(signal.SIGINT)
-        return proc.wait()
+        status = proc.wait()
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    return 128 - status if status < 0 else status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,12 +360,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.memory_limit:
             cgroup = memory_cgroup(args.memory_limit)
+            swap = "" if cgroup.swap_limited else "; swap is not limited (no swap accounting)"
             said.append(f"memory limit {args.memory_limit / 1024**3:g} GiB "
-                        f"(cgroup v{cgroup.mount.version}, {cgroup.path})")  # fmt: skip
+                        f"(cgroup v{cgroup.mount.version}, {cgroup.path}{swap})")  # fmt: skip
         if args.busy_cores:
-            busy = start_busy(args.busy_cores, allowed)
+            # beside COMMAND: on the CPUs it may use (all of them without --cpus)
+            shared = sorted(args.cpus) if args.cpus is not None else allowed
+            busy = start_busy(args.busy_cores, shared)
             said.append(f"{args.busy_cores} busy process(es) on CPU(s) "
-                        f"{allowed[len(allowed) - args.busy_cores:]}")  # fmt: skip
+                        f"{shared[len(shared) - args.busy_cores:]}")  # fmt: skip
         if args.cpus is not None:
             said.append(f"pinned to CPU(s) {sorted(args.cpus)}")
     except ConstraintError as exc:
@@ -283,14 +386,23 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"constrain: {'; '.join(said) or 'no constraint'}: {' '.join(command)}", flush=True)
     start = time.perf_counter()
+    peak, oom = None, 0
     try:
         status = run(command, preexec)
+    except FileNotFoundError:
+        print(f"constrain: {command[0]!r} is not a command here", file=sys.stderr)
+        status = 127
+    except (OSError, subprocess.SubprocessError) as exc:  # joining the cgroup or pinning failed
+        print(f"constrain: could not start {command[0]!r} under the constraint: {exc}",
+              file=sys.stderr)  # fmt: skip
+        status = 2
     finally:
         stop(busy)
-        peak = cgroup.peak_bytes() if cgroup is not None else None
         if cgroup is not None:
+            peak, oom = cgroup.peak_bytes(), cgroup.oom_kills()
             cgroup.remove()
     used = f"; peak memory {peak / 1024**3:.2f} GiB" if peak else ""
+    used += f"; {oom} process(es) killed at the memory limit" if oom else ""
     print(f"constrain: exit status {status} after {time.perf_counter() - start:.0f} s{used}",
           flush=True)  # fmt: skip
     return status

@@ -36,12 +36,14 @@ usable GPU here (or a profile hides it).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -63,15 +65,26 @@ GPU_CELL = "labkit.require_gpu("
 NO_GPU = "No GPU here: this cell would show"
 #: labkit's one line for a missing optional package (labkit._optional.MissingPackageError).
 MISSING_PACKAGE = re.compile(r"(\S+) is not installed\b.*Install it with", re.S)
-RATE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?) (GB|TB)/s\b")
-TIMES = re.compile(r"(?<![\w.])([\w.+-]+)×")
+RATE = re.compile(r"(?<![\w.])([-+]?\d+(?:\.\d+)?) ?([kMGT])(i?)B/s(?:ec)?\b")
+_RATE_GB = {"k": 1e-6, "M": 1e-3, "G": 1.0, "T": 1e3}
+TIMES = re.compile(r"(?<![\w.])([\w.+-]+) ?×")
 NON_FINITE = re.compile(r"(?<![\w.])([-+]?(?:nan|inf))(?![\w×])", re.I)
 #: Each kernel experiment of notebook 07 starts its table with this line ...
 KERNEL_TABLE = "  rates count "
 #: ... and must say that its kernels were checked before timing (labkit.kernels.cupy_run).
 KERNEL_VERIFIED = "verified before timing"
-#: The script runner's marker line before each cell, followed by the cell's index.
+#: The script runner's marker line before each cell, followed by the cell's index ...
 MARKER = "<<<labkit-test-gpu cell "
+#: ... and after a cell that left figures open (Jupyter would have shown them), their count.
+FIGURES = "<<<labkit-test-gpu figures "
+#: After every cell the script closes its figures, and says how many there were.
+_AFTER_CELL = """
+def _labkit_after_cell():
+    import matplotlib.pyplot as plt
+    if plt.get_fignums():
+        print("\\n{figures}" + str(len(plt.get_fignums())) + ">>>", flush=True)
+        plt.close("all")
+"""
 
 
 @dataclass
@@ -85,6 +98,7 @@ class GpuRun:
     announced: list[str] = field(default_factory=list)
     gpu_cells_live: list[int] = field(default_factory=list)
     gpu_cells_skipped: dict[int, str] = field(default_factory=dict)
+    stopped_at: int | None = None  # the cell whose error stopped the run
 
     @property
     def ok(self) -> bool:
@@ -115,7 +129,8 @@ def sanity_problems(text: str, *, peak_gb_per_s: float | None) -> list[str]:
     """What is implausible in a live GPU cell's output (empty: nothing)."""
     problems = []
     for match in RATE.finditer(text):
-        value = float(match.group(1)) * (1000.0 if match.group(2) == "TB" else 1.0)
+        binary = (1024 / 1000) ** " kMGT".index(match.group(2)) if match.group(3) else 1.0
+        value = float(match.group(1)) * _RATE_GB[match.group(2)] * binary
         if value <= 0:
             problems.append(f"a bandwidth of {match.group(0)}, not above zero")
         elif peak_gb_per_s is not None and value > peak_gb_per_s * 1.01:  # 3-digit rounding
@@ -154,8 +169,13 @@ def check_gpu_cells(nb: Any, run: GpuRun, *, peak_gb_per_s: float | None) -> Non
         if NO_GPU in text:
             run.problems.append(f"cell {index}: the GPU cell did not run live ('{NO_GPU} ...')")
             continue
+        if run.stopped_at is not None and index > run.stopped_at:
+            run.problems.append(f"cell {index}: the GPU cell did not run (cell {run.stopped_at} "
+                                "failed first)")  # fmt: skip
+            continue
         missing = MISSING_PACKAGE.search(text)
-        if missing:
+        rest = [ln for ln in text.splitlines() if ln.strip() and not MISSING_PACKAGE.search(ln)]
+        if missing and not rest:  # it only said which package it lacks
             run.gpu_cells_skipped[index] = f"{missing.group(1)} is not installed"
             continue
         if not text.strip():
@@ -171,51 +191,84 @@ def check_gpu_cells(nb: Any, run: GpuRun, *, peak_gb_per_s: float | None) -> Non
 
 
 def script_source(nb: Any) -> str:
-    """The notebook's code cells as one script, each preceded by a line printing its marker."""
-    parts = ["import matplotlib\nmatplotlib.use('Agg')\n"]
+    """The notebook's code cells as one script: a marker line before each cell, figures counted after.
+
+    The script runs as ``python -c``, so that, as in a Jupyter kernel,
+    ``__main__`` has no file: a DataLoader's worker processes (forkserver or
+    spawn) then do not re-run the notebook when they start.
+    """
+    parts = ["import matplotlib\nmatplotlib.use('Agg')\n" + _AFTER_CELL.format(figures=FIGURES)]
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
-        parts.append(f"print({MARKER + str(index) + '>>>'!r}, flush=True)\n{_source(cell)}\n")
+        parts.append(f"print('\\n' + {MARKER + str(index) + '>>>'!r}, flush=True)\n"
+                     f"{_source(cell)}\n_labkit_after_cell()\n")  # fmt: skip
     return "\n".join(parts)
 
 
-def split_script_output(nb: Any, stdout: str, stderr: str, returncode: int) -> str | None:
-    """Put the script's output back into ``nb``'s cells; the error that stopped it, if any."""
+def split_script_output(nb: Any, output: str, returncode: int) -> tuple[int | None, str | None]:
+    """Put the script's output (stdout and stderr together) back into ``nb``'s cells.
+
+    Returns (the cell that was running when the script failed, the error), or
+    (None, None) when it ran to the end.
+    """
     current = None
     chunks: dict[int, list[str]] = {}
-    for line in stdout.splitlines(keepends=True):
-        if line.startswith(MARKER):
-            current = int(line[len(MARKER):].strip().rstrip(">"))
-            chunks[current] = []
-        elif current is not None:
-            chunks[current].append(line)
+    figures: dict[int, int] = {}
+    for line in output.splitlines(keepends=True):
+        for marker in (MARKER, FIGURES):
+            at = line.find(marker)
+            if at >= 0:
+                if current is not None and line[:at]:
+                    chunks[current].append(line[:at])
+                number = int(line[at + len(marker):].strip().rstrip(">"))
+                if marker == MARKER:
+                    current = number
+                    chunks[current] = []
+                elif current is not None:
+                    figures[current] = number
+                break
+        else:
+            if current is not None:
+                chunks[current].append(line)
     for index, lines in chunks.items():
-        nb.cells[index]["outputs"] = [{"output_type": "stream", "name": "stdout",
-                                       "text": "".join(lines)}]  # fmt: skip
+        text = "".join(lines)
+        outputs: list[dict[str, Any]] = []
+        if text.strip("\n"):
+            outputs.append({"output_type": "stream", "name": "stdout", "text": text.lstrip("\n")})
+        outputs += [{"output_type": "display_data", "data": {"text/plain": "<Figure>"},
+                     "metadata": {}}] * figures.get(index, 0)  # fmt: skip
+        nb.cells[index]["outputs"] = outputs
     if returncode == 0:
-        return None
-    last = stderr.strip().splitlines()[-1:] or [f"exit status {returncode}"]
+        return None, None
+    tail = [ln for ln in output.strip().splitlines() if ln.strip()][-1:] or [f"exit {returncode}"]
     if current is not None:
         nb.cells[current].setdefault("outputs", []).append(
-            {"output_type": "error", "ename": "ScriptError", "evalue": last[0], "traceback": []}
+            {"output_type": "error", "ename": "ScriptError", "evalue": tail[0], "traceback": []}
         )
-    return f"stopped in cell {current}: {last[0]}"[:500]
+    return current, f"stopped in cell {current}: {tail[0]}"[:500]
 
 
-def execute_as_script(nb: Any, cwd: Path, timeout_s: float) -> str | None:
-    """Run ``nb``'s code cells as one Python script in ``cwd``; fills in the cells' outputs."""
-    script = cwd / "notebook_as_script.py"
-    script.write_text(script_source(nb), encoding="utf-8")
+def execute_as_script(nb: Any, cwd: Path, timeout_s: float) -> tuple[int | None, str | None]:
+    """Run ``nb``'s code cells as one Python script in ``cwd``; fills in the cells' outputs.
+
+    Returns what :func:`split_script_output` does. On a timeout the whole
+    process group is killed, DataLoader workers and torchrun children too, so
+    nothing keeps holding the GPU.
+    """
     env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", script_source(nb)], cwd=cwd, env=env,
+                            text=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
-        done = subprocess.run([sys.executable, str(script)], cwd=cwd, env=env,
-                              capture_output=True, text=True, timeout=timeout_s)  # fmt: skip
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
-        split_script_output(nb, out, "timed out", 1)
-        return f"stopped: timed out after {timeout_s:.0f} s"
-    return split_script_output(nb, done.stdout, done.stderr, done.returncode)
+        output, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        current, _error = split_script_output(nb, output or "", 1)
+        return current, f"stopped in cell {current}: timed out after {timeout_s:.0f} s"
+    return split_script_output(nb, output, proc.returncode)
 
 
 def uses_jupyter() -> bool:
@@ -251,7 +304,7 @@ def read_notebook(path: Path) -> Any:
 
 def run_notebook(
     path: Path, workdir: Path, kernel: str | None, *, peak_gb_per_s: float | None,
-    keep: Path | None = None,
+    keep: Path | None = None, timeout_s: float = run_notebooks.CELL_TIMEOUT_S,
 ) -> GpuRun:  # fmt: skip
     """Execute a copy of ``path`` and check it; never raises for the notebook."""
     copy = workdir / path.stem / path.name
@@ -262,10 +315,13 @@ def run_notebook(
         if cell.cell_type == "code":
             cell["outputs"] = []
     start = time.perf_counter()
+    stopped_at = None
     if kernel is not None:
         error = run_notebooks._execute(nb, kernel, copy.parent)
+        stopped_at = next((i for i, c in enumerate(nb.cells) if any(
+            o.get("output_type") == "error" for o in c.get("outputs", []))), None)  # fmt: skip
     else:
-        error = execute_as_script(nb, copy.parent, run_notebooks.CELL_TIMEOUT_S * 4)
+        stopped_at, error = execute_as_script(nb, copy.parent, timeout_s)
     seconds = time.perf_counter() - start
     if keep is not None:
         keep.mkdir(parents=True, exist_ok=True)
@@ -276,6 +332,7 @@ def run_notebook(
                  problems=list(checked.problems), announced=list(checked.announced))  # fmt: skip
     if error and not run.problems:
         run.problems.append(error)
+    run.stopped_at = stopped_at
     check_gpu_cells(nb, run, peak_gb_per_s=peak_gb_per_s)
     return run
 
@@ -326,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
         for path in paths:
             run = run_notebook(path, Path(tmp), kernel, peak_gb_per_s=peak, keep=args.keep)
             runs.append(run)
+            if args.json:  # rewritten after each notebook: a run cut off by a time limit keeps it
+                _write_json(args.json, name, peak, runs)
             skipped = "".join(f"; GPU cell {i} skipped: {why}"
                               for i, why in run.gpu_cells_skipped.items())  # fmt: skip
             print(f"  {'ok' if run.ok else 'FAILED':<7}{run.seconds:7.1f} s  {run.notebook}  "
@@ -337,13 +396,16 @@ def main(argv: list[str] | None = None) -> int:
     skipped = sum(len(r.gpu_cells_skipped) for r in runs)
     print(f"gpu_notebooks: {len(runs) - failed} notebook(s) ok, {failed} failed; GPU cells: {live} "
           f"live, {skipped} skipped for a missing package")  # fmt: skip
-    if args.json:
-        result = {"gpu": name, "theoretical_gb_per_s": peak, "failed": failed,
-                  "gpu_cells_live": live, "gpu_cells_skipped": skipped,
-                  "notebooks": [asdict(r) | {"ok": r.ok} for r in runs]}  # fmt: skip
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     return 1 if failed else 0
+
+
+def _write_json(path: Path, gpu: str, peak: float | None, runs: list[GpuRun]) -> None:
+    result = {"gpu": gpu, "theoretical_gb_per_s": peak, "failed": sum(not r.ok for r in runs),
+              "gpu_cells_live": sum(len(r.gpu_cells_live) for r in runs),
+              "gpu_cells_skipped": sum(len(r.gpu_cells_skipped) for r in runs),
+              "notebooks": [asdict(r) | {"ok": r.ok} for r in runs]}  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
