@@ -64,8 +64,8 @@ def _stat_value(path: Path, *keys: str) -> int:
     return 0
 
 
-def _own_cgroups() -> tuple[str, str]:
-    """This process's (cgroup v2 path, cgroup v1 memory path), "/" when not listed."""
+def _own_cgroups(controller: str = "memory") -> tuple[str, str]:
+    """This process's (cgroup v2 path, cgroup v1 path for ``controller``), "/" when not listed."""
     v2 = v1 = "/"
     for line in (_read_text(_PROC_SELF_CGROUP) or "").splitlines():
         parts = line.strip().split(":", 2)
@@ -74,7 +74,7 @@ def _own_cgroups() -> tuple[str, str]:
         _, controllers, path = parts
         if controllers == "":
             v2 = path
-        elif "memory" in controllers.split(","):
+        elif controller in controllers.split(","):
             v1 = path
     return v2, v1
 
@@ -120,15 +120,6 @@ def container_memory() -> ContainerMemory | None:
     return tightest
 
 
-def _own_v1_cgroup(controller: str) -> str:
-    """This process's cgroup v1 path for ``controller`` ("cpu"), "/" when not listed."""
-    for line in (_read_text(_PROC_SELF_CGROUP) or "").splitlines():
-        parts = line.strip().split(":", 2)
-        if len(parts) == 3 and controller in parts[1].split(","):
-            return parts[2]
-    return "/"
-
-
 def container_cpus() -> float | None:
     """How many CPUs' worth of time the cgroup CPU quota allows (2.0 = two CPUs); None: no quota.
 
@@ -138,14 +129,13 @@ def container_cpus() -> float | None:
     (cgroup v2) or ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` (v1) of the
     process's cgroup and its parents; the tightest wins.
     """
-    v2_path, _ = _own_cgroups()
+    v2_path, v1_path = _own_cgroups("cpu")
     found: list[float] = []
     for mount in (_CGROUP_ROOT, _CGROUP_ROOT / "unified"):
         for folder in _cgroup_dirs(mount, v2_path):
             fields = (_read_text(folder / "cpu.max") or "").split()
             if len(fields) == 2 and fields[0].isdigit() and fields[1].isdigit() and int(fields[1]):
                 found.append(int(fields[0]) / int(fields[1]))
-    v1_path = _own_v1_cgroup("cpu")
     for mount in (_CGROUP_ROOT / "cpu", _CGROUP_ROOT / "cpu,cpuacct"):
         for folder in _cgroup_dirs(mount, v1_path):
             quota = (_read_text(folder / "cpu.cfs_quota_us") or "").strip()

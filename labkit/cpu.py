@@ -196,6 +196,17 @@ def _linux_caches() -> dict[str, int]:
 _SYS_CPU = Path("/sys/devices/system/cpu")
 
 
+def allowed_cpus() -> set[int] | None:
+    """The CPUs this process may run on (its affinity: ``taskset``, Slurm, a container's cpuset).
+
+    None where the OS cannot say (macOS and Windows have no ``sched_getaffinity``).
+    """
+    try:
+        return set(os.sched_getaffinity(0))
+    except AttributeError:
+        return None
+
+
 def shared_last_level_cache_bytes(cpus: Iterable[int] | None = None) -> int | None:
     """The last-level cache this process's CPUs can use, all instances together (Linux; else None).
 
@@ -207,9 +218,8 @@ def shared_last_level_cache_bytes(cpus: Iterable[int] | None = None) -> int | No
     counted once, over ``cpus`` (default: this process's affinity).
     """
     if cpus is None:
-        try:
-            cpus = os.sched_getaffinity(0)
-        except AttributeError:  # not Linux: no sysfs either
+        cpus = allowed_cpus()
+        if cpus is None:  # not Linux: no sysfs either
             return None
     seen: dict[str, int] = {}
     best_level = 0

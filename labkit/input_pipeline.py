@@ -519,11 +519,10 @@ def usable_cpus() -> int:
     affinity only.
     """
     from labkit.container import container_cpus
+    from labkit.cpu import allowed_cpus
 
-    try:
-        allowed = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS and Windows have no sched_getaffinity
-        allowed = os.cpu_count() or 1
+    affinity = allowed_cpus()
+    allowed = len(affinity) if affinity is not None else os.cpu_count() or 1
     quota = container_cpus()
     return allowed if quota is None else max(1, min(allowed, math.ceil(quota)))
 

@@ -76,10 +76,10 @@ def cpu_threads() -> int:
     profile = _profile.active()
     if profile is not None:
         return profile.threads
-    try:
-        allowed = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS and Windows have no sched_getaffinity
-        allowed = os.cpu_count() or 1
+    from labkit.cpu import allowed_cpus
+
+    affinity = allowed_cpus()
+    allowed = len(affinity) if affinity is not None else os.cpu_count() or 1
     try:
         import psutil
 

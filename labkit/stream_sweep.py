@@ -98,7 +98,8 @@ class StreamSweep:
         header = ["per array", *self.kernels]
         lines = [header]
         skipped = set(self.dropped_bytes_per_array)
-        for size in sorted({*self.sizes_bytes, *skipped}):
+        sizes = sorted({*self.sizes_bytes, *skipped})
+        for size in sizes:
             cells = [format_bytes(size)]
             for kernel in self.kernels:
                 row = next((r for r in self.rows_for(kernel) if r.bytes_per_array == size), None)
@@ -106,7 +107,7 @@ class StreamSweep:
             lines.append(cells)
         widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
         text = ["  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)) for line in lines]
-        for i, size in enumerate(sorted({*self.sizes_bytes, *skipped}), start=1):
+        for i, size in enumerate(sizes, start=1):
             if size in skipped:
                 text[i] += "  skipped: does not fit in memory"
         if skipped and self.budget_bytes is not None:

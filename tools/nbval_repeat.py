@@ -28,6 +28,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from nbcheck import PROFILE
+
 ROOT = Path(__file__).resolve().parent.parent
 SANITIZE = ROOT / "notebooks" / "nbval_sanitize.cfg"
 _FAILED_CELL = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.M)
@@ -60,10 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         parser.error(f"no such notebook: {', '.join(missing)}")
 
-    if os.environ.get("LABKIT_PROFILE") != "reference":
+    if os.environ.get("LABKIT_PROFILE") != PROFILE:
         parser.error(
-            "the committed outputs are compared under the reference profile: run make test-flaky, "
-            "or tools/with_profile.py reference -- python tools/nbval_repeat.py ..."
+            f"the committed outputs are compared under the {PROFILE} profile: run make "
+            f"test-flaky, or tools/with_profile.py {PROFILE} -- python tools/nbval_repeat.py ..."
         )
     env = dict(os.environ, LABKIT_PROGRESS="0")
     runs: list[dict[str, object]] = []
