@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 LAB_ARGS    ?=
 NOTEBOOKS   := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 SANITIZE    := notebooks/nbval_sanitize.cfg
-# The committed outputs assume the reference profile (labkit/profile.py): 2 threads,
+# The committed outputs assume the reference profile (labkit/machine/profile.py): 2 threads,
 # buffers sized for 6 GiB of free host memory, GPUs hidden. Every run that makes or
 # compares them goes through it; it stops at once where the machine cannot provide it.
 PROFILE     ?= reference

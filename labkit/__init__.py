@@ -11,11 +11,11 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from labkit._optional import MissingPackageError, import_tensorflow, is_installed, try_import
-from labkit.compare import compare
-from labkit.device import DeviceReport, device_report, pick_device
-from labkit.gpu import has_gpu, require_gpu
-from labkit.timing import NoisyTimingWarning, Timing, bench
+from labkit.core.optional import MissingPackageError, import_tensorflow, is_installed, try_import
+from labkit.machine.gpu import has_gpu, require_gpu
+from labkit.machine.report import DeviceReport, device_report, pick_device
+from labkit.timing.bench import NoisyTimingWarning, Timing, bench
+from labkit.timing.compare import compare
 
 __all__ = [
     "DeviceReport",

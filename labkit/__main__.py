@@ -1,5 +1,5 @@
 """``python -m labkit``: the same commands as the ``labkit`` console script."""
 
-from labkit.cli import main
+from labkit.cli.main import main
 
 raise SystemExit(main())

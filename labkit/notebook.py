@@ -6,7 +6,7 @@ figures one size, the noisy-timing warning shown once inline (as the
 appears on one run and not the next, and labkit's memory-budget warnings
 printed as one line on stdout (``note: ...``), where the sanitize file masks
 their sizes, instead of as a stderr block. Under a profile
-(:mod:`labkit.profile`, as ``make test`` runs the notebooks) it also checks
+(:mod:`labkit.machine.profile`, as ``make test`` runs the notebooks) it also checks
 that torch runs the profile's thread count.
 """
 
@@ -16,9 +16,9 @@ import random
 import sys
 import warnings
 
-from labkit import profile as _profile
-from labkit.memory import MemoryBudgetWarning
-from labkit.timing import NoisyTimingWarning
+from labkit.machine import profile as _profile
+from labkit.machine.memory import MemoryBudgetWarning
+from labkit.timing.bench import NoisyTimingWarning
 
 SEED = 0
 
@@ -47,13 +47,13 @@ def setup(seed: int = SEED) -> None:
 
 
 def _importable(name: str) -> bool:
-    from labkit._optional import is_installed
+    from labkit.core.optional import is_installed
 
     return is_installed(name)
 
 
 def _print_memory_warnings() -> None:
-    """Show :class:`~labkit.memory.MemoryBudgetWarning` as a ``note:`` line on stdout.
+    """Show :class:`~labkit.machine.memory.MemoryBudgetWarning` as a ``note:`` line on stdout.
 
     Whether a probe had to shrink depends on the memory free at that moment,
     so the warning appears on some machines only; on stdout its sizes are

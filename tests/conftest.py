@@ -31,7 +31,7 @@ settings.load_profile("default")
 def _no_profile(monkeypatch: pytest.MonkeyPatch) -> None:
     """Unit tests run without a labkit profile, whatever the shell has set.
 
-    A profile (labkit/profile.py) fixes free memory, threads and GPU for the
+    A profile (labkit/machine/profile.py) fixes free memory, threads and GPU for the
     notebooks; tests that play a machine short of memory must see their own
     patched numbers. tests/test_profile.py turns it on where it is the subject.
     """

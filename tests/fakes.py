@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from labkit.nvidia import DriverGpu
+from labkit.machine.nvidia import DriverGpu
 
 H100_UUID = "a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf"
 

@@ -10,10 +10,10 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("tensorflow")
 
-from labkit._optional import MissingPackageError  # noqa: E402
 from labkit.accel import VARIANTS, SideBySide, mlp_side_by_side  # noqa: E402
-from labkit.compare import Comparison  # noqa: E402
-from labkit.timing import Timing  # noqa: E402
+from labkit.core.optional import MissingPackageError  # noqa: E402
+from labkit.timing.bench import Timing  # noqa: E402
+from labkit.timing.compare import Comparison  # noqa: E402
 
 FAST = {"warmup_ms": 1.0, "rep_ms": 5.0}
 

@@ -9,7 +9,6 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from labkit._optional import MissingPackageError, import_tensorflow  # noqa: E402
 from labkit.accel import (  # noqa: E402
     MixedPrecisionResult,
     PlacementDemo,
@@ -23,7 +22,8 @@ from labkit.accel import (  # noqa: E402
 )
 from labkit.accel.precision import KERAS_POLICIES  # noqa: E402
 from labkit.accel.tf_memory import HOW_TO  # noqa: E402
-from labkit.timing import Timing  # noqa: E402
+from labkit.core.optional import MissingPackageError, import_tensorflow  # noqa: E402
+from labkit.timing.bench import Timing  # noqa: E402
 
 FAST = {"warmup_ms": 1.0, "rep_ms": 5.0}
 tf = import_tensorflow()

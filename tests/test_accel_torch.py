@@ -21,7 +21,7 @@ from labkit.accel import (  # noqa: E402
     tf32_defaults,
     torch_compile_benchmark,
 )
-from labkit.timing import Timing  # noqa: E402
+from labkit.timing.bench import Timing  # noqa: E402
 
 FAST = {"warmup_ms": 1.0, "rep_ms": 5.0}
 
@@ -186,7 +186,7 @@ def test_real_torch_compile_tiny() -> None:
     ],
 )
 def test_missing_torch(monkeypatch: pytest.MonkeyPatch, call) -> None:  # noqa: ANN001
-    from labkit._optional import MissingPackageError
+    from labkit.core.optional import MissingPackageError
 
     monkeypatch.setitem(sys.modules, "torch", None)
     with pytest.raises(MissingPackageError, match="pip install torch"):

@@ -1,4 +1,4 @@
-"""Amdahl's law, the Karp–Flatt metric and thread-scaling measurements (labkit.amdahl)."""
+"""Amdahl's law, the Karp–Flatt metric and thread-scaling measurements (labkit.parallelism.amdahl)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from labkit import amdahl, plots  # noqa: E402
-from labkit.timing import Timing  # noqa: E402
+from labkit.parallelism import (
+    amdahl,
+    plots,  # noqa: E402
+)
+from labkit.timing.bench import Timing  # noqa: E402
 
 TINY = {"rounds": 1, "warmup_ms": 0, "rep_ms": 1, "show_progress": False}
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib
 import json
 import math
 import re
@@ -52,39 +51,33 @@ from invalid_args import (
     unsupported_dtypes,
 )
 
-from labkit import (
-    _optional,
-    amdahl,
-    bandwidth,
-    cpu,
-    crossover,
-    cstream,
-    device,
-    diagnose,
-    doctor,
-    frameworks,
-    gpu,
-    nvidia,
-    parallel,
-    pipeline,
-    pitfalls,
-    plots,
-    progress,
-    rates,
-    reference,
-    roofline,
-    roofline_measure,
-    stream_sweep,
-    strided,
-    sync,
-    timing,
-    transfers,
-)
 from labkit import notebook as nb
-from labkit._bench_cli import check_record_flags
+from labkit import plotting
+from labkit.bandwidth import pipeline, strided, transfers
+from labkit.bandwidth import plots as bandwidth_plots
+from labkit.bandwidth import stream as bandwidth
+from labkit.bandwidth import sweep as stream_sweep
+from labkit.cli import doctor as doctor_cli
+from labkit.cli.bench import cstream
+from labkit.cli.bench.run import check_record_flags
+from labkit.core import optional as _optional
+from labkit.core import progress
+from labkit.core import units as rates
+from labkit.machine import cpu, diagnose, frameworks, gpu, nvidia, reference
+from labkit.machine import report as device
+from labkit.models import plots as models_plots
+from labkit.parallelism import amdahl, crossover
+from labkit.parallelism import plots as parallelism_plots
+from labkit.parallelism import sweep as parallel
+from labkit.roofline import measure as roofline_measure
+from labkit.roofline import model as roofline
+from labkit.roofline import plots as roofline_plots
+from labkit.timing import bench as timing
+from labkit.timing import pitfalls, sync
+from labkit.timing import plots as timing_plots
 
 pytest.importorskip("torch")
-compare = importlib.import_module("labkit.compare")  # `labkit.compare` is also the function
+from labkit.timing import compare  # noqa: E402
 
 #: Examples per (function, parameter): enough to try each kind of bad value a few times,
 #: few enough that the whole table runs in well under a minute on 2 busy cores.
@@ -395,7 +388,7 @@ CASES: list[Case] = [
           "bytes_per_array": st.one_of(bad_optional_positive_int, impossible_bytes),
           "device": bad_device, "fraction": bad_fraction, "warmup_ms": bad_ms_or_zero,
           "rep_ms": bad_ms, "min_reps": bad_positive_int},
-         guards=("labkit.bandwidth._allocate",)),
+         guards=("labkit.bandwidth.stream.allocate_arrays",)),
     case("bandwidth.peak_bandwidth", bandwidth.peak_bandwidth,
          {"device": "cpu", "fraction": 0.25, "bytes_per_array": 4096, "kernels": ("copy",),
           **FAST, "min_reps": 1},
@@ -405,7 +398,7 @@ CASES: list[Case] = [
                                st.text(max_size=6).filter(lambda s: s not in bandwidth.KERNELS),
                                st.lists(st.integers(), min_size=1, max_size=2)),
           "warmup_ms": bad_ms_or_zero, "rep_ms": bad_ms, "min_reps": bad_positive_int},
-         guards=("labkit.bandwidth._allocate",)),
+         guards=("labkit.bandwidth.stream.allocate_arrays",)),
     case("stream_sweep.stream_sweep", stream_sweep.stream_sweep,
          {"kernels": ("copy",), "sizes_bytes": (4096,), "device": "cpu", "fraction": 0.25,
           "points_per_decade": 4, **FAST, "min_reps": 1, "show_progress": False},
@@ -414,7 +407,7 @@ CASES: list[Case] = [
           "device": bad_device, "fraction": bad_fraction, "points_per_decade": bad_positive_int,
           "warmup_ms": bad_ms_or_zero, "rep_ms": bad_ms, "min_reps": bad_positive_int,
           "show_progress": not_optional_bools},
-         guards=("labkit.bandwidth._allocate",)),
+         guards=("labkit.bandwidth.stream.allocate_arrays",)),
     case("strided.strided_read", strided.strided_read,
          {"strides": (1, 2), "n_elements": 1024, "device": "cpu", "dtype": "float32",
           "fraction": 0.25, "flush_cache": False, "rep_ms": 0.05, "max_reps": 3,
@@ -425,7 +418,7 @@ CASES: list[Case] = [
           "fraction": bad_fraction, "flush_cache": not_bools, "rep_ms": bad_ms,
           "max_reps": st.one_of(not_numbers, st.integers(max_value=2)),
           "show_progress": not_optional_bools},
-         guards=("labkit.strided._allocate",)),
+         guards=("labkit.bandwidth.strided._allocate",)),
     # ----------------------------------------------------------------- transfers (need a GPU)
     case("transfers.theoretical_peak_gb_per_s", transfers.theoretical_peak_gb_per_s,
          {"device": "cuda"}, {"device": st.one_of(bad_device, st.just("cpu"))}, run_valid=False),
@@ -477,15 +470,15 @@ CASES: list[Case] = [
           "warmup_ms": bad_ms_or_zero, "rep_ms": bad_ms,
           "python_max_size": bad_optional_positive_int, "python_max_call_ms": bad_ms,
           "show_progress": not_optional_bools},
-         guards=("labkit.parallel._make_case",)),
+         guards=("labkit.parallelism.sweep._make_case",)),
     case("parallel.sweep_add", parallel.sweep_add,
          {"sizes": (4,), "backends": ("numpy",), **FAST, "show_progress": False},
          {"sizes": bad_sizes, "dtype": unsupported_dtypes},
-         guards=("labkit.parallel._make_case",)),
+         guards=("labkit.parallelism.sweep._make_case",)),
     case("parallel.sweep_matmul", parallel.sweep_matmul,
          {"sizes": (2,), "backends": ("numpy",), **FAST, "show_progress": False},
          {"sizes": bad_sizes, "dtype": unsupported_dtypes},
-         guards=("labkit.parallel._make_case",)),
+         guards=("labkit.parallelism.sweep._make_case",)),
     # ----------------------------------------------------------------- amdahl, crossover
     case("amdahl.amdahl_speedup", amdahl.amdahl_speedup, {"serial_fraction": 0.1, "n": 4},
          {"serial_fraction": st.one_of(bad_real, st.floats(min_value=1.0001, max_value=1e9),
@@ -514,7 +507,7 @@ CASES: list[Case] = [
           "matmul_size": st.one_of(bad_positive_int, st.integers(2**21, 2**30)),
           "python_steps": bad_positive_int, "rounds": bad_positive_int,
           "warmup_ms": bad_ms_or_zero, "rep_ms": bad_ms, "show_progress": not_optional_bools},
-         guards=("labkit.amdahl._workload",)),
+         guards=("labkit.parallelism.amdahl._workload",)),
     case("crossover.crossover_size", crossover.crossover_size,
          {"sizes": [1, 100], "slow_ms": [1.0, 100.0], "fast_ms": [10.0, 10.0]},
          {"sizes": st.one_of(not_a_sequence, st.text(min_size=1), st.just([]), st.just([2, 1]),
@@ -587,14 +580,14 @@ CASES: list[Case] = [
                               st.lists(unsupported_dtypes, min_size=1, max_size=2)),
           "sizes": bad_sizes, "warmup_ms": bad_ms_or_zero, "rep_ms": bad_ms,
           "max_call_ms": bad_ms, "show_progress": not_optional_bools},
-         guards=("labkit.roofline_measure._random_pair",)),
+         guards=("labkit.roofline.measure._random_pair",)),
     case("roofline_measure.measure_op", roofline_measure.measure_op,
          {"op": roofline.add_cost(16), "device": "cpu", "tf32": False, **FAST,
           "flush_cache": False},
          {"op": not_numbers, "device": bad_device,
           "tf32": not_bools if GPU_HERE else st.one_of(not_bools, st.just(True)),
           "warmup_ms": bad_ms_or_zero, "rep_ms": bad_ms, "flush_cache": not_bools},
-         guards=("labkit.roofline_measure._build",)),
+         guards=("labkit.roofline.measure._build",)),
     # ----------------------------------------------------------------- rates
     case("rates.three_digits", rates.three_digits, {"value": 1.5}, {"value": bad_real}),
     case("rates.format_rate", rates.format_rate, {"per_s": 1e9, "unit": "elements/s"},
@@ -620,12 +613,12 @@ CASES: list[Case] = [
          {"workdir": _workdir, "compiler": "cc"},
          {"workdir": st.one_of(st.none(), st.integers()),
           "compiler": st.one_of(st.none(), st.integers(), st.just(""))},
-         guards=("labkit.cstream.subprocess.run",), run_valid=False, lazy=("workdir",)),
+         guards=("labkit.cli.bench.cstream.subprocess.run",), run_valid=False, lazy=("workdir",)),
     case("cstream.CStream", cstream.CStream,
          {"exe": "/nonexistent/stream", "n_elements": 4, "timeout_s": 1.0},
          {"exe": st.one_of(st.none(), st.integers()), "n_elements": bad_positive_int,
           "timeout_s": st.one_of(bad_real, st.floats(max_value=0.0))},
-         guards=("labkit.cstream.subprocess.Popen",), run_valid=False),
+         guards=("labkit.cli.bench.cstream.subprocess.Popen",), run_valid=False),
     case("nvidia.theoretical_bandwidth_gb_per_s", nvidia.theoretical_bandwidth_gb_per_s,
          {"memory_clock_khz": 2_619_000, "bus_width_bits": 5120},
          {"memory_clock_khz": st.one_of(st.text(min_size=1), st.floats(), st.booleans(),
@@ -674,7 +667,7 @@ CASES: list[Case] = [
     case("sync.TensorFlowSync", sync.TensorFlowSync, {"device_name": None},
          {"device_name": st.one_of(st.integers(), st.lists(st.text(), max_size=1),
                                    st.binary(min_size=1))},
-         guards=("labkit.sync.import_tensorflow",), run_valid=False),
+         guards=("labkit.timing.sync.import_tensorflow",), run_valid=False),
     case("sync.cpu_last_level_cache_bytes", sync.cpu_last_level_cache_bytes,
          {"sysfs": Path("/nonexistent")},
          {"sysfs": st.one_of(st.none(), st.integers(), st.lists(st.text()))}),
@@ -685,7 +678,7 @@ CASES: list[Case] = [
           "rep_ms": bad_ms, "device": bad_device, "label": st.one_of(st.integers(),
                                                                      st.lists(st.text())),
           "clock": not_callables, "warn": not_bools},
-         guards=("labkit.pitfalls._sync.HostSync.synchronize",)),
+         guards=("labkit.timing.pitfalls._sync.HostSync.synchronize",)),
     case("pitfalls.matmul_workload", pitfalls.matmul_workload, {"n": 4, "device": "cpu"},
          {"n": st.one_of(not_numbers, st.integers(max_value=0), st.integers(min_value=32769)),
           "device": st.one_of(bad_device, st.sampled_from(["cuda:x", "gpu", "hip", "xla",
@@ -693,31 +686,31 @@ CASES: list[Case] = [
     case("pitfalls.run_timing_benchmark", pitfalls.run_timing_benchmark,
          {"as_json": False, "record": False},
          {"as_json": not_bools, "record": not_bools},
-         guards=("labkit.pitfalls.available_devices",), run_valid=False),
+         guards=("labkit.timing.pitfalls.available_devices",), run_valid=False),
     case("pitfalls.format_results", pitfalls.format_results, {"results": []},
          {"results": st.one_of(st.none(), st.integers(), st.text(min_size=1),
                                st.lists(st.integers(), min_size=1, max_size=2))}),
     # ----------------------------------------------------------------- plots
-    case("plots.device_name", plots.device_name, {"device": "/GPU:0"},
+    case("plots.device_name", plotting.device_name, {"device": "/GPU:0"},
          {"device": st.one_of(st.none(), st.integers(), st.just(""))}),
-    case("plots.style_axes", plots.style_axes,
+    case("plots.style_axes", plotting.style_axes,
          {"ax": _ax, "xlabel": "x (s)", "ylabel": "y (s)", "title": "t", "device": None,
           "logx": False, "logy": False},
          {"ax": not_numbers, "xlabel": bad_name, "ylabel": bad_name,
           "title": st.one_of(st.integers(), st.none()), "device": st.one_of(st.integers(),
                                                                            st.just("")),
           "logx": not_bools, "logy": not_bools}, lazy=("ax",)),
-    case("plots.plot_samples", plots.plot_samples, {"timing": T, "ax": _ax},
+    case("plots.plot_samples", timing_plots.plot_samples, {"timing": T, "ax": _ax},
          {"timing": not_numbers, "ax": not_numbers.filter(_no(None))}, lazy=("ax",)),
-    case("plots.plot_size_sweep", plots.plot_size_sweep,
+    case("plots.plot_size_sweep", parallelism_plots.plot_size_sweep,
          {"sweep": _size_sweep, "ax": _ax, "slow": "numpy", "fast": "numpy"},
          {"sweep": not_numbers, "ax": not_numbers.filter(_no(None)), "slow": bad_name,
           "fast": bad_name}, lazy=("sweep", "ax")),
-    case("plots.plot_amdahl", plots.plot_amdahl, {"scaling": _scaling, "ax": _ax, "max_threads": 8},
+    case("plots.plot_amdahl", parallelism_plots.plot_amdahl, {"scaling": _scaling, "ax": _ax, "max_threads": 8},
          {"scaling": not_numbers, "ax": not_numbers.filter(_no(None)),
           "max_threads": st.one_of(not_numbers, st.integers(max_value=1),
                                    st.integers(min_value=2**20 + 1))}, lazy=("scaling", "ax")),
-    case("plots.plot_roofline", plots.plot_roofline,
+    case("plots.plot_roofline", roofline_plots.plot_roofline,
          {"roofline": _roofline, "points": (("op", 1.0, 5.0),), "ax": _ax},
          {"roofline": not_numbers,
           "points": st.one_of(st.integers(), st.text(min_size=1),
@@ -725,17 +718,17 @@ CASES: list[Case] = [
                               st.tuples(st.tuples(st.just("a"), st.floats(max_value=0.0),
                                                   st.just(1.0)))),
           "ax": not_numbers.filter(_no(None))}, lazy=("roofline", "ax")),
-    case("plots.plot_stream_sweep", plots.plot_stream_sweep, {"result": _stream_sweep, "ax": _ax},
+    case("plots.plot_stream_sweep", bandwidth_plots.plot_stream_sweep, {"result": _stream_sweep, "ax": _ax},
          {"result": not_numbers, "ax": not_numbers.filter(_no(None))}, lazy=("result", "ax")),
-    case("plots.plot_strided", plots.plot_strided, {"result": _strided, "ax": _ax},
+    case("plots.plot_strided", bandwidth_plots.plot_strided, {"result": _strided, "ax": _ax},
          {"result": not_numbers, "ax": not_numbers.filter(_no(None))}, lazy=("result", "ax")),
-    case("plots.plot_pipeline", plots.plot_pipeline, {"breakdowns": _breakdown, "ax": _ax},
+    case("plots.plot_pipeline", bandwidth_plots.plot_pipeline, {"breakdowns": _breakdown, "ax": _ax},
          {"breakdowns": not_numbers, "ax": not_numbers.filter(_no(None))},
          lazy=("breakdowns", "ax")),
-    case("plots.plot_timings", plots.plot_timings, {"timings": [T], "ax": _ax, "title": "t"},
+    case("plots.plot_timings", timing_plots.plot_timings, {"timings": [T], "ax": _ax, "title": "t"},
          {"timings": st.one_of(not_numbers, st.just([])), "ax": not_numbers.filter(_no(None)),
           "title": bad_name}, lazy=("ax",)),
-    case("plots.plot_throughput", plots.plot_throughput,
+    case("plots.plot_throughput", models_plots.plot_throughput,
          {"curves": {"a": [SimpleNamespace(batch_size=1, images_per_s=10.0, device="cpu")]},
           "ax": _ax},
          {"curves": st.one_of(not_numbers, st.just({}),
@@ -762,7 +755,7 @@ CASES: list[Case] = [
           "driver": st.one_of(st.integers(), st.lists(st.text())),
           "cuda": st.integers(), "torch": st.integers(),
           "recorded": st.one_of(st.text(), st.integers())},
-         guards=("labkit.reference.tempfile.mkstemp",), lazy=("directory",)),
+         guards=("labkit.machine.reference.tempfile.mkstemp",), lazy=("directory",)),
     case("reference.load", reference.load, {"name": "missing_one", "directory": _workdir},
          {"name": st.one_of(st.integers(), st.just("a.b")),
           "directory": st.one_of(st.integers(), st.lists(st.text()))}, lazy=("directory",)),
@@ -791,17 +784,17 @@ CASES: list[Case] = [
          {"name": "torch", "driver": None},
          {"name": bad_choice(frameworks.FRAMEWORKS), "driver": st.one_of(st.integers(), st.text()),
           "importer": not_callables},
-         guards=("labkit.frameworks.distributions_of",)),
-    case("doctor.format_bytes", doctor.format_bytes, {"n": 1024},
+         guards=("labkit.machine.frameworks.distributions_of",)),
+    case("doctor.format_bytes", rates.format_bytes, {"n": 1024},
          {"n": st.one_of(not_numbers.filter(_no(None)), non_finite, st.integers(max_value=-1))}),
-    case("doctor.use_color", doctor.use_color, {"color": None, "stream": sys.stdout, "env": {}},
+    case("doctor.use_color", device.use_color, {"color": None, "stream": sys.stdout, "env": {}},
          {"color": not_optional_bools, "env": st.one_of(st.none(), st.integers(),
                                                         st.lists(st.text()))}),
-    case("doctor.format_report", doctor.format_report, {"report": _report, "color": False},
+    case("doctor.format_report", device.format_report, {"report": _report, "color": False},
          {"report": not_numbers, "color": not_bools}, lazy=("report",)),
-    case("doctor.run_doctor", doctor.run_doctor, {"as_json": False, "color": None},
+    case("doctor.run_doctor", doctor_cli.run_doctor, {"as_json": False, "color": None},
          {"as_json": not_bools, "color": not_optional_bools},
-         guards=("labkit.doctor.device_report",), run_valid=False),
+         guards=("labkit.cli.doctor.device_report",), run_valid=False),
     case("diagnose.Finding", diagnose.Finding,
          {"code": "x", "severity": "info", "message": "m", "fix": "f"},
          {"code": st.one_of(st.none(), st.integers()), "severity": bad_choice(SEVERITIES),
@@ -840,7 +833,7 @@ CASES: list[Case] = [
           "purpose": st.one_of(st.integers(), st.lists(st.text()))}),
     case("_optional.import_tensorflow", _optional.import_tensorflow, {"purpose": None},
          {"purpose": st.one_of(st.integers(), st.lists(st.text()))},
-         guards=("labkit._optional.importlib.import_module",), run_valid=False),
+         guards=("labkit.core.optional.importlib.import_module",), run_valid=False),
     case("_optional.MissingPackageError", _optional.MissingPackageError,
          {"package": "x", "purpose": None},
          {"package": st.one_of(st.none(), st.integers(), st.just("")),
@@ -1140,13 +1133,13 @@ def test_round3_is_within_half_a_percent(value: float) -> None:
 @given(k=st.integers(1, 1023), unit=st.integers(0, 3))
 def test_format_bytes_and_parse_cache_size_round_trip(k: int, unit: int) -> None:
     n = k * 1024**unit
-    assert cpu.parse_cache_size(doctor.format_bytes(n)) == n
+    assert cpu.parse_cache_size(rates.format_bytes(n)) == n
 
 
 @PROPERTY_SETTINGS
 @given(n=st.integers(0, 2**60))
 def test_format_bytes_reads_back_within_three_digits(n: int) -> None:
-    number, unit = doctor.format_bytes(n).split(" ")
+    number, unit = rates.format_bytes(n).split(" ")
     scale = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4}[unit]
     assert math.isclose(float(number) * scale, n, rel_tol=5e-3)
 

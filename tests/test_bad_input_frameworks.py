@@ -13,7 +13,7 @@ parameter (``assert_rejects``). Every rejection runs
 - with the heavy entry points patched to raise :class:`Forbidden` (not a
   TypeError/ValueError), so a value that slips through fails the test
   instead of starting a training run, torchrun, nvcc or the simulator;
-- with 8 GiB of free memory (``labkit.memory.available_bytes``), so "larger
+- with 8 GiB of free memory (``labkit.machine.memory.available_bytes``), so "larger
   than memory" is the same on every machine.
 
 Then property tests of the pure parts: occupancy limits and monotonicity,
@@ -50,9 +50,9 @@ from invalid_args import (
 )
 
 from labkit import check
-from labkit.check._result import CheckResult
+from labkit.check.result import CheckResult
 
-FREE_BYTES = 8 * 2**30  # what labkit.memory sees as free: the budget is 2 GiB
+FREE_BYTES = 8 * 2**30  # what labkit.machine.memory sees as free: the budget is 2 GiB
 ALWAYS_HIDDEN = ("tensorflow", "keras", "cupy", "kernel_tuner", "numba")
 _MISSING = object()
 
@@ -217,8 +217,8 @@ def _sequences() -> tuple[np.ndarray, np.ndarray]:
 
 
 def _batch_sweep() -> Any:
-    from labkit.batching import BatchCurve, BatchPoint, BatchSweep
-    from labkit.timing import Timing
+    from labkit.batching.sweep import BatchCurve, BatchPoint, BatchSweep
+    from labkit.timing.bench import Timing
 
     timing = Timing(samples_ms=(1.0, 1.0, 1.0), label="batch 8")
     point = BatchPoint("inference", 8, 1.0, 0.0, 8000.0, timing)
@@ -371,7 +371,7 @@ CASES: list[Case] = [
           "rep_ms": BAD_MS_POS, "memory_fraction": bad_real(0, 1, low_open=True),
           "device": BAD_TORCH_DEVICE,
           "amp_dtype": st.one_of(st.text(max_size=5), st.integers(), st.floats())},
-         torch=True, guards=("labkit.timing.bench",)),  # fmt: skip
+         torch=True, guards=("labkit.timing.bench.bench",)),  # fmt: skip
     Case("labkit.models.rnn_keras:keras_rnn", {},
          {"kind": bad_choice(("SimpleRNN", "LSTM", "LSTM-no-cudnn", "GRU")), "units": BAD_POS,
           "return_sequences": BAD_FLAG, "return_state": BAD_FLAG}),
@@ -388,8 +388,8 @@ CASES: list[Case] = [
           "kind": bad_choice(("SimpleRNN", "LSTM", "LSTM-no-cudnn", "GRU")), "units": BAD_POS,
           "epochs": BAD_POS, "batch_size": BAD_POS, "lr": bad_real(0, low_open=True),
           "seed": BAD_SEED}),  # fmt: skip
-    # ---------------------------------------------------------------- labkit.batching
-    Case("labkit.batching:batch_sweep", {},
+    # ---------------------------------------------------------------- labkit.batching.sweep
+    Case("labkit.batching.sweep:batch_sweep", {},
          {"model": st.one_of(st.integers(), st.none(), st.floats(),
                              st.text(max_size=4).filter(lambda s: s not in ("mlp", "cnn"))),
           "batch_sizes": bad_sizes(), "input_shape": BAD_SHAPE,
@@ -398,100 +398,100 @@ CASES: list[Case] = [
           "device": BAD_TORCH_DEVICE, "optimizer": bad_choice(("adam", "sgd")),
           "warmup_ms": BAD_MS, "rep_ms": BAD_MS_POS, "min_reps": BAD_POS,
           "memory_fraction": bad_real(0, 1, low_open=True), "seed": BAD_SEED}),  # fmt: skip
-    Case("labkit.batching:mlp", {"in_features": 2, "hidden": (3,), "num_classes": 2},
+    Case("labkit.batching.step:mlp", {"in_features": 2, "hidden": (3,), "num_classes": 2},
          {"in_features": BAD_POS, "num_classes": BAD_POS,
           "hidden": st.one_of(st.integers(), st.none(), st.text(min_size=1, max_size=3),
                               st.lists(st.integers(max_value=0), min_size=1, max_size=2))},
          run_valid=True),  # fmt: skip
-    Case("labkit.batching:check_shape", {"input_shape": (3, 4)}, {"input_shape": BAD_SHAPE},
+    Case("labkit.batching.sweep:check_shape", {"input_shape": (3, 4)}, {"input_shape": BAD_SHAPE},
          run_valid=True),
-    Case("labkit.batching:check_optimizer", {"optimizer": "adam"},
+    Case("labkit.batching.sweep:check_optimizer", {"optimizer": "adam"},
          {"optimizer": bad_choice(("adam", "sgd"))}, run_valid=True),
-    Case("labkit.batching:latency_budget_batch", lambda: {"result": _batch_sweep(),
+    Case("labkit.batching.sweep:latency_budget_batch", lambda: {"result": _batch_sweep(),
                                                           "max_latency_ms": 5.0},
          {"result": NOT_A_RESULT, "max_latency_ms": BAD_MS_POS,
           "mode": bad_choice(("inference",))}, run_valid=True),  # fmt: skip
-    Case("labkit.batching:plot_batch_sweep", lambda: {"result": _batch_sweep()},
+    Case("labkit.batching.sweep:plot_batch_sweep", lambda: {"result": _batch_sweep()},
          {"result": NOT_A_RESULT, "ax": st.one_of(st.integers(), st.text(max_size=3))}),
-    # ---------------------------------------------------------------- labkit.largest_batch
-    Case("labkit.largest_batch:step_memory",
+    # ---------------------------------------------------------------- labkit.batching.largest
+    Case("labkit.batching.largest:step_memory",
          {"model_fn": _linear, "input_shape": (2,), "batch_size": 1},
          {"model_fn": not_callables, "input_shape": BAD_SHAPE, "batch_size": BAD_POS,
           "device": st.one_of(BAD_TORCH_DEVICE, st.none()), "optimizer": bad_choice(("adam", "sgd")),
           "seed": BAD_SEED}),  # fmt: skip
-    Case("labkit.largest_batch:fit_memory", {"model_fn": _linear, "input_shape": (2,)},
+    Case("labkit.batching.largest:fit_memory", {"model_fn": _linear, "input_shape": (2,)},
          {"model_fn": not_callables, "input_shape": BAD_SHAPE,
           "probe_batches": st.one_of(bad_sizes(), st.lists(st.just(2), min_size=1, max_size=3)),
           "device": st.one_of(BAD_TORCH_DEVICE, st.none()), "optimizer": bad_choice(("adam", "sgd")),
           "budget_bytes": st.one_of(st.floats(), st.text(max_size=3), non_positive_ints),
           "target_batch": st.one_of(st.floats(), st.text(max_size=3), non_positive_ints)}),  # fmt: skip
-    Case("labkit.largest_batch:largest_batch_cpu", {"model_fn": _linear, "input_shape": (2,)},
+    Case("labkit.batching.largest:largest_batch_cpu", {"model_fn": _linear, "input_shape": (2,)},
          {"model_fn": not_callables, "input_shape": BAD_SHAPE,
           "budget_bytes": st.one_of(st.floats(), st.text(max_size=3), non_positive_ints,
                                     impossible_bytes),
           "probe_batches": bad_sizes(), "optimizer": bad_choice(("adam", "sgd")),
           "max_batch": st.one_of(st.floats(), st.text(max_size=3), non_positive_ints),
           "verify": BAD_FLAG}),  # fmt: skip
-    Case("labkit.largest_batch:largest_batch_cuda", {"model_fn": _linear, "input_shape": (2,)},
+    Case("labkit.batching.largest:largest_batch_cuda", {"model_fn": _linear, "input_shape": (2,)},
          {"model_fn": not_callables, "input_shape": BAD_SHAPE,
           "device": st.one_of(BAD_TORCH_DEVICE, st.none()), "optimizer": bad_choice(("adam", "sgd")),
           "start_batch": BAD_POS, "max_batch": BAD_POS, "fraction": bad_real(0, 1, low_open=True),
           "tolerance": bad_real(0, 1, high_open=True)}),  # fmt: skip
-    Case("labkit.largest_batch:search_batch",
+    Case("labkit.batching.largest:search_batch",
          {"fits": lambda b: b <= 5, "start": 1, "max_batch": 8, "tolerance": 0.0},
          {"fits": not_callables, "start": BAD_POS, "max_batch": BAD_POS,
           "tolerance": bad_real(0, 1, high_open=True)}, run_valid=True),  # fmt: skip
-    # ---------------------------------------------------------------- labkit.input_pipeline
-    Case("labkit.input_pipeline:SyntheticImages", {"n": 4},
+    # ---------------------------------------------------------------- labkit.batching.loaders
+    Case("labkit.batching.loaders:SyntheticImages", {"n": 4},
          {"n": BAD_POS, "image_size": bad_int(2),
           "decode_px": st.one_of(bad_int(8), st.integers(9, 15), st.just(16)),
           "io_ms": BAD_MS, "python_ms": BAD_MS, "num_classes": bad_int(2),
           "seed": st.one_of(NOT_INT, st.integers(max_value=-1))}, run_valid=True),  # fmt: skip
-    Case("labkit.input_pipeline:decode_sample", {"index": 0, "decode_px": 8},
+    Case("labkit.batching.loaders:decode_sample", {"index": 0, "decode_px": 8},
          {"index": bad_int(0), "decode_px": st.one_of(bad_int(8), st.integers(9, 15)),
           "io_ms": BAD_MS, "python_ms": BAD_MS, "num_classes": BAD_POS, "seed": bad_int(0)},
          run_valid=True),  # fmt: skip
-    Case("labkit.input_pipeline:augment_sample",
+    Case("labkit.batching.loaders:augment_sample",
          lambda: {"image": np.zeros((3, 16, 16), np.float32), "index": 0, "image_size": 8},
          {"image": st.one_of(not_numbers, st.just(np.zeros((16, 16), np.float32))),
           "index": bad_int(0), "image_size": st.one_of(bad_int(1), st.integers(17, 100)),
           "seed": bad_int(0)}, run_valid=True),  # fmt: skip
-    Case("labkit.input_pipeline:sample_cost", {},
+    Case("labkit.batching.loaders:sample_cost", {},
          {"dataset": st.one_of(st.integers(), st.text(max_size=3)), "warmup_ms": BAD_MS,
           "rep_ms": BAD_MS_POS}),
-    Case("labkit.input_pipeline:thread_scaling", {},
+    Case("labkit.batching.loaders:thread_scaling", {},
          {"dataset": st.one_of(st.integers(), st.text(max_size=3)), "threads": bad_int(2),
           "samples": BAD_POS, "warmup_ms": BAD_MS, "rep_ms": BAD_MS_POS}),
-    Case("labkit.input_pipeline:measure_loader", {},
+    Case("labkit.batching.loaders:measure_loader", {},
          {"num_workers": bad_int(0), "pin_memory": BAD_FLAG,
           "prefetch_factor": st.one_of(st.floats(), st.text(max_size=2), st.integers()),
           "batch_size": BAD_POS, "steps": BAD_POS, "warmup_steps": bad_int(0),
           "step_ms": BAD_MS.filter(lambda v: v is not None),
           "dataset": st.one_of(st.integers(), st.text(max_size=3)), "device": BAD_TORCH_DEVICE,
           "label": st.one_of(st.integers(), st.floats(), st.lists(st.integers(), max_size=1))}),  # fmt: skip
-    Case("labkit.input_pipeline:compare_loaders", {"configs": [{"num_workers": 0}]},
+    Case("labkit.batching.loaders:compare_loaders", {"configs": [{"num_workers": 0}]},
          {"configs": st.one_of(st.integers(), st.just([]), st.just({}), st.text(max_size=3),
                                st.lists(st.integers(), min_size=1, max_size=2)),
           "batch_size": BAD_POS, "steps": BAD_POS, "step_ms": BAD_MS.filter(lambda v: v is not None),
           "device": BAD_TORCH_DEVICE}),  # fmt: skip
-    Case("labkit.input_pipeline:build_tf_pipeline",
-         lambda: {"variant": "map", "dataset": _resolve("labkit.input_pipeline:SyntheticImages")(8),
+    Case("labkit.batching.loaders:build_tf_pipeline",
+         lambda: {"variant": "map", "dataset": _resolve("labkit.batching.loaders:SyntheticImages")(8),
                   "batch_size": 2, "epoch_batches": 1},
          {"variant": bad_choice(("map", "parallel", "map+prefetch", "parallel+prefetch",
                                  "parallel+cache+prefetch", "map+defaults")),
           "dataset": NOT_A_RESULT, "batch_size": BAD_POS, "epoch_batches": BAD_POS}),  # fmt: skip
-    Case("labkit.input_pipeline:measure_tf_pipeline", {},
+    Case("labkit.batching.loaders:measure_tf_pipeline", {},
          {"variant": bad_choice(("map", "parallel", "map+prefetch", "parallel+prefetch",
                                  "parallel+cache+prefetch", "map+defaults")),
           "batch_size": BAD_POS, "steps": BAD_POS, "warmup_steps": bad_int(0),
           "step_ms": BAD_MS, "dataset": st.one_of(st.integers(), st.text(max_size=3)),
           "epoch_batches": BAD_POS}),  # fmt: skip
-    Case("labkit.input_pipeline:compare_tf_pipelines", {"variants": ["map"]},
+    Case("labkit.batching.loaders:compare_tf_pipelines", {"variants": ["map"]},
          {"variants": st.one_of(st.text(max_size=4), st.integers(), st.just([]),
                                 st.lists(st.sampled_from(["mapp", "cache", "", "prefetch"]),
                                          min_size=1, max_size=2)),
           "batch_size": BAD_POS, "step_ms": BAD_MS, "epoch_batches": BAD_POS}),  # fmt: skip
-    Case("labkit.input_pipeline:plot_loader_comparison", {},
+    Case("labkit.batching.loaders:plot_loader_comparison", {},
          {"comparison": st.one_of(NOT_A_RESULT, st.just([]), st.lists(st.integers(), min_size=1,
                                                                        max_size=2))}),  # fmt: skip
     # ---------------------------------------------------------------- labkit.kernels
@@ -671,8 +671,8 @@ CASES: list[Case] = [
           "timeout_s": bad_real(0, low_open=True), "out_dir": NOT_A_PATH,
           "nsys": st.one_of(st.integers(), st.just(""), st.lists(st.text(), max_size=1))},
          guards=("labkit.profiling.nsight.find_nsight", "subprocess.run")),  # fmt: skip
-    # ---------------------------------------------------------------- labkit.dist
-    Case("labkit.dist.launch:launch_command",
+    # ---------------------------------------------------------------- labkit.scaling
+    Case("labkit.scaling.launch:launch_command",
          {"nnodes": 2, "nproc_per_node": 4, "rdzv_endpoint": "node001:29500"},
          {"nnodes": BAD_POS,
           "nproc_per_node": st.one_of(non_positive_ints, st.floats(), st.none(),
@@ -687,7 +687,7 @@ CASES: list[Case] = [
           "script_args": st.one_of(st.integers(), st.lists(st.integers(), min_size=1, max_size=2)),
           "python": st.one_of(st.integers(), st.lists(st.text(), max_size=1))},
          run_valid=True),  # fmt: skip
-    Case("labkit.dist.launch:run_ddp", {},
+    Case("labkit.scaling.launch:run_ddp", {},
          {"nproc": BAD_POS, "width": st.one_of(BAD_POS, st.integers(2**20, 2**24)),
           "depth": BAD_POS, "steps": BAD_POS,
           "batch_per_rank": st.one_of(BAD_POS, st.integers(2**32, 2**40)), "accum_steps": BAD_POS,
@@ -696,51 +696,51 @@ CASES: list[Case] = [
           "env": st.one_of(st.integers(), st.text(min_size=1, max_size=3),
                            st.dictionaries(st.text(max_size=3), st.integers(), min_size=1,
                                            max_size=2))},
-         guards=("labkit.dist._process.run_process",)),  # fmt: skip
-    Case("labkit.dist.launch:scaling_efficiency", {"nprocs": (1,)},
+         guards=("labkit.scaling.process.run_process",)),  # fmt: skip
+    Case("labkit.scaling.launch:scaling_efficiency", {"nprocs": (1,)},
          {"nprocs": bad_sizes(), "width": BAD_POS, "steps": BAD_POS, "batch_per_rank": BAD_POS,
           "threads_per_proc": BAD_POS, "backend": bad_choice(("auto", "gloo", "nccl")),
           "timeout_s": bad_real(0, low_open=True)},
-         guards=("labkit.dist._process.run_process",)),  # fmt: skip
-    Case("labkit.dist.launch:allreduce_cost", {"sizes_bytes": (1024,)},
+         guards=("labkit.scaling.process.run_process",)),  # fmt: skip
+    Case("labkit.scaling.launch:allreduce_cost", {"sizes_bytes": (1024,)},
          {"sizes_bytes": st.one_of(bad_sizes(), st.lists(st.integers(1, 1000).filter(lambda s: s % 4),
                                                          min_size=1, max_size=2),
                                    st.lists(st.integers(2**50, 2**52).map(lambda s: s * 4),
                                             min_size=1, max_size=2)),
           "nproc": BAD_POS, "reps": BAD_POS, "warmup": bad_int(0), "threads_per_proc": BAD_POS,
           "backend": bad_choice(("auto", "gloo", "nccl")), "timeout_s": bad_real(0, low_open=True)},
-         guards=("labkit.dist._process.run_process",)),  # fmt: skip
-    Case("labkit.dist.launch:allreduce_vs_model_size", {"widths": (8,)},
+         guards=("labkit.scaling.process.run_process",)),  # fmt: skip
+    Case("labkit.scaling.launch:allreduce_vs_model_size", {"widths": (8,)},
          {"widths": bad_sizes(), "nproc": BAD_POS, "steps": BAD_POS, "batch_per_rank": BAD_POS,
           "backend": bad_choice(("auto", "gloo", "nccl"))},
-         guards=("labkit.dist._process.run_process",)),  # fmt: skip
-    Case("labkit.dist.launch:plot_scaling", {}, {"scaling": NOT_A_RESULT}),
-    Case("labkit.dist.launch:plot_allreduce", {}, {"cost": NOT_A_RESULT}),
-    Case("labkit.dist.launch:plot_model_size", {}, {"result": NOT_A_RESULT}),
-    Case("labkit.dist.train_ddp:mlp_parameter_count", {"width": 8},
+         guards=("labkit.scaling.process.run_process",)),  # fmt: skip
+    Case("labkit.scaling.launch:plot_scaling", {}, {"scaling": NOT_A_RESULT}),
+    Case("labkit.scaling.launch:plot_allreduce", {}, {"cost": NOT_A_RESULT}),
+    Case("labkit.scaling.launch:plot_model_size", {}, {"result": NOT_A_RESULT}),
+    Case("labkit.scaling.train_ddp:mlp_parameter_count", {"width": 8},
          {"width": BAD_POS, "in_features": BAD_POS, "depth": BAD_POS, "out_features": BAD_POS},
          run_valid=True),
-    Case("labkit.dist.train_ddp:build_mlp", {"width": 8},
+    Case("labkit.scaling.train_ddp:build_mlp", {"width": 8},
          {"width": BAD_POS, "depth": BAD_POS, "batch_norm": BAD_FLAG}),
-    Case("labkit.dist.results:bus_bandwidth_factor", {"nproc": 8}, {"nproc": BAD_POS},
+    Case("labkit.scaling.results:bus_bandwidth_factor", {"nproc": 8}, {"nproc": BAD_POS},
          run_valid=True),
-    Case("labkit.dist.accumulation:accumulate_equivalence", {},
+    Case("labkit.scaling.accumulation:accumulate_equivalence", {},
          {"micro_batch": BAD_POS, "accum_steps": BAD_POS, "width": BAD_POS, "min_reps": BAD_POS,
           "batch_norm": BAD_FLAG, "dtype": st.one_of(unsupported_dtypes, st.integers(),
                                                       st.lists(st.integers(), max_size=1)),
           "seed": BAD_SEED, "lr": bad_real(0, low_open=True), "warmup_ms": BAD_MS,
           "rep_ms": BAD_MS_POS, "device": BAD_TORCH_DEVICE}),  # fmt: skip
-    Case("labkit.dist.accumulation:accumulate_equivalence", {"device": "cpu"},
+    Case("labkit.scaling.accumulation:accumulate_equivalence", {"device": "cpu"},
          {"width": st.integers(2**20, 2**24), "micro_batch": st.integers(2**32, 2**40)},
-         torch=True, guards=("labkit.timing.bench", "labkit.dist.train_ddp.build_mlp"),
+         torch=True, guards=("labkit.timing.bench.bench", "labkit.scaling.train_ddp.build_mlp"),
          label="dist.accumulate_equivalence.memory"),  # fmt: skip
-    Case("labkit.dist.accumulation:plot_accumulation", {}, {"result": NOT_A_RESULT}),
-    Case("labkit.dist.mirrored:run_mirrored", {},
+    Case("labkit.scaling.accumulation:plot_accumulation", {}, {"result": NOT_A_RESULT}),
+    Case("labkit.scaling.mirrored:run_mirrored", {},
          {"n_logical": BAD_POS, "steps": BAD_POS, "epochs": BAD_POS, "batch_per_replica": BAD_POS,
           "width": BAD_POS, "baseline": BAD_FLAG, "timeout_s": bad_real(0, low_open=True),
           "env": st.one_of(st.integers(), st.dictionaries(st.text(max_size=3), st.integers(),
                                                           min_size=1, max_size=2))},
-         guards=("labkit.dist._process.run_process",)),  # fmt: skip
+         guards=("labkit.scaling.process.run_process",)),  # fmt: skip
     # ---------------------------------------------------------------- labkit.check
     *(Case(f"labkit.check:{fn}", {p: 1.0 for p in params}, {p: NOT_AN_ANSWER for p in params},
            names=names)
@@ -788,43 +788,43 @@ CASES: list[Case] = [
                                                                              min_size=1))},
          run_valid=True),  # fmt: skip
     Case("labkit.check:roofline_prediction",
-         lambda: {"predictions": {}, "roofline": _resolve("labkit.roofline:Roofline")(
+         lambda: {"predictions": {}, "roofline": _resolve("labkit.roofline.model:Roofline")(
              "cpu", {"float32": 100.0}, 10.0)},
          {"predictions": st.one_of(st.integers(), st.text(max_size=3), st.lists(st.text(),
                                                                                 min_size=1)),
           "roofline": st.one_of(st.integers(), st.text(max_size=3), st.dictionaries(
               st.text(max_size=2), st.floats(), max_size=1))}, run_valid=True),  # fmt: skip
     # ---------------------------------------------------------------- the bench_* modules
-    *(Case(f"labkit.bench_{name}:run_{name}_benchmark", {},
+    *(Case(f"labkit.cli.bench.{name}:run_{name}_benchmark", {},
            {"as_json": BAD_FLAG, "record": BAD_FLAG, "quick": BAD_FLAG},
-           guards=(f"labkit.bench_{name}.measure",))
+           guards=(f"labkit.cli.bench.{name}.measure",))
       for name in ("accel", "batching", "cnn", "kernels", "parallel", "profile", "rnn",
                    "roofline")),  # fmt: skip
-    *(Case(f"labkit.bench_{name}:measure", {}, {"quick": BAD_FLAG})
+    *(Case(f"labkit.cli.bench.{name}:measure", {}, {"quick": BAD_FLAG})
       for name in ("accel", "batching", "cnn", "kernels", "parallel", "profile", "rnn",
                    "roofline")),  # fmt: skip
-    Case("labkit.bench_kernels:measure", {}, {"tune": BAD_FLAG}, label="bench_kernels.measure.tune"),
-    Case("labkit.bench_parallel:measure", {},
+    Case("labkit.cli.bench.kernels:measure", {}, {"tune": BAD_FLAG}, label="bench_kernels.measure.tune"),
+    Case("labkit.cli.bench.parallel:measure", {},
          {"show_progress": st.one_of(st.integers(), st.text(max_size=3))},
          label="bench_parallel.measure.show_progress"),
-    Case("labkit.bench_roofline:measure", {},
+    Case("labkit.cli.bench.roofline:measure", {},
          {"show_progress": st.one_of(st.integers(), st.text(max_size=3))},
          label="bench_roofline.measure.show_progress"),
-    Case("labkit.bench_roofline:standard_ops", {"on_gpu": False},
+    Case("labkit.cli.bench.roofline:standard_ops", {"on_gpu": False},
          {"on_gpu": BAD_FLAG, "quick": BAD_FLAG}, run_valid=True),
-    Case("labkit.bench_roofline:measure_device", {"device": "cpu"},
+    Case("labkit.cli.bench.roofline:measure_device", {"device": "cpu"},
          {"quick": BAD_FLAG, "show_progress": st.one_of(st.integers(), st.text(max_size=3))}),
-    Case("labkit.bench_bandwidth:run_bandwidth_benchmark", {},
+    Case("labkit.cli.bench.bandwidth:run_bandwidth_benchmark", {},
          {"as_json": BAD_FLAG, "record": BAD_FLAG, "rounds": BAD_POS,
           "max_bytes": st.one_of(st.floats(), st.text(max_size=3), st.integers(max_value=4095))},
-         guards=("labkit.bench_bandwidth.run_cpu", "labkit.bench_bandwidth.run_gpu")),  # fmt: skip
-    Case("labkit.bench_bandwidth:cpu_bytes_per_array", {"max_bytes": 2**20},
+         guards=("labkit.cli.bench.bandwidth.run_cpu", "labkit.cli.bench.bandwidth.run_gpu")),  # fmt: skip
+    Case("labkit.cli.bench.bandwidth:cpu_bytes_per_array", {"max_bytes": 2**20},
          {"arrays": BAD_POS,
           "max_bytes": st.one_of(st.floats(), st.text(max_size=3), st.integers(max_value=4095))}),
-    Case("labkit.bench_bandwidth:format_cpu", {}, {"cpu": NOT_A_RESULT}),
-    Case("labkit.bench_bandwidth:gpu_summary", {}, {"parts": NOT_A_RESULT}),
-    Case("labkit.bench_parallel:sweep_to_dict", {}, {"sweep": NOT_A_RESULT}),
-    Case("labkit.bench_accel:mlp_data", {"batch": 4}, {"batch": BAD_POS}, run_valid=True),
+    Case("labkit.cli.bench.bandwidth:format_cpu", {}, {"cpu": NOT_A_RESULT}),
+    Case("labkit.cli.bench.bandwidth:gpu_summary", {}, {"parts": NOT_A_RESULT}),
+    Case("labkit.cli.bench.parallel:sweep_to_dict", {}, {"sweep": NOT_A_RESULT}),
+    Case("labkit.cli.bench.accel:mlp_data", {"batch": 4}, {"batch": BAD_POS}, run_valid=True),
 ]
 
 PAIRS = [pytest.param(case, param, id=f"{case.id}-{param}") for case in CASES for param in case.bad]
@@ -834,7 +834,7 @@ PAIRS = [pytest.param(case, param, id=f"{case.id}-{param}") for case in CASES fo
 def _rejection_setting(case: Case) -> Iterator[None]:
     hidden = ALWAYS_HIDDEN if case.torch else (*ALWAYS_HIDDEN, "torch")
     with contextlib.ExitStack() as stack:
-        stack.enter_context(mock.patch("labkit.memory.available_bytes", return_value=FREE_BYTES))
+        stack.enter_context(mock.patch("labkit.machine.memory.available_bytes", return_value=FREE_BYTES))
         for target in case.guards:
             stack.enter_context(mock.patch(target, _forbidden))
         stack.enter_context(_hidden(hidden))
@@ -857,7 +857,7 @@ def test_rejects_bad_argument(case: Case, param: str, data: st.DataObject) -> No
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in CASES if c.run_valid])
 def test_valid_call_runs(case: Case) -> None:
     """The table's valid calls really are valid (so a rejection is due to the bad value alone)."""
-    from labkit._optional import MissingPackageError
+    from labkit.core.optional import MissingPackageError
 
     if case.torch:
         pytest.importorskip("torch")
@@ -868,10 +868,11 @@ def test_valid_call_runs(case: Case) -> None:
 
 
 def test_the_table_covers_every_module_in_scope() -> None:
-    modules = {case.target.partition(":")[0].split(".")[1] for case in CASES}
-    assert {"accel", "models", "batching", "input_pipeline", "largest_batch", "kernels",
-            "profiling", "dist", "check"} <= modules  # fmt: skip
-    assert sum(1 for c in CASES if c.target.startswith("labkit.bench_")) >= 20
+    modules = {".".join(case.target.partition(":")[0].split(".")[1:3]) for case in CASES}
+    assert {"accel.precision", "models.train", "batching.sweep", "batching.loaders",
+            "batching.largest", "kernels.cupy_run", "profiling.torch_profile", "scaling.launch",
+            "check"} <= modules, sorted(modules)  # fmt: skip
+    assert sum(1 for c in CASES if c.target.startswith("labkit.cli.bench.")) >= 20
     assert len({c.target for c in CASES}) >= 120
 
 
@@ -879,7 +880,7 @@ def test_the_table_covers_every_module_in_scope() -> None:
 
 
 def test_compare_loaders_checks_every_config_before_the_first_run() -> None:
-    from labkit.input_pipeline import compare_loaders
+    from labkit.batching.loaders import compare_loaders
 
     with _rejection_setting(Case("x:y", {}, {})):
         assert_rejects(lambda: compare_loaders([{"num_workers": 0}, {"num_workers": -1}]),
@@ -1069,7 +1070,7 @@ def test_each_check_passes_its_own_reference(name: str) -> None:
 def test_a_predicted_batch_fits_its_budget_and_grows_with_it(
     fixed: float, per_sample: float, budgets: list[int]
 ) -> None:
-    from labkit.largest_batch import MemoryFit
+    from labkit.batching.largest import MemoryFit
 
     fit = MemoryFit(points=(), fixed_bytes=fixed, per_sample_bytes=per_sample)
     small, large = (fit.largest_batch_under(b) for b in budgets)
@@ -1089,7 +1090,7 @@ def test_a_predicted_batch_fits_its_budget_and_grows_with_it(
 )
 def test_search_batch_brackets_the_limit(limit: int, start: int, top: int,
                                          tolerance: float) -> None:  # fmt: skip
-    from labkit.largest_batch import search_batch
+    from labkit.batching.largest import search_batch
 
     top = max(top, start)
     tried: dict[int, bool] = {}
@@ -1118,7 +1119,7 @@ def test_a_larger_latency_budget_never_gives_a_smaller_batch(
 ) -> None:
     import dataclasses
 
-    from labkit.batching import BatchCurve, BatchPoint, latency_budget_batch
+    from labkit.batching.sweep import BatchCurve, BatchPoint, latency_budget_batch
 
     sweep = _batch_sweep()
     template = sweep.curves[0].points[0]
@@ -1197,7 +1198,7 @@ def test_tune_params_checks_agree_under_permutation(order: Any) -> None:
 )
 def test_busbw_is_algbw_times_2_n_minus_1_over_n(n: int, size_bytes: int,
                                                  samples_ms: list[float]) -> None:  # fmt: skip
-    from labkit.dist.results import AllreduceCost, bus_bandwidth_factor
+    from labkit.scaling.results import AllreduceCost, bus_bandwidth_factor
 
     factor = bus_bandwidth_factor(n)
     assert factor == pytest.approx(2 * (n - 1) / n)

@@ -15,10 +15,13 @@ import warnings
 
 import pytest
 
-from labkit import bandwidth, memory, pipeline, stream_sweep, strided, transfers
-from labkit.bandwidth import BandwidthResult
-from labkit.memory import MemoryBudgetError, MemoryBudgetWarning
-from labkit.timing import Timing
+from labkit.bandwidth import pipeline, strided, transfers
+from labkit.bandwidth import stream as bandwidth
+from labkit.bandwidth import sweep as stream_sweep
+from labkit.bandwidth.stream import BandwidthResult
+from labkit.machine import memory
+from labkit.machine.memory import MemoryBudgetError, MemoryBudgetWarning
+from labkit.timing.bench import Timing
 
 KiB, MiB = 1024, 1024**2
 FAST = {"warmup_ms": 0.0, "rep_ms": 1.0, "min_reps": 2}
@@ -154,7 +157,7 @@ def test_default_sizes_are_one_fixed_grid_whatever_the_caches(
 
 
 def test_dram_size_is_compared_with_all_the_last_level_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    from labkit import cpu
+    from labkit.machine import cpu
 
     rule = "STREAM asks for at least 4×; below that, part of the traffic comes from cache"
     monkeypatch.setattr(cpu, "shared_last_level_cache_bytes", lambda cpus=None: 32 * MiB)
@@ -186,7 +189,7 @@ def low_memory(monkeypatch: pytest.MonkeyPatch) -> dict:
     free = 4 * MiB
     monkeypatch.setattr(memory, "available_bytes", lambda device="cpu": free)
     asked: list[int] = []
-    real_stream, real_strided = bandwidth._allocate, strided._allocate
+    real_stream, real_strided = bandwidth.allocate_arrays, strided._allocate
 
     def spy_stream(n_elements: int, count: int, device: str):
         asked.append(8 * n_elements * count)
@@ -196,7 +199,7 @@ def low_memory(monkeypatch: pytest.MonkeyPatch) -> dict:
         asked.append(n_total * strided._DTYPES[dtype])
         return real_strided(n_total, device, dtype)
 
-    monkeypatch.setattr(bandwidth, "_allocate", spy_stream)
+    monkeypatch.setattr(bandwidth, "allocate_arrays", spy_stream)
     monkeypatch.setattr(strided, "_allocate", spy_strided)
     return {"free": free, "budget": free * memory.DEFAULT_FRACTION, "asked": asked}
 
@@ -382,18 +385,9 @@ def test_transfer_sweep_lookup() -> None:
         sweep.rows_for("h2d", "locked")
 
 
-def test_neighbours_are_reachable_from_bandwidth() -> None:
-    assert bandwidth.strided_read is strided.strided_read
-    assert bandwidth.pipeline_breakdown is pipeline.pipeline_breakdown
-    assert bandwidth.stream_sweep is stream_sweep.stream_sweep
-    assert bandwidth.theoretical_peak_gb_per_s is transfers.theoretical_peak_gb_per_s
-    with pytest.raises(AttributeError, match="no_such_thing"):
-        bandwidth.no_such_thing  # noqa: B018
-
-
 def test_modules_import_no_framework() -> None:
-    code = ("import labkit.bandwidth, labkit.memory, labkit.stream_sweep, labkit.strided, "
-            "labkit.transfers, labkit.pipeline, labkit.bench_bandwidth, labkit.cstream, sys; "
+    code = ("import labkit.bandwidth.stream, labkit.machine.memory, labkit.bandwidth.sweep, labkit.bandwidth.strided, "
+            "labkit.bandwidth.transfers, labkit.bandwidth.pipeline, labkit.cli.bench.bandwidth, labkit.cli.bench.cstream, sys; "
             "print(sorted(m for m in ('torch', 'cupy', 'matplotlib', 'tensorflow', 'numpy') "
             "if m in sys.modules))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -409,7 +403,7 @@ def test_plot_stream_sweep_marks_caches_and_labels_bytes() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from labkit import plots
+    from labkit.bandwidth import plots
 
     rows = tuple(_row(k, n=n, samples=(0.01 * n / 1000,)) for k in ("copy", "triad")
                  for n in (2048, 65536, 4 * 1024**2))  # fmt: skip

@@ -1,4 +1,4 @@
-"""labkit.batching: the samples/s-by-batch sweep, its knee, the latency trade-off, the plot.
+"""labkit.batching.sweep: the samples/s-by-batch sweep, its knee, the latency trade-off, the plot.
 
 Sweeps run at toy sizes with tiny time budgets: the tests check structure and
 arithmetic, never speed.
@@ -19,17 +19,17 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from labkit import memory  # noqa: E402
-from labkit.batching import (  # noqa: E402
+from labkit.batching.step import mlp  # noqa: E402
+from labkit.batching.sweep import (  # noqa: E402
     BatchCurve,
     BatchPoint,
     BatchSweep,
     batch_sweep,
     latency_budget_batch,
-    mlp,
     plot_batch_sweep,
 )
-from labkit.timing import Timing  # noqa: E402
+from labkit.machine import memory  # noqa: E402
+from labkit.timing.bench import Timing  # noqa: E402
 
 TINY = {"warmup_ms": 0.0, "rep_ms": 1.0, "min_reps": 1}
 
@@ -60,8 +60,8 @@ def _sweep() -> BatchSweep:
 
 def test_importing_the_modules_imports_no_framework() -> None:
     code = (
-        "import labkit.batching, labkit.largest_batch, labkit.input_pipeline, "
-        "labkit.bench_batching, sys, json; print(json.dumps(sorted(sys.modules)))"
+        "import labkit.batching.sweep, labkit.batching.largest, labkit.batching.loaders, "
+        "labkit.cli.bench.batching, sys, json; print(json.dumps(sorted(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(json.loads(out.stdout.splitlines()[-1]))
@@ -150,8 +150,8 @@ def test_sweep_trains_a_copy_of_a_custom_model() -> None:
 
 
 def test_sweep_skips_batches_over_the_memory_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    from labkit.largest_batch import fit_memory
-    from labkit.models import CNN
+    from labkit.batching.largest import fit_memory
+    from labkit.models.cnn import CNN
 
     # the CNN's memory is all activations (about 100 KiB per 16×16 image): the line is exact
     fit = fit_memory(CNN, (3, 16, 16), probe_batches=(8, 16))
@@ -185,7 +185,7 @@ def test_sweep_validates_its_arguments() -> None:
 
 def test_cnn_sweep_runs() -> None:
     result = batch_sweep("cnn", input_shape=(3, 8, 8), batch_sizes=[1, 2], device="cpu", **TINY)
-    assert result.model.startswith("labkit.models.CNN") and result.train.batch_sizes == (1, 2)
+    assert result.model.startswith("labkit.models.cnn.CNN") and result.train.batch_sizes == (1, 2)
 
 
 def test_plot_marks_the_knee_and_shows_latency() -> None:

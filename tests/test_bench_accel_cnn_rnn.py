@@ -14,10 +14,13 @@ from typing import Any
 
 import pytest
 
-from labkit import bench_accel, bench_cnn, bench_rnn, gpu, reference
 from labkit.accel import AsyncLaunchResult, CompileResult, MixedPrecisionResult, SyncPointsResult
-from labkit.cli import main
-from labkit.timing import Timing
+from labkit.cli.bench import accel as bench_accel
+from labkit.cli.bench import cnn as bench_cnn
+from labkit.cli.bench import rnn as bench_rnn
+from labkit.cli.main import main
+from labkit.machine import gpu, reference
+from labkit.timing.bench import Timing
 
 pytest.importorskip("torch")
 
@@ -39,7 +42,7 @@ def no_tensorflow(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_importing_the_modules_imports_no_framework() -> None:
-    code = ("import labkit.bench_accel, labkit.bench_cnn, labkit.bench_rnn, sys, json; "
+    code = ("import labkit.cli.bench.accel, labkit.cli.bench.cnn, labkit.cli.bench.rnn, sys, json; "
             "print(json.dumps(sorted(sys.modules)))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(json.loads(out.stdout.splitlines()[-1]))
@@ -65,7 +68,7 @@ def test_accel_quick_text(capsys: pytest.CaptureFixture[str]) -> None:
 def test_cnn_quick_text(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "cnn", "--quick"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("labkit.models.CNN on cpu, 32×32 images")
+    assert out.startswith("labkit.models.cnn.CNN on cpu, 32×32 images")
     for name in ("float32 NCHW", "float32 channels_last", "bfloat16 autocast + channels_last"):
         assert f"  {name}:" in out
     assert "  float16 autocast" not in out  # GPU only
@@ -171,7 +174,7 @@ def fake_accel() -> bench_accel.AccelResults:
 
 
 def fake_cnn() -> bench_cnn.CnnResults:
-    from labkit.models import BatchThroughput
+    from labkit.models.throughput import BatchThroughput
 
     def curve(name: str, per_s: tuple[float, float]) -> bench_cnn.VariantCurve:
         return bench_cnn.VariantCurve(name, tuple(
@@ -220,12 +223,12 @@ def test_fake_summaries_read_well() -> None:
 def test_record_with_a_gpu_stores_a_recording_learners_can_read(
     name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import labkit.pitfalls
+    import labkit.timing.pitfalls
 
     module, fake = FAKES[name]
     monkeypatch.setattr(gpu, "has_gpu", lambda: True)
     monkeypatch.setattr(module, "measure", lambda quick=False: fake())
-    monkeypatch.setattr(labkit.pitfalls, "gpu_identity", lambda: {
+    monkeypatch.setattr(labkit.timing.pitfalls, "gpu_identity", lambda: {
         "gpu_name": "Test GPU", "driver": "1.0", "cuda": "12.4", "torch": "2.13.0"})  # fmt: skip
     assert main(["bench", name, "--record"]) == 0
     assert "Recorded the GPU results to" in capsys.readouterr().out

@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from labkit import bench_bandwidth, cstream, gpu, reference, strided, transfers
-from labkit.bandwidth import BandwidthResult, stream_bytes
-from labkit.cli import main
-from labkit.timing import Timing
+from labkit.bandwidth import strided, transfers
+from labkit.bandwidth.stream import BandwidthResult, stream_bytes
+from labkit.cli.bench import bandwidth as bench_bandwidth
+from labkit.cli.bench import cstream
+from labkit.cli.main import main
+from labkit.machine import gpu, reference
+from labkit.timing.bench import Timing
 
 KiB, MiB = 1024, 1024**2
 TINY = 64 * KiB
@@ -223,12 +226,12 @@ def _fake_gpu_parts() -> dict:
 def test_record_with_a_gpu_stores_a_recording_learners_can_read(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import labkit.pitfalls
+    import labkit.timing.pitfalls
 
     monkeypatch.setattr(gpu, "has_gpu", lambda: True)
     monkeypatch.setattr(bench_bandwidth, "_torch_sees_cuda", lambda: True)
     monkeypatch.setattr(bench_bandwidth, "run_gpu", lambda max_bytes=None: _fake_gpu_parts())
-    monkeypatch.setattr(labkit.pitfalls, "gpu_identity", lambda: {
+    monkeypatch.setattr(labkit.timing.pitfalls, "gpu_identity", lambda: {
         "gpu_name": "Test GPU", "driver": "1.0", "cuda": "12.4", "torch": "2.13.0"})  # fmt: skip
     assert main(["bench", "bandwidth", "--record", "--max-bytes", str(TINY), "--rounds", "1"]) == 0
     out = capsys.readouterr().out

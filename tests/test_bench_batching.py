@@ -14,10 +14,11 @@ import pytest
 
 pytest.importorskip("torch")
 
-from labkit import bench_batching, gpu, reference  # noqa: E402
-from labkit.batching import BatchCurve, BatchPoint, BatchSweep  # noqa: E402
-from labkit.largest_batch import BatchTrial, CudaBatchSearch  # noqa: E402
-from labkit.timing import Timing  # noqa: E402
+from labkit.batching.largest import BatchTrial, CudaBatchSearch  # noqa: E402
+from labkit.batching.sweep import BatchCurve, BatchPoint, BatchSweep  # noqa: E402
+from labkit.cli.bench import batching as bench_batching  # noqa: E402
+from labkit.machine import gpu, reference
+from labkit.timing.bench import Timing  # noqa: E402
 
 run = bench_batching.run_batching_benchmark
 
@@ -153,12 +154,12 @@ def test_fake_summary_reads_well() -> None:
 def test_record_with_a_gpu_stores_a_recording_learners_can_read(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import labkit.pitfalls
+    import labkit.timing.pitfalls
 
     monkeypatch.setattr(gpu, "has_gpu", lambda: True)
     monkeypatch.setattr(bench_batching, "measure", lambda quick=False: fake_results())
     monkeypatch.setattr(
-        labkit.pitfalls,
+        labkit.timing.pitfalls,
         "gpu_identity",
         lambda: {"gpu_name": "Test GPU", "driver": "1.0", "cuda": "12.4", "torch": "2.13.0"},
     )

@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-import labkit.memory
-from labkit import bench_kernels, reference
+import labkit.machine.memory
+from labkit.cli.bench import kernels as bench_kernels
 from labkit.kernels import cupy_run, tuning
+from labkit.machine import reference
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_kernels_cupy import FakeCupy, _install_linalg  # noqa: E402
@@ -45,7 +46,7 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeCupy:
     fake = FakeCupy()
     monkeypatch.setitem(sys.modules, "cupy", fake)
     _install_linalg(monkeypatch, fake)
-    monkeypatch.setattr(labkit.memory, "available_bytes", lambda device="cpu": 16 << 20)
+    monkeypatch.setattr(labkit.machine.memory, "available_bytes", lambda device="cpu": 16 << 20)
     monkeypatch.setattr(cupy_run, "_MODULES", {})
     monkeypatch.setattr(bench_kernels, "SGEMM_TILED_CONFIGS", bench_kernels.SGEMM_TILED_CONFIGS[:1])
     monkeypatch.setattr(bench_kernels, "PADDED_CONFIGS", bench_kernels.PADDED_CONFIGS[:1])
@@ -99,7 +100,7 @@ def test_record_with_quick_is_refused() -> None:
 
 
 def test_importing_the_benchmark_imports_no_framework() -> None:
-    code = "import labkit.bench_kernels, sys, json; print(json.dumps(sorted(sys.modules)))"
+    code = "import labkit.cli.bench.kernels, sys, json; print(json.dumps(sorted(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(json.loads(out.stdout.splitlines()[-1]))
     assert not loaded & {"cupy", "torch", "kernel_tuner", "matplotlib", "tensorflow"}
@@ -166,7 +167,7 @@ def test_one_failing_part_does_not_stop_the_others(
 def test_record_writes_the_recording_and_the_tuner_caches(fake_gpu: FakeCupy, monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str],
                                                           _private_reference_dir: Path) -> None:  # fmt: skip
-    from labkit import pitfalls
+    from labkit.timing import pitfalls
 
     monkeypatch.setattr(pitfalls, "gpu_identity", lambda: {"gpu_name": "Fake GPU 9000", "driver": None,
                                                              "cuda": None, "torch": None})  # fmt: skip

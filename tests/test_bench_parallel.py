@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from labkit import bench_parallel, gpu, parallel, reference
-from labkit.cli import main
-from labkit.crossover import LaunchOverhead
-from labkit.timing import Timing
+from labkit.cli.bench import parallel as bench_parallel
+from labkit.cli.main import main
+from labkit.machine import gpu, reference
+from labkit.parallelism import sweep as parallel
+from labkit.parallelism.crossover import LaunchOverhead
+from labkit.timing.bench import Timing
 
 pytest.importorskip("torch")
 
@@ -31,7 +33,7 @@ def _private_reference_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> P
 
 
 def test_importing_the_module_imports_no_framework() -> None:
-    code = ("import labkit.bench_parallel, labkit.bench_roofline, sys, json; "
+    code = ("import labkit.cli.bench.parallel, labkit.cli.bench.roofline, sys, json; "
             "print(json.dumps(sorted(sys.modules)))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(json.loads(out.stdout.splitlines()[-1]))
@@ -165,11 +167,11 @@ def test_summary_of_made_up_sweeps() -> None:
 def test_record_with_a_gpu_stores_a_recording_learners_can_read(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import labkit.pitfalls
+    import labkit.timing.pitfalls
 
     monkeypatch.setattr(gpu, "has_gpu", lambda: True)
     monkeypatch.setattr(bench_parallel, "measure", lambda quick=False: fake_results())
-    monkeypatch.setattr(labkit.pitfalls, "gpu_identity", lambda: {
+    monkeypatch.setattr(labkit.timing.pitfalls, "gpu_identity", lambda: {
         "gpu_name": "Test GPU", "driver": "1.0", "cuda": "12.4", "torch": "2.13.0"})  # fmt: skip
     assert main(["bench", "parallel", "--record", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)

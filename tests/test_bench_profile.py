@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from labkit import bench_profile, gpu, reference
+from labkit.cli.bench import profile as bench_profile
+from labkit.machine import gpu, reference
 from labkit.profiling import (
     PHASES,
     NsysRun,
@@ -25,7 +26,7 @@ from labkit.profiling import (
     SyncStallTiming,
     TorchProfile,
 )
-from labkit.timing import Timing
+from labkit.timing.bench import Timing
 
 pytest.importorskip("torch")
 
@@ -39,7 +40,7 @@ def _private_reference_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> P
 
 
 def test_importing_the_modules_imports_no_framework() -> None:
-    code = ("import labkit.bench_profile, labkit.profiling, sys, json; "
+    code = ("import labkit.cli.bench.profile, labkit.profiling, sys, json; "
             "print(json.dumps(sorted(sys.modules)))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(json.loads(out.stdout.splitlines()[-1]))
@@ -75,7 +76,7 @@ def test_quick_text(quick: bench_profile.ProfileResults, monkeypatch: pytest.Mon
     monkeypatch.setattr(bench_profile, "measure", lambda quick=False: results)
     assert bench_profile.run_profile_benchmark(quick=True) == 0
     out = capsys.readouterr().out
-    assert out.startswith("3 training steps of labkit.models.CNN on ")
+    assert out.startswith("3 training steps of labkit.models.cnn.CNN on ")
     assert "PyTorch profile:" in out and "(loss.item() every step)" in out
     assert "aten::item in logging: 2 calls" in out
     if quick.device == "cpu":
@@ -147,7 +148,7 @@ def _profile(sync: bool) -> TorchProfile:
     ) + ((OpStat("aten::item", 5, 0.01, 4.5, 0.0),) if sync else ())
     phases = tuple(PhaseStat(p, logging_ms if p == "logging" else 0.1, 0.3) for p in PHASES)
     return TorchProfile(
-        device="cuda", model="labkit.models.CNN", batch=128, image_size=128, steps=5,
+        device="cuda", model="labkit.models.cnn.CNN", batch=128, image_size=128, steps=5,
         sync_every_step=sync, ops=ops, phases=phases, step_ms=(1.5,) * 5 if sync else (0.6,) * 5,
         self_cpu_total_ms=5.0, device_total_ms=5.5, device_busy_ms=5.5,
         span_ms=8.0 if sync else 6.0, device_timeline=True, trace_path="/tmp/x.json",
@@ -172,7 +173,7 @@ def fake_results(**overrides: Any) -> bench_profile.ProfileResults:
 
 def test_fake_summary_reads_well() -> None:
     lines = fake_results().summary()
-    assert lines[0] == ("cuda: 10 training steps (labkit.models.CNN, batch 128 of 3×128×128): "
+    assert lines[0] == ("cuda: 10 training steps (labkit.models.cnn.CNN, batch 128 of 3×128×128): "
                         "loss read once 1.00 ms per step, loss.item() every step 1.60 ms per step "
                         "(1.60× the time)")  # fmt: skip
     assert lines[1].startswith("cuda: profile, sync once: host 600 µs per step; ")
@@ -194,11 +195,11 @@ def test_fake_summary_reads_well() -> None:
 def test_record_with_a_gpu_stores_a_recording_learners_can_read(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import labkit.pitfalls
+    import labkit.timing.pitfalls
 
     monkeypatch.setattr(gpu, "has_gpu", lambda: True)
     monkeypatch.setattr(bench_profile, "measure", lambda quick=False: fake_results())
-    monkeypatch.setattr(labkit.pitfalls, "gpu_identity", lambda: {
+    monkeypatch.setattr(labkit.timing.pitfalls, "gpu_identity", lambda: {
         "gpu_name": "Test GPU", "driver": "1.0", "cuda": "12.4", "torch": "2.13.0"})  # fmt: skip
     assert bench_profile.run_profile_benchmark(record=True) == 0
     out = capsys.readouterr().out

@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from labkit import bench_roofline, gpu, memory, reference, roofline
-from labkit.bandwidth import BandwidthResult, stream_bytes
-from labkit.cli import main
-from labkit.roofline_measure import OpMeasurement, PeakCompute
-from labkit.timing import Timing
+from labkit.bandwidth.stream import BandwidthResult, stream_bytes
+from labkit.cli.bench import roofline as bench_roofline
+from labkit.cli.main import main
+from labkit.machine import gpu, memory, reference
+from labkit.roofline import model as roofline
+from labkit.roofline.measure import OpMeasurement, PeakCompute
+from labkit.timing.bench import Timing
 
 pytest.importorskip("torch")
 
@@ -186,11 +188,11 @@ def test_summary_of_a_made_up_gpu() -> None:
 def test_record_with_a_gpu_stores_a_recording_learners_can_read(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import labkit.pitfalls
+    import labkit.timing.pitfalls
 
     monkeypatch.setattr(gpu, "has_gpu", lambda: True)
     monkeypatch.setattr(bench_roofline, "measure", lambda quick=False: [fake_gpu_roofline()])
-    monkeypatch.setattr(labkit.pitfalls, "gpu_identity", lambda: {
+    monkeypatch.setattr(labkit.timing.pitfalls, "gpu_identity", lambda: {
         "gpu_name": "Test GPU", "driver": "1.0", "cuda": "12.4", "torch": "2.13.0"})  # fmt: skip
     assert main(["bench", "roofline", "--record"]) == 0
     out = capsys.readouterr().out

@@ -110,7 +110,7 @@ def test_transfer_vs_hbm() -> None:
 
 
 def test_roofline_prediction_uses_the_given_roofline() -> None:
-    from labkit.roofline import Roofline
+    from labkit.roofline.model import Roofline
 
     cpu = Roofline("cpu", {"float32": 200.0}, 25.0)  # ridge 8 FLOP/byte
     right = {"add": "memory-bound", "sum": "memory-bound", "matmul 4096": "compute-bound",

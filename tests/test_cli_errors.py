@@ -2,7 +2,7 @@
 
 Issue 8 ("Bad input"): "The CLI turns these errors into a one-line message and
 exit code 2, with no traceback." A representative set runs ``python -m labkit``
-in a subprocess, as a learner would; hypothesis drives ``labkit.cli.main``
+in a subprocess, as a learner would; hypothesis drives ``labkit.cli.main.main``
 in-process over garbage option values, unknown commands and errors raised
 deep inside a benchmark. No benchmark is run: every case is refused before
 anything is measured (the runners are replaced by ones that fail the test if
@@ -22,24 +22,24 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from labkit import cli
-from labkit._optional import MissingPackageError
-from labkit.memory import MemoryBudgetError
+from labkit.cli import main as cli
+from labkit.core.optional import MissingPackageError
+from labkit.machine.memory import MemoryBudgetError
 
 ROOT = Path(__file__).resolve().parent.parent
 
 #: Every benchmark `labkit bench` knows, and the module.function that runs it.
 RUNNERS = {
-    "timing": ("labkit.pitfalls", "run_timing_benchmark"),
-    "bandwidth": ("labkit.bench_bandwidth", "run_bandwidth_benchmark"),
-    "parallel": ("labkit.bench_parallel", "run_parallel_benchmark"),
-    "roofline": ("labkit.bench_roofline", "run_roofline_benchmark"),
-    "accel": ("labkit.bench_accel", "run_accel_benchmark"),
-    "cnn": ("labkit.bench_cnn", "run_cnn_benchmark"),
-    "rnn": ("labkit.bench_rnn", "run_rnn_benchmark"),
-    "kernels": ("labkit.bench_kernels", "run_kernels_benchmark"),
-    "batching": ("labkit.bench_batching", "run_batching_benchmark"),
-    "profile": ("labkit.bench_profile", "run_profile_benchmark"),
+    "timing": ("labkit.timing.pitfalls", "run_timing_benchmark"),
+    "bandwidth": ("labkit.cli.bench.bandwidth", "run_bandwidth_benchmark"),
+    "parallel": ("labkit.cli.bench.parallel", "run_parallel_benchmark"),
+    "roofline": ("labkit.cli.bench.roofline", "run_roofline_benchmark"),
+    "accel": ("labkit.cli.bench.accel", "run_accel_benchmark"),
+    "cnn": ("labkit.cli.bench.cnn", "run_cnn_benchmark"),
+    "rnn": ("labkit.cli.bench.rnn", "run_rnn_benchmark"),
+    "kernels": ("labkit.cli.bench.kernels", "run_kernels_benchmark"),
+    "batching": ("labkit.cli.bench.batching", "run_batching_benchmark"),
+    "profile": ("labkit.cli.bench.profile", "run_profile_benchmark"),
 }
 WITH_QUICK = [name for name in RUNNERS if name not in ("timing", "bandwidth")]
 COMMANDS = ["doctor", *(f"bench {name}" for name in RUNNERS)]
@@ -76,7 +76,7 @@ def no_benchmarks(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for module, name in RUNNERS.values():
         monkeypatch.setattr(importlib.import_module(module), name, reached)
-    monkeypatch.setattr("labkit.doctor.run_doctor", reached)
+    monkeypatch.setattr("labkit.cli.doctor.run_doctor", reached)
     monkeypatch.setenv("LABKIT_PROGRESS", "0")
 
 
@@ -133,10 +133,10 @@ def test_unwritable_reference_folder_is_refused_before_measuring(tmp_path: Path)
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     code = (
-        "import sys, labkit.gpu, labkit.pitfalls\n"
-        "labkit.gpu.has_gpu = lambda: True\n"
-        "labkit.pitfalls.run_timing_benchmark = lambda **kw: sys.exit('benchmark ran')\n"
-        "from labkit.cli import main\n"
+        "import sys, labkit.machine.gpu, labkit.timing.pitfalls\n"
+        "labkit.machine.gpu.has_gpu = lambda: True\n"
+        "labkit.timing.pitfalls.run_timing_benchmark = lambda **kw: sys.exit('benchmark ran')\n"
+        "from labkit.cli.main import main\n"
         "raise SystemExit(main(['bench', 'timing', '--record']))\n"
     )
     env = {**os.environ, "LABKIT_REFERENCE_DIR": str(blocker / "sub")}
@@ -235,7 +235,7 @@ def test_errors_raised_by_doctor_become_one_line(monkeypatch: pytest.MonkeyPatch
     def raise_it(**_kwargs: Any) -> int:
         raise TypeError("color must be True, False or None,\ngot 'x'")
 
-    monkeypatch.setattr("labkit.doctor.run_doctor", raise_it)
+    monkeypatch.setattr("labkit.cli.doctor.run_doctor", raise_it)
     line = main_error(capsys, ["doctor"])
     assert line == "labkit: error: color must be True, False or None, got 'x'"
 
@@ -264,7 +264,7 @@ def test_record_to_an_unwritable_folder_is_refused_before_any_benchmark(
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     monkeypatch.setenv("LABKIT_REFERENCE_DIR", str(blocker / "recordings"))
-    monkeypatch.setattr("labkit.gpu.has_gpu", lambda: True)
+    monkeypatch.setattr("labkit.machine.gpu.has_gpu", lambda: True)
     for name in RUNNERS:
         line = main_error(capsys, ["bench", name, "--record"])
         assert "LABKIT_REFERENCE_DIR" in line
@@ -277,7 +277,7 @@ def test_record_without_a_gpu_does_not_check_the_folder(
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     monkeypatch.setenv("LABKIT_REFERENCE_DIR", str(blocker / "recordings"))
-    monkeypatch.setattr("labkit.gpu.has_gpu", lambda: False)
-    monkeypatch.setattr("labkit.pitfalls.run_timing_benchmark", lambda **kw: 0)
+    monkeypatch.setattr("labkit.machine.gpu.has_gpu", lambda: False)
+    monkeypatch.setattr("labkit.timing.pitfalls.run_timing_benchmark", lambda **kw: 0)
     assert cli.main(["bench", "timing", "--record"]) == 0
     assert capsys.readouterr().err == ""

@@ -1,4 +1,4 @@
-"""labkit.compare: the comparison table, its speedups and its argument checks."""
+"""labkit.timing.compare: the comparison table, its speedups and its argument checks."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from labkit.compare import Comparison, compare, format_speedup
-from labkit.timing import Timing
+from labkit.timing.bench import Timing
+from labkit.timing.compare import Comparison, compare, format_speedup
 
 NUMPY = Timing((10.0, 10.0, 10.0), label="numpy")
 TORCH = Timing((2.5, 2.5, 2.5, 2.5), label="torch")

@@ -197,7 +197,7 @@ def _can_make_cgroups() -> bool:
 @pytest.mark.skipif(not _can_make_cgroups(), reason="needs root and a cgroup memory hierarchy")
 def test_a_real_memory_limit_is_what_labkit_sees() -> None:
     probe = (
-        "from labkit import container, memory; c = container.container_memory(); "
+        "from labkit.machine import container, memory; c = container.container_memory(); "
         "print(c.limit_bytes, memory._host_available_bytes() <= c.limit_bytes)"
     )
     done = subprocess.run(

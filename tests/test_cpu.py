@@ -6,8 +6,8 @@ import platform
 
 import pytest
 
-from labkit import cpu
-from labkit.cpu import (
+from labkit.machine import cpu
+from labkit.machine.cpu import (
     CpuInfo,
     cpu_info,
     parse_cache_size,

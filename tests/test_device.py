@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import pytest
 
 import labkit
-from labkit import device
-from labkit._optional import MissingPackageError, is_installed
-from labkit.device import DeviceReport, device_report, pick_device
-from labkit.diagnose import Finding
+from labkit.core.optional import MissingPackageError, is_installed
+from labkit.machine import report as device
+from labkit.machine.diagnose import Finding
+from labkit.machine.report import DeviceReport, device_report, pick_device
 
 needs_torch = pytest.mark.skipif(not is_installed("torch"), reason="torch is not installed")
 needs_cupy = pytest.mark.skipif(not is_installed("cupy"), reason="cupy is not installed")
@@ -95,7 +95,7 @@ def test_import_labkit_imports_no_framework():
     import subprocess
 
     code = (
-        "import sys, labkit, labkit.device, labkit.doctor, labkit.diagnose\n"
+        "import sys, labkit, labkit.machine.report, labkit.machine.report, labkit.machine.diagnose\n"
         "heavy = {'torch', 'tensorflow', 'cupy', 'numba', 'jax'} & set(sys.modules)\n"
         "assert not heavy, heavy\n"
     )

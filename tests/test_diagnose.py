@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 from fakes import H100
 
-from labkit.diagnose import Finding, diagnose, min_driver_text
-from labkit.frameworks import FrameworkInfo, GpuDevice
-from labkit.nvidia import CUDA_ERROR_NO_DEVICE, NvidiaInfo, PciGpu, SmiGpu
+from labkit.machine.diagnose import Finding, diagnose, min_driver_text
+from labkit.machine.frameworks import FrameworkInfo, GpuDevice
+from labkit.machine.nvidia import CUDA_ERROR_NO_DEVICE, NvidiaInfo, PciGpu, SmiGpu
 
 CUDA_DEVICE = GpuDevice(index=0, kind="cuda", name=H100.name, compute_capability="9.0")
 

@@ -1,4 +1,4 @@
-"""labkit.dist: real torchrun runs on this CPU (gloo), the launcher's failure and timeout paths.
+"""labkit.scaling: real torchrun runs on this CPU (gloo), the launcher's failure and timeout paths.
 
 Each torchrun launch costs a few seconds (every worker imports torch), so the
 real runs are shared through module-scoped fixtures and kept tiny. Numbers
@@ -23,8 +23,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 pytest.importorskip("torch")
 
-from labkit.dist import launch  # noqa: E402
-from labkit.dist.launch import (  # noqa: E402
+from labkit.scaling import launch  # noqa: E402
+from labkit.scaling.launch import (  # noqa: E402
     AllreduceCost,
     DdpRun,
     DistRunError,
@@ -32,7 +32,7 @@ from labkit.dist.launch import (  # noqa: E402
     ModelSizeComm,
     Scaling,
 )
-from labkit.dist.train_ddp import build_mlp, mlp_parameter_count  # noqa: E402
+from labkit.scaling.train_ddp import build_mlp, mlp_parameter_count  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"width": 32, "steps": 3, "batch_per_rank": 8, "timeout_s": 120}
@@ -72,7 +72,7 @@ def test_two_process_ddp_keeps_replicas_identical(ddp2: DdpRun) -> None:
     assert ddp2.step.n == ddp2.local_step.n == 3 and ddp2.allreduce.n == 10
     assert ddp2.step.median_ms > 0 and ddp2.samples_per_s > 0
     assert math.isfinite(ddp2.loss_first) and math.isfinite(ddp2.loss_last)
-    assert "--nproc-per-node=2" in ddp2.command and "labkit.dist.train_ddp" in ddp2.command
+    assert "--nproc-per-node=2" in ddp2.command and "labkit.scaling.train_ddp" in ddp2.command
     text = str(ddp2)
     assert "DDP training, 2 processes × 1 thread (gloo on cpu)" in text
     assert "replicas identical after training: yes" in text and "samples/s" in text
@@ -128,7 +128,7 @@ def test_model_size_table(ddp2: DdpRun) -> None:
 def test_train_ddp_runs_as_a_file() -> None:
     """Given as a file path (as torchrun accepts it), the script finds labkit and parses its options."""
     out = subprocess.run(
-        [sys.executable, str(ROOT / "labkit/dist/train_ddp.py"), "--help"],
+        [sys.executable, str(ROOT / "labkit/scaling/train_ddp.py"), "--help"],
         check=True, timeout=60, capture_output=True, text=True,
     )  # fmt: skip
     assert "--batch-per-rank" in out.stdout and "--accum-steps" in out.stdout
@@ -138,7 +138,7 @@ def test_train_ddp_runs_alone_as_a_group_of_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without torchrun's variables the script trains as a one-process group (here, in-process)."""
-    from labkit.dist import train_ddp
+    from labkit.scaling import train_ddp
 
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
@@ -194,7 +194,7 @@ FINISH_FREES_THE_GROUP = """
 import json, os, sys
 for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"):
     os.environ.pop(name, None)
-from labkit.dist import _worker, train_ddp
+from labkit.scaling import train_ddp, worker
 
 def gloo_threads():
     names = []
@@ -209,10 +209,10 @@ def gloo_threads():
 args = train_ddp.parse_args(["--width", "8", "--steps", "1", "--warmup-steps", "0",
                              "--allreduce-reps", "1", "--batch-per-rank", "4",
                              "--backend", "gloo", "--threads", "1"])
-ctx = _worker.init(args.backend, args.threads)
+ctx = worker.init(args.backend, args.threads)
 train_ddp.train(ctx, args)
 during = gloo_threads()
-_worker.finish()
+worker.finish()
 print(json.dumps({"during": during, "after": gloo_threads()}))
 """
 
@@ -230,7 +230,7 @@ def test_finish_frees_the_group_so_no_gloo_thread_outlives_it() -> None:
                          capture_output=True, text=True, check=True)  # fmt: skip
     threads = json.loads(out.stdout.splitlines()[-1])
     assert threads["during"], "no gloo thread seen while training: the check sees nothing"
-    assert threads["after"] == [], "the process group outlived finish(); see _worker.finish"
+    assert threads["after"] == [], "the process group outlived finish(); see worker.finish"
 
 
 def test_timeout_stops_torchrun_and_its_workers(tmp_path: Path) -> None:
@@ -325,21 +325,12 @@ def test_bus_bandwidth_factor_follows_nccl_tests() -> None:
 
 
 def test_importing_labkit_dist_imports_no_framework() -> None:
-    code = ("import labkit.dist.launch, labkit.dist.train_ddp, labkit.dist.allreduce, "
-            "labkit.dist.accumulation, labkit.dist.mirrored, sys, json; "
+    code = ("import labkit.scaling.launch, labkit.scaling.train_ddp, labkit.scaling.allreduce, "
+            "labkit.scaling.accumulation, labkit.scaling.mirrored, sys, json; "
             "print(json.dumps(sorted(sys.modules)))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(json.loads(out.stdout.splitlines()[-1]))
     assert not loaded & {"torch", "tensorflow", "keras", "matplotlib", "cupy", "numba", "jax"}
-
-
-def test_the_package_exports_the_notebook_api() -> None:
-    import labkit.dist
-
-    assert labkit.dist.run_ddp is launch.run_ddp
-    assert labkit.dist.accumulate_equivalence.__module__ == "labkit.dist.accumulation"
-    with pytest.raises(AttributeError, match="no attribute"):
-        labkit.dist.not_there  # noqa: B018
 
 
 @pytest.mark.parametrize(
@@ -354,7 +345,7 @@ def test_auto_backend_uses_nccl_only_with_a_gpu_per_process(
     import torch
     import torch.distributed as dist
 
-    from labkit.dist._worker import pick_backend
+    from labkit.scaling.worker import pick_backend
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)

@@ -6,9 +6,10 @@ import math
 
 import pytest
 
-from labkit import MissingPackageError, _optional
-from labkit.dist import mirrored
-from labkit.dist.mirrored import MirroredRun, run_mirrored
+from labkit import MissingPackageError
+from labkit.core import optional as _optional
+from labkit.scaling import mirrored
+from labkit.scaling.mirrored import MirroredRun, run_mirrored
 
 
 def test_two_logical_cpus_run_two_replicas_in_sync() -> None:

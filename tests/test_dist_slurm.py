@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from labkit.dist import launch
+from labkit.scaling import launch
 
 ROOT = Path(__file__).resolve().parents[1]
-SBATCH = ROOT / "labkit" / "dist" / "slurm" / "train_ddp.sbatch"
+SBATCH = ROOT / "labkit" / "scaling" / "slurm" / "train_ddp.sbatch"
 DEFAULT_TRAIN_ARGS = ["--width", "1024", "--steps", "50", "--batch-per-rank", "64"]
 
 
@@ -99,7 +99,7 @@ def test_launch_command_builds_the_multi_node_form() -> None:
     assert cmd == [
         "python", "-m", "torch.distributed.run", "--nnodes=4", "--nproc-per-node=8",
         "--rdzv-id=123", "--rdzv-backend=c10d", "--rdzv-endpoint=node001:29500",
-        "-m", "labkit.dist.train_ddp", "--width", "4096",
+        "-m", "labkit.scaling.train_ddp", "--width", "4096",
     ]  # fmt: skip
     assert "--nproc-per-node=gpu" in launch.launch_command(2, "gpu", "node001")
 
@@ -123,5 +123,5 @@ def test_launch_module_prints_the_command(capsys: pytest.CaptureFixture[str]) ->
     assert launch.main(["2", "4", "node001:29500", "--rdzv-id", "7", "--", "--width", "64"]) == 0
     out = capsys.readouterr().out.strip()
     assert out == ("python -m torch.distributed.run --nnodes=2 --nproc-per-node=4 --rdzv-id=7 "
-                   "--rdzv-backend=c10d --rdzv-endpoint=node001:29500 -m labkit.dist.train_ddp "
+                   "--rdzv-backend=c10d --rdzv-endpoint=node001:29500 -m labkit.scaling.train_ddp "
                    "--width 64")  # fmt: skip

@@ -2,7 +2,7 @@
 
 - Its troubleshooting table names every finding code ``labkit doctor`` can
   emit, and no code that does not exist. The codes are read from
-  labkit/diagnose.py's ``Finding(code=...)`` calls, with the f-strings
+  labkit/machine/diagnose.py's ``Finding(code=...)`` calls, with the f-strings
   (``f"{fw.name}-broken"``) expanded over the frameworks their branch allows.
 - Every notebook the syllabi link exists, and every section (``§2 *title*``)
   and exercise (``ex. 1 *title*``) they name is a heading of that notebook.
@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from labkit.frameworks import FRAMEWORKS
+from labkit.machine.frameworks import FRAMEWORKS
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "docs" / "instructors.md"
 README = ROOT / "README.md"
-DIAGNOSE = ROOT / "labkit" / "diagnose.py"
+DIAGNOSE = ROOT / "labkit" / "machine" / "diagnose.py"
 
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 NOTEBOOK_LINK = re.compile(r"\]\((\.\./notebooks/(\d\d)_[a-z0-9_]+\.ipynb)\)")
@@ -87,7 +87,7 @@ def _render(code: ast.JoinedStr, name: str) -> str:
 
 
 def emitted_codes() -> set[str]:
-    """Every finding code labkit/diagnose.py can emit."""
+    """Every finding code labkit/machine/diagnose.py can emit."""
     tree = ast.parse(DIAGNOSE.read_text(encoding="utf-8"))
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     codes: set[str] = set()

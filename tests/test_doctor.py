@@ -19,14 +19,15 @@ from pathlib import Path
 import pytest
 from fakes import H100
 
-from labkit import doctor
-from labkit.cli import main
-from labkit.cpu import CpuInfo
-from labkit.device import DeviceReport, SystemInfo
-from labkit.diagnose import Finding
-from labkit.doctor import format_bytes, format_report, run_doctor, use_color
-from labkit.frameworks import FrameworkInfo, GpuDevice
-from labkit.nvidia import NvidiaInfo, SmiGpu
+from labkit.cli import doctor as doctor_cli
+from labkit.cli.doctor import run_doctor
+from labkit.cli.main import main
+from labkit.core.units import format_bytes
+from labkit.machine.cpu import CpuInfo
+from labkit.machine.diagnose import Finding
+from labkit.machine.frameworks import FrameworkInfo, GpuDevice
+from labkit.machine.nvidia import NvidiaInfo, SmiGpu
+from labkit.machine.report import DeviceReport, SystemInfo, format_report, use_color
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -186,7 +187,7 @@ def test_use_color_rules():
 
 @pytest.fixture
 def fake_report(monkeypatch):
-    monkeypatch.setattr(doctor, "device_report", gpu_report)
+    monkeypatch.setattr(doctor_cli, "device_report", gpu_report)
 
 
 def test_no_color_env_is_respected_on_a_terminal(fake_report, monkeypatch):
@@ -227,7 +228,7 @@ def test_report_that_cannot_be_built_is_one_line_and_exit_1(monkeypatch, capsys)
     def boom():
         raise RuntimeError("unexpected")
 
-    monkeypatch.setattr(doctor, "device_report", boom)
+    monkeypatch.setattr(doctor_cli, "device_report", boom)
     assert run_doctor() == 1
     captured = capsys.readouterr()
     assert captured.err == "labkit doctor: could not build the report: RuntimeError: unexpected\n"
@@ -242,7 +243,7 @@ SEPARATOR = "----- next run -----"
 def _run_cli(
     runs: list[list[str]], hide: tuple[str, ...] = (), extra_path: Path | None = None
 ) -> list[str]:
-    """Run ``labkit.cli.main`` once per argument list in one fresh interpreter; their stdouts.
+    """Run ``labkit.cli.main.main`` once per argument list in one fresh interpreter; their stdouts.
 
     One interpreter for several runs pays TensorFlow's import (~3 s) once.
     """
@@ -251,7 +252,7 @@ def _run_cli(
         import sys
         for name in {hide!r}:
             sys.modules[name] = None
-        from labkit.cli import main
+        from labkit.cli.main import main
         codes = []
         for i, args in enumerate({runs!r}):
             if i:
@@ -292,7 +293,7 @@ def test_doctor_without_tensorflow_or_cupy(hidden):
 
 
 def test_doctor_with_every_framework_importable():
-    from labkit._optional import is_installed
+    from labkit.core.optional import is_installed
 
     (as_json,) = _run_cli([["doctor", "--json"]])
     for fw in json.loads(as_json)["frameworks"]:

@@ -12,15 +12,15 @@ from types import SimpleNamespace
 import pytest
 from fakes import H100, H100_UUID
 
-from labkit import frameworks
-from labkit._optional import MissingPackageError, is_installed
-from labkit.frameworks import (
+from labkit.core.optional import MissingPackageError, is_installed
+from labkit.machine import frameworks
+from labkit.machine.frameworks import (
     FrameworkInfo,
     cudnn_version_text,
     cupy_wheel_cuda_major,
     probe_framework,
 )
-from labkit.nvidia import NvidiaInfo
+from labkit.machine.nvidia import NvidiaInfo
 
 
 def driver_with_h100() -> NvidiaInfo:

@@ -1,4 +1,4 @@
-"""labkit.gpu: has_gpu and the text require_gpu prints where there is no GPU."""
+"""labkit.machine.gpu: has_gpu and the text require_gpu prints where there is no GPU."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 import labkit
-from labkit import gpu, reference
+from labkit.machine import gpu, reference
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""labkit.input_pipeline: the costly samples, the DataLoader and tf.data loops, the table, the plot.
+"""labkit.batching.loaders: the costly samples, the DataLoader and tf.data loops, the table, the plot.
 
 Toy sizes (8×8 images decoded from 16×16, a 1 ms step, a few steps): the
 tests check what is measured and reported, never how fast.
@@ -19,9 +19,8 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from labkit import input_pipeline  # noqa: E402
-from labkit._optional import MissingPackageError, is_installed  # noqa: E402
-from labkit.input_pipeline import (  # noqa: E402
+from labkit.batching import loaders as input_pipeline  # noqa: E402
+from labkit.batching.loaders import (  # noqa: E402
     PIN_MEMORY_CPU_NOTE,
     LoaderComparison,
     LoaderRun,
@@ -35,7 +34,8 @@ from labkit.input_pipeline import (  # noqa: E402
     sample_cost,
     thread_scaling,
 )
-from labkit.timing import Timing  # noqa: E402
+from labkit.core.optional import MissingPackageError, is_installed  # noqa: E402
+from labkit.timing.bench import Timing  # noqa: E402
 
 SMALL = SyntheticImages(image_size=8, decode_px=16)
 FAST = {

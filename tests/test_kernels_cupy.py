@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import labkit.memory
+import labkit.machine.memory
 from labkit.kernels import cupy_run
 from labkit.kernels.sources import kernel_source
 
@@ -325,7 +325,7 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> FakeCupy:
     fake = FakeCupy()
     monkeypatch.setitem(sys.modules, "cupy", fake)
     _install_linalg(monkeypatch, fake)
-    monkeypatch.setattr(labkit.memory, "available_bytes", lambda device="cpu": 16 << 20)
+    monkeypatch.setattr(labkit.machine.memory, "available_bytes", lambda device="cpu": 16 << 20)
     monkeypatch.setattr(cupy_run, "_MODULES", {})
     return fake
 
@@ -351,7 +351,7 @@ def test_real_cupy_without_a_gpu_is_a_clear_error() -> None:
 
 
 def test_missing_cupy_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    from labkit._optional import MissingPackageError
+    from labkit.core.optional import MissingPackageError
 
     monkeypatch.setitem(sys.modules, "cupy", None)
     assert cupy_run.cupy_gpu_available() is False
@@ -536,7 +536,7 @@ def test_stride_sweep_sizes_itself_from_the_memory_budget(fake_gpu: FakeCupy) ->
     result = cupy_run.stride_sweep((1, 4), **TINY)  # 25% of 16 MiB over 3 arrays
     n = int(result.problem.split()[0].replace(",", ""))
     assert n % 4 == 0 and 3 * 4 * n <= 4 << 20
-    with pytest.raises(labkit.memory.MemoryBudgetError, match="free"):
+    with pytest.raises(labkit.machine.memory.MemoryBudgetError, match="free"):
         cupy_run.stride_sweep((1,), n_elements=1 << 22, **TINY)
 
 

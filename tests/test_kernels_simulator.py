@@ -16,7 +16,7 @@ import pytest
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from labkit._optional import MissingPackageError, is_installed  # noqa: E402
+from labkit.core.optional import MissingPackageError, is_installed  # noqa: E402
 from labkit.kernels import simulator as sim  # noqa: E402
 
 needs_numba = pytest.mark.skipif(

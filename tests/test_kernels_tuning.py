@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import labkit.memory
+import labkit.machine.memory
 from labkit.kernels import cupy_run, tuning
 
 kt_util = pytest.importorskip("kernel_tuner.util")
@@ -148,7 +148,7 @@ def test_record_cache_labels_it_and_kernel_tuner_still_reads_it(
     assert tuning.best_configuration() == {"TILE_DIM": 32, "BLOCK_ROWS": 8}
     assert tuning.best_configuration(result) == {"TILE_DIM": 32, "BLOCK_ROWS": 8}
     # it is not mistaken for a labkit recording (those have another format)
-    from labkit import reference
+    from labkit.machine import reference
 
     assert reference.available() == []
 
@@ -222,7 +222,7 @@ def fake_tuner(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     fake = FakeCupy()
     monkeypatch.setitem(sys.modules, "cupy", fake)
     _install_linalg(monkeypatch, fake)
-    monkeypatch.setattr(labkit.memory, "available_bytes", lambda device="cpu": 64 << 20)
+    monkeypatch.setattr(labkit.machine.memory, "available_bytes", lambda device="cpu": 64 << 20)
     calls: list[dict[str, Any]] = []
 
     def tune_kernel(kernel_name: str, kernel_source: str, problem_size: Any, arguments: list[Any],

@@ -1,4 +1,4 @@
-"""labkit.largest_batch: step memory, the fitted line, the CPU prediction and the CUDA search.
+"""labkit.batching.largest: step memory, the fitted line, the CPU prediction and the CUDA search.
 
 The CPU path runs for real at toy sizes under a patched (tiny) memory budget.
 The CUDA path runs on CPU tensors behind a fake ``torch.cuda`` whose model
@@ -14,8 +14,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from labkit import largest_batch, memory  # noqa: E402
-from labkit.largest_batch import (  # noqa: E402
+from labkit.batching import largest as largest_batch  # noqa: E402
+from labkit.batching.largest import (  # noqa: E402
     METHOD_COUNTED,
     METHOD_PROFILER,
     CpuBatchFit,
@@ -26,7 +26,8 @@ from labkit.largest_batch import (  # noqa: E402
     search_batch,
     step_memory,
 )
-from labkit.memory import MemoryBudgetError  # noqa: E402
+from labkit.machine import memory  # noqa: E402
+from labkit.machine.memory import MemoryBudgetError  # noqa: E402
 
 GiB = 1 << 30
 

@@ -1,16 +1,16 @@
 """Low memory, simulated: every probe and sweep shrinks to fit or stops with a clear message.
 
 The fixture makes labkit read 64 MiB, 8 MiB, 1 MiB or nothing as the free
-memory (it replaces what :func:`labkit.memory.available_bytes` reads, the one
+memory (it replaces what :func:`labkit.machine.memory.available_bytes` reads, the one
 source every probe sizes its buffers from). Each probe in :data:`PROBES` then
 either returns results for what fits, saying what it dropped, or raises
-:class:`~labkit.memory.MemoryBudgetError` with the sizes and the free memory;
+:class:`~labkit.machine.memory.MemoryBudgetError` with the sizes and the free memory;
 and what it allocates never exceeds its fraction of the free memory:
 
 - NumPy and Python objects are traced with :mod:`tracemalloc` (NumPy reports
   its buffers to it);
 - torch's CPU tensors with ``torch.profiler``'s memory events (each carries
-  the allocator's running total), as :mod:`labkit.largest_batch` does.
+  the allocator's running total), as :mod:`labkit.batching.largest` does.
 
 The peak may exceed the budget by :data:`SLACK_BYTES` only: Python objects
 (timings, closures, a progress bar) that no probe sizes. With nothing free,
@@ -28,7 +28,7 @@ Left out of :data:`PROBES`, on purpose:
   ``measure_tf_pipeline``, ``profile_keras_training``, the Keras RNNs): TF's
   allocator is invisible to both tracers, and importing TF costs seconds.
   Their refusal when nothing fits is checked before TF is imported.
-- Multi-process probes (``labkit.dist``): the workers allocate in other
+- Multi-process probes (``labkit.scaling``): the workers allocate in other
   processes; the launcher's check (before any process starts) is tested.
 - ``largest_batch_cpu``, ``batch_sweep`` and ``profile_training`` run
   ``torch.profiler`` themselves, and profilers do not nest: their steps'
@@ -52,8 +52,8 @@ from typing import Any
 
 import pytest
 
-from labkit import memory
-from labkit.memory import DEFAULT_FRACTION, MemoryBudgetError, MemoryBudgetWarning
+from labkit.machine import memory
+from labkit.machine.memory import DEFAULT_FRACTION, MemoryBudgetError, MemoryBudgetWarning
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 
@@ -122,7 +122,7 @@ def run_measured(probe: Callable[[], Any], *, torch_too: bool) -> Outcome:
         tracemalloc.stop()  # before the profiler turns its events into Python objects
     torch_peak = 0
     if torch_too:
-        from labkit.largest_batch import _allocation_peak
+        from labkit.batching.largest import _allocation_peak
 
         torch_peak = _allocation_peak(prof) or 0
     return Outcome(result, error, traced + torch_peak, list(caught))
@@ -151,7 +151,7 @@ def _dropped_stream(result: Any) -> bool:
 
 
 def _dropped_parallel(result: Any) -> bool:
-    from labkit.parallel import PYTHON_MAX_SIZE
+    from labkit.parallelism.sweep import PYTHON_MAX_SIZE
 
     limit = PYTHON_MAX_SIZE[result.op]
     return any(
@@ -161,17 +161,20 @@ def _dropped_parallel(result: Any) -> bool:
 
 def _probe_table() -> list[tuple[str, Callable[[], Any], bool, Callable[[Any], bool] | None]]:
     """(name, call, torch allocates, "did it drop sizes?" for sweeps) for every probe."""
-    from labkit import bandwidth, parallel, pipeline, stream_sweep, strided
     from labkit.accel import compilers, side_by_side, sync_points
-    from labkit.amdahl import measure_thread_scaling
-    from labkit.input_pipeline import SyntheticImages, measure_loader
+    from labkit.bandwidth import pipeline, strided
+    from labkit.bandwidth import stream as bandwidth
+    from labkit.bandwidth import sweep as stream_sweep
+    from labkit.batching.loaders import SyntheticImages, measure_loader
     from labkit.models import data
     from labkit.models.throughput import throughput_by_batch
-    from labkit.pitfalls import matmul_workload
+    from labkit.parallelism import sweep as parallel
+    from labkit.parallelism.amdahl import measure_thread_scaling
     from labkit.profiling.stalls import time_sync_stall
-    from labkit.roofline import add_cost, matmul_cost
-    from labkit.roofline_measure import measure_op, measure_peak_compute
-    from labkit.timing import bench
+    from labkit.roofline.measure import measure_op, measure_peak_compute
+    from labkit.roofline.model import add_cost, matmul_cost
+    from labkit.timing.bench import bench
+    from labkit.timing.pitfalls import matmul_workload
 
     def cnn() -> Any:
         from labkit.models.cnn import CNN
@@ -269,7 +272,7 @@ def test_every_probe_fits_its_budget_or_refuses_clearly(name: str, free_bytes: i
 def test_largest_batch_cpu_stays_within_its_budget(monkeypatch: pytest.MonkeyPatch,
                                                    free: int) -> None:  # fmt: skip
     """It measures its own steps with torch.profiler: each step's peak must fit the budget."""
-    from labkit import largest_batch
+    from labkit.batching import largest as largest_batch
 
     _simulate_free(monkeypatch, free)
     budget = int(free * DEFAULT_FRACTION)
@@ -296,7 +299,9 @@ def test_largest_batch_cpu_stays_within_its_budget(monkeypatch: pytest.MonkeyPat
 def test_batch_sweep_times_only_batches_whose_step_fits(monkeypatch: pytest.MonkeyPatch,
                                                         free: int) -> None:  # fmt: skip
     """batch_sweep fits a memory line with torch.profiler; its largest timed step is re-measured."""
-    from labkit import batching, largest_batch
+    from labkit.batching import largest as largest_batch
+    from labkit.batching import step as training_step
+    from labkit.batching import sweep as batching
 
     _simulate_free(monkeypatch, free)
     budget = int(free * DEFAULT_FRACTION)
@@ -309,7 +314,7 @@ def test_batch_sweep_times_only_batches_whose_step_fits(monkeypatch: pytest.Monk
     largest = max(sweep.curve("train").batch_sizes)
     assert 65536 in sweep.dropped and "budget" in sweep.memory_note
     step = largest_batch.step_memory(
-        lambda: batching.mlp(), (256,), largest, device="cpu", optimizer="sgd"
+        lambda: training_step.mlp(), (256,), largest, device="cpu", optimizer="sgd"
     )
     assert step.peak_bytes <= budget + SLACK_BYTES
 
@@ -346,7 +351,7 @@ def test_gpu_kernel_sizes_shrink_or_refuse(monkeypatch: pytest.MonkeyPatch, free
 
 
 def test_launchers_refuse_before_starting_processes(monkeypatch: pytest.MonkeyPatch) -> None:
-    from labkit.dist import launch
+    from labkit.scaling import launch
 
     _simulate_free(monkeypatch, 1 * MiB)
     started: list[Any] = []
@@ -361,7 +366,7 @@ def test_launchers_refuse_before_starting_processes(monkeypatch: pytest.MonkeyPa
 
 
 def test_allreduce_cost_sends_only_the_sizes_that_fit(monkeypatch: pytest.MonkeyPatch) -> None:
-    from labkit.dist import launch
+    from labkit.scaling import launch
 
     _simulate_free(monkeypatch, 64 * MiB)  # 16 MiB budget; 2 processes × 3 copies each
 
@@ -383,7 +388,7 @@ def test_tensorflow_probes_refuse_before_importing_tensorflow(
     import sys
 
     from labkit.accel.compilers import tf_xla_benchmark
-    from labkit.input_pipeline import measure_tf_pipeline
+    from labkit.batching.loaders import measure_tf_pipeline
 
     _simulate_free(monkeypatch, 0)
     had_tf = "tensorflow" in sys.modules
@@ -408,11 +413,14 @@ def one_gib_free(monkeypatch: pytest.MonkeyPatch) -> int:
 def test_explicit_sizes_beyond_the_machine_are_refused_before_allocating(
     one_gib_free: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from labkit import bandwidth, parallel, pipeline, stream_sweep, strided
-    from labkit.roofline_measure import measure_peak_compute
+    from labkit.bandwidth import pipeline, strided
+    from labkit.bandwidth import stream as bandwidth
+    from labkit.bandwidth import sweep as stream_sweep
+    from labkit.parallelism import sweep as parallel
+    from labkit.roofline.measure import measure_peak_compute
 
     allocated: list[int] = []
-    monkeypatch.setattr(bandwidth, "_allocate", lambda n, count, device: allocated.append(n))
+    monkeypatch.setattr(bandwidth, "allocate_arrays", lambda n, count, device: allocated.append(n))
     monkeypatch.setattr(strided, "_allocate", lambda n, device, dtype: allocated.append(n))
     huge = 10**15
     cases = [
@@ -432,7 +440,7 @@ def test_explicit_sizes_beyond_the_machine_are_refused_before_allocating(
 
 
 def test_a_sweep_drops_sizes_over_the_budget_but_within_the_machine(one_gib_free: int) -> None:
-    from labkit import stream_sweep
+    from labkit.bandwidth import sweep as stream_sweep
 
     sweep = stream_sweep.stream_sweep(("copy",), [64 * KiB, 512 * MiB], min_reps=1,
                                       show_progress=False, **FAST)  # fmt: skip
@@ -476,8 +484,8 @@ def _oom(what: str) -> Exception:
 
 
 def _fake_row(kernel: str, nbytes: int, device: str) -> Any:
-    from labkit.bandwidth import BandwidthResult
-    from labkit.timing import Timing
+    from labkit.bandwidth.stream import BandwidthResult
+    from labkit.timing.bench import Timing
 
     timing = Timing((1.0, 1.0, 1.0), label=kernel, device=device)
     return BandwidthResult(kernel, device, "float64", max(1, nbytes // 8), nbytes, 2 * nbytes, 1,
@@ -491,7 +499,8 @@ SWEEP_BYTES = [64 * KiB, MiB, 16 * MiB, 64 * MiB]
 def test_stream_sweep_on_gpu_ends_cleanly_when_memory_runs_out(
     fake_gpu: dict, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, fails_at: str
 ) -> None:
-    from labkit import bandwidth, stream_sweep
+    from labkit.bandwidth import stream as bandwidth
+    from labkit.bandwidth import sweep as stream_sweep
 
     def allocate(n: int, count: int, device: str) -> list[int]:
         if fails_at == "allocation" and 8 * n > MiB:
@@ -503,8 +512,8 @@ def test_stream_sweep_on_gpu_ends_cleanly_when_memory_runs_out(
             raise _oom("a workspace")
         return _fake_row(kernel, 8 * n, device)
 
-    monkeypatch.setattr(bandwidth, "_allocate", allocate)
-    monkeypatch.setattr(stream_sweep, "_measure", measure)
+    monkeypatch.setattr(bandwidth, "allocate_arrays", allocate)
+    monkeypatch.setattr(stream_sweep, "measure_kernel", measure)
     sweep = stream_sweep.stream_sweep(("copy",), SWEEP_BYTES, "cuda", show_progress=False)
     assert sweep.sizes_bytes == (64 * KiB, MiB)  # the rows so far are kept
     assert sweep.largest_bytes_per_array == MiB
@@ -519,12 +528,13 @@ def test_stream_sweep_on_gpu_ends_cleanly_when_memory_runs_out(
 def test_stream_sweep_on_gpu_where_nothing_fits_is_an_error(
     fake_gpu: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from labkit import bandwidth, stream_sweep
+    from labkit.bandwidth import stream as bandwidth
+    from labkit.bandwidth import sweep as stream_sweep
 
     def allocate(n: int, count: int, device: str) -> Any:
         raise _oom(f"{8 * n} bytes")
 
-    monkeypatch.setattr(bandwidth, "_allocate", allocate)
+    monkeypatch.setattr(bandwidth, "allocate_arrays", allocate)
     with pytest.raises(MemoryBudgetError, match="ran out of cuda:0 memory") as info:
         stream_sweep.stream_sweep(("copy",), SWEEP_BYTES, "cuda", show_progress=False)
     assert "64 KiB" in str(info.value)
@@ -535,7 +545,7 @@ def test_host_device_sweep_ends_cleanly_when_memory_runs_out(
 ) -> None:
     import torch
 
-    from labkit import transfers
+    from labkit.bandwidth import transfers
 
     real_empty, real_ones = torch.empty, torch.ones
 
@@ -568,7 +578,8 @@ def test_host_device_sweep_ends_cleanly_when_memory_runs_out(
 def test_size_sweep_on_gpu_ends_that_backend_cleanly(
     fake_gpu: dict, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    from labkit import gpu, parallel
+    from labkit.machine import gpu
+    from labkit.parallelism import sweep as parallel
 
     real_case = parallel._make_case
 
@@ -595,7 +606,7 @@ def test_size_sweep_on_gpu_ends_that_backend_cleanly(
 def test_peak_compute_stops_a_dtype_at_the_size_that_ran_out(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    from labkit import roofline_measure
+    from labkit.roofline import measure as roofline_measure
 
     _simulate_free(monkeypatch, GiB)
     real_pair = roofline_measure._random_pair
@@ -619,7 +630,8 @@ def test_batch_sweep_ends_a_curve_cleanly_when_memory_runs_out(
 ) -> None:
     from types import SimpleNamespace
 
-    from labkit import batching, largest_batch
+    from labkit.batching import largest as largest_batch
+    from labkit.batching import sweep as batching
 
     _simulate_free(monkeypatch, GiB)
     real_batch = batching.make_batch

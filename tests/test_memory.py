@@ -1,11 +1,11 @@
-"""labkit.memory: buffers sized from the free memory, shrink for sweeps, clear errors otherwise."""
+"""labkit.machine.memory: buffers sized from the free memory, shrink for sweeps, clear errors otherwise."""
 
 from __future__ import annotations
 
 import pytest
 
-from labkit import container, memory
-from labkit.memory import MemoryBudgetError
+from labkit.machine import container, memory
+from labkit.machine.memory import MemoryBudgetError
 
 MiB = 1024**2
 
@@ -194,7 +194,8 @@ def test_unreadable_cgroup_files_mean_no_limit(tmp_path, monkeypatch: pytest.Mon
 def test_doctor_shows_the_container_limit_only_when_there_is_one(
     tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from labkit import cpu, doctor
+    from labkit.machine import cpu
+    from labkit.machine import report as doctor
 
     def memory_line(info: cpu.CpuInfo) -> str:
         table = doctor._Table(color=False)
@@ -303,7 +304,7 @@ def test_a_cgroup_cpu_quota_is_read(
 def test_usable_cpus_is_the_affinity_within_the_quota(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    from labkit import input_pipeline
+    from labkit.batching import loaders as input_pipeline
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
     _cgroup_tree(tmp_path, monkeypatch, "0::/pod\n", {"pod/cpu.max": "150000 100000\n"})
@@ -314,7 +315,7 @@ def test_usable_cpus_is_the_affinity_within_the_quota(tmp_path, monkeypatch: pyt
 
 def test_the_shared_last_level_cache_counts_every_instance(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two L3 slices (AMD CCDs, or two sockets) of 32 MiB: a run on all CPUs has 64 MiB of L3."""
-    from labkit import cpu
+    from labkit.machine import cpu
 
     for n in range(4):
         shared = "0-1" if n < 2 else "2-3"

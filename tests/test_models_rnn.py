@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-import labkit.models as models
+from labkit.models import data, rnn_keras, rnn_torch
 
 torch = pytest.importorskip("torch")
 
@@ -16,12 +16,12 @@ torch = pytest.importorskip("torch")
 
 
 def test_torch_rnn_shapes_and_params() -> None:
-    model = models.TorchRNN()
+    model = rnn_torch.TorchRNN()
     assert sum(p.numel() for p in model.parameters()) == 5_100  # two bias vectors
     out, h_n = model.rnn(torch.randn(10, 20, 50))
     assert out.shape == (10, 20, 50) and h_n.shape == (1, 10, 50)
     assert model(torch.randn(10, 20, 50)).shape == (10, 20, 50)
-    assert models.TorchRNN(num_classes=2)(torch.randn(10, 20, 50)).shape == (10, 2)
+    assert rnn_torch.TorchRNN(num_classes=2)(torch.randn(10, 20, 50)).shape == (10, 2)
 
 
 def test_batch_first_trap_gives_the_same_output_shape() -> None:
@@ -32,7 +32,7 @@ def test_batch_first_trap_gives_the_same_output_shape() -> None:
 
 
 def test_h0_is_never_batch_first() -> None:
-    rnn = models.TorchRNN().rnn
+    rnn = rnn_torch.TorchRNN().rnn
     with pytest.raises(RuntimeError, match=r"Expected hidden size \(1, 10, 50\)"):
         rnn(torch.randn(10, 20, 50), torch.zeros(10, 1, 50))
     _, h_n = rnn(torch.randn(10, 20, 50), torch.zeros(1, 10, 50))
@@ -41,7 +41,7 @@ def test_h0_is_never_batch_first() -> None:
 
 def test_torch_rnn_validates() -> None:
     with pytest.raises(ValueError, match="hidden_size"):
-        models.TorchRNN(hidden_size=0)
+        rnn_torch.TorchRNN(hidden_size=0)
 
 
 # --------------------------------------------------------------------------- Keras
@@ -50,13 +50,13 @@ def test_torch_rnn_validates() -> None:
 @pytest.fixture(scope="module")
 def tf():
     pytest.importorskip("tensorflow")
-    from labkit._optional import import_tensorflow
+    from labkit.core.optional import import_tensorflow
 
     return import_tensorflow()
 
 
 def test_seed_rnn_shapes_and_params(tf) -> None:
-    model = models.seed_rnn()
+    model = rnn_keras.seed_rnn()
     assert type(model).__name__ == "RNN" and isinstance(model, tf.keras.Model)
     y = model(tf.random.normal([10, 20, 50]))
     assert tuple(y.shape) == (10, 20, 50)
@@ -64,32 +64,32 @@ def test_seed_rnn_shapes_and_params(tf) -> None:
 
 
 def test_seed_rnn_cuda_error_text(tf) -> None:
-    assert models.seed_rnn_calls_cuda() == "'RNN' object has no attribute 'cuda'"
-    assert models.seed_tensor_calls_cuda().endswith("EagerTensor' object has no attribute 'cuda'")
+    assert rnn_keras.seed_rnn_calls_cuda() == "'RNN' object has no attribute 'cuda'"
+    assert rnn_keras.seed_tensor_calls_cuda().endswith("EagerTensor' object has no attribute 'cuda'")
 
 
-@pytest.mark.parametrize("kind", models.KERAS_RNN_KINDS)
+@pytest.mark.parametrize("kind", rnn_keras.KERAS_RNN_KINDS)
 def test_keras_rnn_kinds(tf, kind: str) -> None:
-    layer = models.keras_rnn(kind, units=8)
+    layer = rnn_keras.keras_rnn(kind, units=8)
     assert tuple(layer(tf.zeros([2, 5, 3])).shape) == (2, 5, 8)
     if kind.startswith("LSTM"):
         assert layer.use_cudnn == ("auto" if kind == "LSTM" else False)
 
 
 def test_keras_return_state_and_sequences(tf) -> None:
-    seq, state = models.keras_rnn("SimpleRNN", 64, return_state=True)(tf.zeros([10, 20, 50]))
+    seq, state = rnn_keras.keras_rnn("SimpleRNN", 64, return_state=True)(tf.zeros([10, 20, 50]))
     assert tuple(seq.shape) == (10, 20, 64) and tuple(state.shape) == (10, 64)
-    last = models.keras_rnn("SimpleRNN", 50, return_sequences=False)(tf.zeros([10, 20, 50]))
+    last = rnn_keras.keras_rnn("SimpleRNN", 50, return_sequences=False)(tf.zeros([10, 20, 50]))
     assert tuple(last.shape) == (10, 50)
 
 
 def test_keras_rnn_validates() -> None:
     with pytest.raises(ValueError, match="SimpleRNN, LSTM, LSTM-no-cudnn, GRU"):
-        models.keras_rnn("Transformer")
+        rnn_keras.keras_rnn("Transformer")
 
 
 def test_time_keras_rnns_runs(tf) -> None:
-    timings = models.time_keras_rnns(batch=2, steps=4, features=3, units=4, warmup_ms=0, rep_ms=1)
+    timings = rnn_keras.time_keras_rnns(batch=2, steps=4, features=3, units=4, warmup_ms=0, rep_ms=1)
     assert [t.kind for t in timings] == ["SimpleRNN", "LSTM", "LSTM-no-cudnn"]
     assert all(t.timing.n >= 5 and t.median_ms > 0 for t in timings)
     gpu = bool(tf.config.list_physical_devices("GPU"))
@@ -97,9 +97,9 @@ def test_time_keras_rnns_runs(tf) -> None:
 
 
 def test_train_keras_rnn_learns_the_sequence_task(tf) -> None:
-    x, y = models.sequence_task(600, steps=10, features=8, seed=0)
-    train, test = models.train_test_split(x, y, seed=0)
-    result = models.train_keras_rnn(train, test, units=16, epochs=4, batch_size=32, lr=1e-2)
+    x, y = data.sequence_task(600, steps=10, features=8, seed=0)
+    train, test = data.train_test_split(x, y, seed=0)
+    result = rnn_keras.train_keras_rnn(train, test, units=16, epochs=4, batch_size=32, lr=1e-2)
     assert result.framework == "tensorflow" and len(result.losses) == 4
     assert result.final_accuracy >= 0.7  # chance is 0.5
 
@@ -107,7 +107,7 @@ def test_train_keras_rnn_learns_the_sequence_task(tf) -> None:
 def test_missing_tensorflow_names_the_install_command() -> None:
     code = (
         "import sys; sys.modules['tensorflow'] = None\n"
-        "import labkit.models as m\n"
+        "from labkit.models import rnn_keras as m\n"
         "try:\n    m.seed_rnn()\nexcept ImportError as e:\n"
         "    assert type(e).__name__ == 'MissingPackageError' and 'pip install' in str(e), e\n"
         "else:\n    raise SystemExit('no error')\n"

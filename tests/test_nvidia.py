@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from labkit import nvidia
-from labkit.nvidia import (
+from labkit.machine import nvidia
+from labkit.machine.nvidia import (
     CUDA_ERROR_NO_DEVICE,
     NvidiaInfo,
     cuda_version_text,

@@ -6,7 +6,7 @@ a guard in every Python process (tools/offline_net.py). These tests check
 both do what they claim: a connect to a public address fails at once with
 ENETUNREACH, and 127.0.0.1 still works (Jupyter kernels, torchrun, gloo).
 The static tests check the sources: no HTTP client, no data set downloader,
-no socket beyond the local one labkit.dist needs.
+no socket beyond the local one labkit.scaling needs.
 """
 
 from __future__ import annotations
@@ -203,9 +203,9 @@ NETWORK_CLIENTS = ("urllib.request", "http.client", "requests", "httpx", "urllib
 #: Dotted names that download data sets or weights.
 DOWNLOADERS = ("keras.datasets", "torch.hub", "tfds", "hf_hub", "fetch_openml", "load_data",
                "from_pretrained", "urlretrieve", "sklearn.datasets.fetch_")  # fmt: skip
-#: The only socket use allowed: labkit.dist names the host in its results. torchrun's
+#: The only socket use allowed: labkit.scaling names the host in its results. torchrun's
 #: --standalone rendezvous and gloo (inside torch) stay on this machine.
-SOCKET_ALLOWED = {"labkit/dist/_worker.py": {"gethostname"}}
+SOCKET_ALLOWED = {"labkit/scaling/worker.py": {"gethostname"}}
 
 
 def _dotted(node: ast.AST) -> str:
@@ -359,7 +359,7 @@ def test_matrix_checker_catches_errors_tracebacks_and_silent_skips() -> None:
 
 def test_matrix_table_matches_labkit_wording() -> None:
     pytest.importorskip("nbformat")
-    from labkit._optional import MissingPackageError
+    from labkit.core.optional import MissingPackageError
 
     for package in _runner().optional_packages():
         if package.name != "numba-cuda":  # the simulator words its own (checked in test_kernels_simulator)
@@ -370,7 +370,7 @@ def test_matrix_table_matches_labkit_wording() -> None:
 def test_simulator_available_says_in_one_line_what_to_install(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from labkit._optional import is_installed
+    from labkit.core.optional import is_installed
     from labkit.kernels import simulator
 
     if is_installed("numba") and is_installed("numba_cuda"):

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from labkit import _optional
-from labkit.cli import main
+from labkit.cli.main import main
+from labkit.core import optional as _optional
 
 
 def _run(code: str) -> subprocess.CompletedProcess[str]:

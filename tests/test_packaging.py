@@ -69,7 +69,7 @@ def test_every_default_requirement_is_pinned() -> None:
 def test_names_and_extras() -> None:
     project = PYPROJECT["project"]
     assert project["name"] == "gpu-labkit"
-    assert project["scripts"]["labkit"] == "labkit.cli:main"
+    assert project["scripts"]["labkit"] == "labkit.cli.main:main"
     gpu = " ".join(project["optional-dependencies"]["gpu"])
     assert "tensorflow[and-cuda]" in gpu and "cupy-cuda12x" in gpu
     cpu = " ".join(project["optional-dependencies"]["cpu"])

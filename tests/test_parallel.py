@@ -1,4 +1,4 @@
-"""Size sweeps, torch thread counts, the crossover and rate formatting (labkit.parallel & co).
+"""Size sweeps, torch thread counts, the crossover and rate formatting (labkit.parallelism.sweep & co).
 
 Nothing here depends on how fast this machine is: sweeps run tiny sizes with
 tiny budgets and only their structure is checked; the crossover and the
@@ -19,8 +19,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from labkit import crossover, parallel, plots, rates  # noqa: E402
-from labkit.timing import Timing  # noqa: E402
+from labkit.core import units as rates
+from labkit.parallelism import (
+    crossover,
+    plots,  # noqa: E402
+)
+from labkit.parallelism import sweep as parallel
+from labkit.timing.bench import Timing  # noqa: E402
 
 TINY = {"warmup_ms": 0, "rep_ms": 0.5, "show_progress": False}
 CPU_BACKENDS = ("python", "numpy", "torch-1-thread", "torch-all-threads")
@@ -31,8 +36,8 @@ CPU_BACKENDS = ("python", "numpy", "torch-1-thread", "torch-all-threads")
 
 def test_measurement_modules_import_no_framework() -> None:
     code = (
-        "import labkit.parallel, labkit.amdahl, labkit.crossover, labkit.rates, "
-        "labkit.roofline, labkit.roofline_measure, sys, json; print(json.dumps(sorted(sys.modules)))"
+        "import labkit.parallelism.sweep, labkit.parallelism.amdahl, labkit.parallelism.crossover, labkit.core.units, "
+        "labkit.roofline.model, labkit.roofline.measure, sys, json; print(json.dumps(sorted(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(json.loads(out.stdout.splitlines()[-1]))
@@ -150,7 +155,7 @@ def test_sweep_validates_arguments(kwargs: dict[str, object], match: str) -> Non
 
 
 def test_cuda_backend_needs_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("labkit.gpu.has_gpu", lambda: False)
+    monkeypatch.setattr("labkit.machine.gpu.has_gpu", lambda: False)
     assert "torch-cuda" not in parallel.available_backends()
     with pytest.raises(ValueError, match="'torch-cuda' but this machine has no CUDA GPU"):
         parallel.sweep_add([4], ["torch-cuda"], **TINY)
@@ -204,7 +209,7 @@ def test_crossover_validates(args: tuple[object, object, object], match: str) ->
 
 
 def test_launch_overhead_needs_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("labkit.gpu.has_gpu", lambda: False)
+    monkeypatch.setattr("labkit.machine.gpu.has_gpu", lambda: False)
     with pytest.raises(RuntimeError, match="require_gpu"):
         crossover.launch_overhead()
     with pytest.raises(ValueError, match="device must be 'cuda'"):
@@ -217,7 +222,7 @@ def test_round_trip_clock_syncs_cuda_around_a_host_clock() -> None:
     """The launch + synchronize timing: bench must take the host-clock path and sync each call."""
     import types
 
-    from labkit.timing import bench
+    from labkit.timing.bench import bench
 
     synced: list[object] = []
     fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(synchronize=synced.append))

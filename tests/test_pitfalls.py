@@ -1,4 +1,4 @@
-"""labkit.pitfalls: naive versus synchronized timing, and ``labkit bench timing``."""
+"""labkit.timing.pitfalls: naive versus synchronized timing, and ``labkit bench timing``."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from labkit import gpu, pitfalls, reference
-from labkit.cli import main
-from labkit.timing import Timing
+from labkit.cli.main import main
+from labkit.machine import gpu, reference
+from labkit.timing import pitfalls
+from labkit.timing.bench import Timing
 
 TICK_S = 2.0**-10  # exact in binary, so fake-clock arithmetic is exact
 TICK_MS = TICK_S * 1e3
@@ -172,7 +173,7 @@ def test_run_timing_benchmark_prints_valid_json(small_cpu, capsys):
 def test_record_without_a_gpu_writes_nothing(small_cpu, monkeypatch, capsys):
     pytest.importorskip("torch")
     monkeypatch.setattr(gpu, "has_gpu", lambda: False)
-    package_dir = Path(reference.__file__).resolve().parent / "reference"
+    package_dir = Path(reference.__file__).resolve().parents[1] / "reference"
     shipped = sorted(package_dir.iterdir())
     assert pitfalls.run_timing_benchmark(as_json=False, record=True) == 0
     out = capsys.readouterr().out

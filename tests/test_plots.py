@@ -10,8 +10,11 @@ import pytest
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from labkit import notebook, plots  # noqa: E402
-from labkit.timing import NoisyTimingWarning, Timing  # noqa: E402
+from labkit import notebook, plotting  # noqa: E402
+from labkit.bandwidth import plots as bandwidth_plots  # noqa: E402
+from labkit.models import plots as models_plots  # noqa: E402
+from labkit.timing import plots as timing_plots  # noqa: E402
+from labkit.timing.bench import NoisyTimingWarning, Timing  # noqa: E402
 
 
 def _timing() -> Timing:
@@ -19,7 +22,7 @@ def _timing() -> Timing:
 
 
 def test_plot_samples_labels_units_and_device() -> None:
-    ax = plots.plot_samples(_timing())
+    ax = timing_plots.plot_samples(_timing())
     try:
         assert ax.get_ylabel() == "time per call (ms)"
         assert "call number" in ax.get_xlabel()
@@ -33,7 +36,7 @@ def test_plot_samples_labels_units_and_device() -> None:
 
 def test_plot_samples_scales_the_unit() -> None:
     t = Timing(samples_ms=(0.002, 0.0021, 0.0019), label="tiny", device="cpu")
-    ax = plots.plot_samples(t)
+    ax = timing_plots.plot_samples(t)
     try:
         assert ax.get_ylabel() == "time per call (µs)"
     finally:
@@ -42,25 +45,25 @@ def test_plot_samples_scales_the_unit() -> None:
 
 def test_plot_samples_rejects_other_types() -> None:
     with pytest.raises(TypeError, match="Expected an instance of Timing"):
-        plots.plot_samples([1.0, 2.0])
+        timing_plots.plot_samples([1.0, 2.0])
 
 
 def test_style_axes_needs_both_labels() -> None:
     fig, ax = plt.subplots()
     try:
         with pytest.raises(ValueError, match="xlabel and ylabel"):
-            plots.style_axes(ax, xlabel="", ylabel="time (ms)", title="t")
+            plotting.style_axes(ax, xlabel="", ylabel="time (ms)", title="t")
     finally:
         plt.close(fig)
 
 
 def test_device_name() -> None:
-    assert plots.device_name("cpu")  # the CPU model, never empty
-    assert plots.device_name("xpu:3") == "xpu:3"
-    assert plots.device_name("tf:CPU:0") == plots.device_name("cpu")
-    assert plots.device_name("/GPU:0") == "TensorFlow GPU:0"
+    assert plotting.device_name("cpu")  # the CPU model, never empty
+    assert plotting.device_name("xpu:3") == "xpu:3"
+    assert plotting.device_name("tf:CPU:0") == plotting.device_name("cpu")
+    assert plotting.device_name("/GPU:0") == "TensorFlow GPU:0"
     with pytest.raises(TypeError, match="device"):
-        plots.device_name(None)
+        plotting.device_name(None)
 
 
 def test_notebook_setup_is_silent_and_validates(capsys: pytest.CaptureFixture[str]) -> None:
@@ -74,48 +77,48 @@ def test_notebook_setup_is_silent_and_validates(capsys: pytest.CaptureFixture[st
 
 
 def test_plot_strided_and_pipeline() -> None:
-    from labkit.pipeline import PipelineBreakdown
-    from labkit.strided import StridedResult, StridedRow
+    from labkit.bandwidth.pipeline import PipelineBreakdown
+    from labkit.bandwidth.strided import StridedResult, StridedRow
 
     rows = tuple(
         StridedRow(s, 1024, 4096, 4096 * s, Timing(samples_ms=(0.01 * s,) * 5), float(s))
         for s in (1, 2, 4)
     )
     strided = StridedResult(rows, "cpu", "float32", 4, 64, True)
-    ax = plots.plot_strided(strided)
+    ax = bandwidth_plots.plot_strided(strided)
     try:
         assert ax.get_xscale() == "log" and "GB/s" in ax.get_ylabel()
     finally:
         plt.close(ax.figure)
     t = Timing(samples_ms=(1.0,) * 5)
     pipe = PipelineBreakdown("cpu", "scale", 1 << 20, "pageable", t, t, t, t, "note")
-    ax = plots.plot_pipeline([pipe, pipe])
+    ax = bandwidth_plots.plot_pipeline([pipe, pipe])
     try:
         assert "ms" in ax.get_xlabel() and len(ax.patches) == 6
     finally:
         plt.close(ax.figure)
     with pytest.raises(TypeError, match="StridedResult"):
-        plots.plot_strided([1, 2])
+        bandwidth_plots.plot_strided([1, 2])
     with pytest.raises(TypeError, match="PipelineBreakdown"):
-        plots.plot_pipeline([])
+        bandwidth_plots.plot_pipeline([])
 
 
 def test_plot_timings_and_throughput() -> None:
     from types import SimpleNamespace
 
     ts = [Timing(samples_ms=(1.0, 1.2, 0.9), label="a"), Timing(samples_ms=(2.0, 2.1), label="b")]
-    ax = plots.plot_timings(ts)
+    ax = timing_plots.plot_timings(ts)
     try:
         assert "IQR" in ax.get_xlabel() and len(ax.patches) == 2
     finally:
         plt.close(ax.figure)
     rows = [SimpleNamespace(batch_size=b, images_per_s=100.0 * b, device="cpu") for b in (1, 4)]
-    ax = plots.plot_throughput({"float32": rows})
+    ax = models_plots.plot_throughput({"float32": rows})
     try:
         assert ax.get_xscale() == "log" and "images/s" in ax.get_ylabel()
     finally:
         plt.close(ax.figure)
     with pytest.raises(TypeError, match="Timing"):
-        plots.plot_timings([1.0])
+        timing_plots.plot_timings([1.0])
     with pytest.raises(TypeError, match="dict"):
-        plots.plot_throughput([])
+        models_plots.plot_throughput([])

@@ -1,4 +1,4 @@
-"""The reference profile (labkit/profile.py, tools/with_profile.py): what the committed outputs assume.
+"""The reference profile (labkit/machine/profile.py, tools/with_profile.py): what the committed outputs assume.
 
 Under a profile labkit must answer the same on every machine that can provide
 it: the same free memory, the same thread count, no GPU. These tests play
@@ -17,8 +17,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from labkit import bandwidth, gpu, memory, notebook, nvidia, parallel, profile
-from labkit.memory import MemoryBudgetError, MemoryBudgetWarning
+from labkit import notebook
+from labkit.bandwidth import stream as bandwidth
+from labkit.machine import gpu, memory, nvidia, profile
+from labkit.machine.memory import MemoryBudgetError, MemoryBudgetWarning
+from labkit.parallelism import sweep as parallel
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / "tools"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from labkit._optional import MissingPackageError, is_installed
+from labkit.core.optional import MissingPackageError, is_installed
 from labkit.profiling import TfProfile, keras_cnn, profile_keras_training, read_xplane
 
 REPO = Path(__file__).resolve().parents[1]
@@ -108,7 +108,7 @@ def test_a_fresh_process_prints_nothing_either(tmp_path: Path) -> None:
 
 @needs_tf
 def test_keras_cnn_matches_the_torch_cnn() -> None:
-    assert keras_cnn().count_params() == 6026  # labkit.models.CNN: 896 + 5,130
+    assert keras_cnn().count_params() == 6026  # labkit.models.cnn.CNN: 896 + 5,130
     assert keras_cnn(3, 16).output_shape == (None, 3)
 
 

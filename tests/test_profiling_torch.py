@@ -143,7 +143,7 @@ def test_phases_steps_and_totals(once: TorchProfile) -> None:
 def test_printed_profile_has_a_stable_structure(once: TorchProfile, every: TorchProfile) -> None:
     for profile, item_calls in ((once, "0"), (every, "2")):
         lines = str(profile).splitlines()
-        assert lines[0].startswith("PyTorch profile: labkit.models.CNN training on cpu, batch 4")
+        assert lines[0].startswith("PyTorch profile: labkit.models.cnn.CNN training on cpu, batch 4")
         header = next(i for i, line in enumerate(lines) if line.strip().startswith("operator "))
         assert lines[header].split() == ["operator", "calls", "self", "CPU", "total", "CPU"]
         rows = lines[header + 1 : header + 1 + len(STABLE_OPS)]
@@ -176,7 +176,7 @@ def test_to_dict_is_json(once: TorchProfile) -> None:
     assert json.loads(json.dumps(data))["steps"] == 2
     assert {o["name"] for o in data["ops"]} >= {"aten::conv2d", "Optimizer.step#SGD.step"}
     assert len(once.to_dict()["ops"]) == len(once.ops)
-    assert once.summary()[0].startswith("cpu: labkit.models.CNN training on cpu")
+    assert once.summary()[0].startswith("cpu: labkit.models.cnn.CNN training on cpu")
 
 
 def test_profiling_prints_nothing(capfd: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -213,10 +213,10 @@ def test_trace_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_too_big_for_the_memory_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    import labkit.memory
-    from labkit.memory import MemoryBudgetError
+    import labkit.machine.memory
+    from labkit.machine.memory import MemoryBudgetError
 
-    monkeypatch.setattr(labkit.memory, "available_bytes", lambda device="cpu": 1000)
+    monkeypatch.setattr(labkit.machine.memory, "available_bytes", lambda device="cpu": 1000)
     with pytest.raises(MemoryBudgetError, match="profile_training needs"):
         profile_training(**TOY)
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit import progress
+from labkit.core import progress
 
 
 @pytest.mark.parametrize(("value", "shown"), [("0", False), ("off", False), ("1", True), ("", True)])

@@ -1,4 +1,4 @@
-"""labkit.reference: recordings from real GPUs, written atomically, read back exactly.
+"""labkit.machine.reference: recordings from real GPUs, written atomically, read back exactly.
 
 Every test writes into tmp_path (by argument or LABKIT_REFERENCE_DIR), never
 into the package.
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import labkit
-from labkit import reference
+from labkit.machine import reference
 
 RESULTS = {"summary": ["matmul 2048² on cuda:0: naive 9.87 µs, synchronized 312 µs"], "x": [1, 2]}
 DAY = datetime.date(2026, 11, 30)
@@ -60,7 +60,7 @@ def test_environment_variable_overrides_the_package_directory(tmp_path, monkeypa
 
 
 def test_default_directory_is_inside_the_package():
-    assert reference.reference_dir() == Path(reference.__file__).resolve().parent / "reference"
+    assert reference.reference_dir() == Path(reference.__file__).resolve().parents[1] / "reference"
 
 
 def test_shipped_recordings_are_real_and_valid():

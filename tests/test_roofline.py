@@ -1,4 +1,4 @@
-"""FLOP and byte counts, the roofline model, and measurements under it (labkit.roofline)."""
+"""FLOP and byte counts, the roofline model, and measurements under it (labkit.roofline.model)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from labkit import plots, roofline, roofline_measure  # noqa: E402
-from labkit.roofline import OpCost, Roofline  # noqa: E402
+from labkit.roofline import measure as roofline_measure  # noqa: E402
+from labkit.roofline import model as roofline  # noqa: E402
+from labkit.roofline import plots  # noqa: E402
+from labkit.roofline.model import OpCost, Roofline  # noqa: E402
 
 TINY = {"warmup_ms": 0, "rep_ms": 0.5}
 
@@ -160,14 +162,8 @@ def test_roofline_validates_and_is_read_only() -> None:
 # --------------------------------------------------------------------------- measurements
 
 
-def test_measurement_names_are_reachable_from_roofline() -> None:
-    assert roofline.measure_op is roofline_measure.measure_op
-    with pytest.raises(AttributeError):
-        roofline.no_such_name  # noqa: B018
-
-
 def test_measure_peak_compute_tiny() -> None:
-    peaks = roofline.measure_peak_compute(
+    peaks = roofline_measure.measure_peak_compute(
         "cpu", ["float32", "bfloat16"], [16, 8], show_progress=False, **TINY
     )
     assert list(peaks) == ["float32", "bfloat16"]
@@ -179,7 +175,7 @@ def test_measure_peak_compute_tiny() -> None:
 
 
 def test_measure_peak_compute_skips_sizes_predicted_too_slow() -> None:
-    peaks = roofline.measure_peak_compute(
+    peaks = roofline_measure.measure_peak_compute(
         "cpu", ["float32"], [8, 4096], max_call_ms=1e-6, show_progress=False, **TINY
     )
     assert peaks["float32"].sizes == (8,)
@@ -199,16 +195,16 @@ def test_measure_peak_compute_skips_sizes_predicted_too_slow() -> None:
 def test_measure_peak_compute_validates(kwargs: dict[str, object], match: str) -> None:
     options = {"device": "cpu", "show_progress": False, **kwargs}
     with pytest.raises((TypeError, ValueError), match=match):
-        roofline.measure_peak_compute(**options)  # type: ignore[arg-type]
+        roofline_measure.measure_peak_compute(**options)  # type: ignore[arg-type]
 
 
 def test_resolve_device(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("labkit.gpu.has_gpu", lambda: False)
+    monkeypatch.setattr("labkit.machine.gpu.has_gpu", lambda: False)
     assert roofline_measure.resolve_device(None) == "cpu"
     assert roofline_measure.resolve_device(torch.device("cpu")) == "cpu"
     with pytest.raises(ValueError, match="no CUDA GPU"):
         roofline_measure.resolve_device("cuda")
-    monkeypatch.setattr("labkit.gpu.has_gpu", lambda: True)
+    monkeypatch.setattr("labkit.machine.gpu.has_gpu", lambda: True)
     assert roofline_measure.resolve_device(None) == "cuda"
     assert roofline_measure.resolve_device("cuda:1") == "cuda:1"
     with pytest.raises(ValueError, match="device must be"):
@@ -222,10 +218,10 @@ def test_measure_roofline_uses_the_bandwidth_probe(monkeypatch: pytest.MonkeyPat
         calls.append(device)
         return types.SimpleNamespace(gb_per_s=25.0)
 
-    fake = types.ModuleType("labkit.bandwidth")
+    fake = types.ModuleType("labkit.bandwidth.stream")
     fake.peak_bandwidth = peak_bandwidth  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "labkit.bandwidth", fake)
-    roof = roofline.measure_roofline(
+    monkeypatch.setitem(sys.modules, "labkit.bandwidth.stream", fake)
+    roof = roofline_measure.measure_roofline(
         "cpu", ["float32"], sizes=[8], show_progress=False, **TINY
     )
     assert calls == ["cpu"]
@@ -244,7 +240,7 @@ def test_measure_roofline_uses_the_bandwidth_probe(monkeypatch: pytest.MonkeyPat
     ids=lambda op: op.kind,
 )
 def test_measure_op_rates_follow_the_counts(op: OpCost) -> None:
-    m = roofline.measure_op(op, "cpu", **TINY)
+    m = roofline_measure.measure_op(op, "cpu", **TINY)
     seconds = m.median_ms / 1e3
     assert m.op is op and m.device == "cpu" and m.timing.n >= 5
     assert m.gflop_per_s == pytest.approx(op.flops / seconds / 1e9)
@@ -255,18 +251,18 @@ def test_measure_op_rates_follow_the_counts(op: OpCost) -> None:
 
 def test_measure_op_validates() -> None:
     with pytest.raises(TypeError, match="Expected an instance of OpCost"):
-        roofline.measure_op("matmul", "cpu")  # type: ignore[arg-type]
+        roofline_measure.measure_op("matmul", "cpu")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="tf32=True needs a GPU"):
-        roofline.measure_op(roofline.add_cost(4), "cpu", tf32=True)
+        roofline_measure.measure_op(roofline.add_cost(4), "cpu", tf32=True)
     with pytest.raises(ValueError, match="rep_ms"):
-        roofline.measure_op(roofline.add_cost(4), "cpu", rep_ms=-1)
+        roofline_measure.measure_op(roofline.add_cost(4), "cpu", rep_ms=-1)
 
 
 def test_tf32_mode_restores_settings_even_on_error() -> None:
     matmul = torch.backends.cuda.matmul
     before = matmul.fp32_precision if roofline_measure._has_new_precision_api(torch) else None
     with pytest.raises(RuntimeError, match="inside"):
-        with roofline.tf32_mode(True):
+        with roofline_measure.tf32_mode(True):
             if before is not None:
                 assert matmul.fp32_precision == "tf32"
                 assert torch.backends.cudnn.conv.fp32_precision == "tf32"
@@ -274,7 +270,7 @@ def test_tf32_mode_restores_settings_even_on_error() -> None:
     if before is not None:
         assert matmul.fp32_precision == before
     with pytest.raises(TypeError, match="enabled must be True or False"):
-        with roofline.tf32_mode("yes"):  # type: ignore[arg-type]
+        with roofline_measure.tf32_mode("yes"):  # type: ignore[arg-type]
             pass
 
 
@@ -301,7 +297,7 @@ def test_plot_roofline_labels_scales_and_points() -> None:
 
 
 def test_plot_roofline_accepts_measurements_and_rejects_bad_points() -> None:
-    m = roofline.measure_op(roofline.matmul_cost(8, 8, 8), "cpu", **TINY)
+    m = roofline_measure.measure_op(roofline.matmul_cost(8, 8, 8), "cpu", **TINY)
     ax = plots.plot_roofline(_roof(), [m])
     try:
         assert m.label in [t.get_text() for t in ax.texts]

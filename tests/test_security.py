@@ -30,16 +30,11 @@ _SUBPROCESS = {"run", "Popen", "call", "check_call", "check_output"}
 #: (file, the module-name expression as written).
 _DYNAMIC_IMPORTS = {
     # `labkit bench NAME`: NAME is one of argparse's subcommands, a fixed list.
-    ("labkit/cli.py", 'f"labkit.bench_{args.bench}"'),
-    # labkit.dist's lazy exports: a fixed table of its own submodules.
-    ("labkit/dist/__init__.py", 'f"labkit.dist.{module}"'),
+    ("labkit/cli/main.py", 'f"labkit.cli.bench.{args.bench}"'),
     # TensorFlow's xplane protobuf module: a fixed tuple of candidate names.
     ("labkit/profiling/tf_profile.py", "name"),
     # try_import("tensorflow"): the calling code names the package, as an import statement would.
-    ("labkit/_optional.py", "name"),
-    # Lazy exports of labkit.bandwidth and labkit.models: fixed tables of labkit's own modules.
-    ("labkit/bandwidth.py", "_ELSEWHERE[name]"),
-    ("labkit/models/__init__.py", 'f"labkit.models.{module_name}"'),
+    ("labkit/core/optional.py", "name"),
 }
 
 

@@ -1,4 +1,4 @@
-"""labkit.sync: synchronizers, device resolution and inference, ambient GPU contexts.
+"""labkit.timing.sync: synchronizers, device resolution and inference, ambient GPU contexts.
 
 The CUDA code paths run here against small fake ``torch`` and ``cupy``
 modules put into ``sys.modules``, so they are exercised on a machine without
@@ -13,9 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from labkit import sync
-from labkit._optional import import_tensorflow, is_installed
-from labkit.timing import bench
+from labkit.core.optional import import_tensorflow, is_installed
+from labkit.timing import sync
+from labkit.timing.bench import bench
 
 
 class NamedSync:

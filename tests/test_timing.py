@@ -1,4 +1,4 @@
-"""labkit.timing: statistics, formatting, and how bench measures (with fake clocks and devices).
+"""labkit.timing.bench: statistics, formatting, and how bench measures (with fake clocks and devices).
 
 No assertion here depends on how fast this machine is: the semantic tests
 drive ``bench`` with a fake clock that only moves when the fake work says so.
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit.timing import (
+from labkit.timing.bench import (
     NoisyTimingWarning,
     Timing,
     bench,
@@ -501,9 +501,9 @@ def test_flush_l2_without_support_is_a_clear_error(rig):
 
 
 def test_flush_l2_on_the_cpu_writes_a_buffer(monkeypatch):
-    import labkit.sync
+    import labkit.timing.sync
 
-    monkeypatch.setattr(labkit.sync, "cpu_last_level_cache_bytes", lambda: 4096)
+    monkeypatch.setattr(labkit.timing.sync, "cpu_last_level_cache_bytes", lambda: 4096)
     t = bench(lambda: None, warmup_ms=0.1, rep_ms=0.5, flush_l2=True, device="cpu", warn=False)
     assert t.device == "cpu" and t.n >= 5
 

@@ -1,6 +1,6 @@
 """The GPU-only probes, run end to end on CPU tensors behind a fake ``torch.cuda``.
 
-CI has no GPU, so without this the code of :mod:`labkit.transfers` would
+CI has no GPU, so without this the code of :mod:`labkit.bandwidth.transfers` would
 never execute before it reaches a learner's GPU. The fakes stand in for
 streams, events and pinned memory; the tests check control flow, stream
 discipline (copies on the side stream, compute waiting for its chunk's
@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from labkit import transfers
+from labkit.bandwidth import transfers
 
 MiB = 1024**2
 

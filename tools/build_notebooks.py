@@ -3,7 +3,7 @@
 Each notebook runs top to bottom in a fresh gpu-labkit kernel, and is stamped
 with a hash of its sources so `tools/nbcheck.py` can tell a built notebook
 from a hand-run or edited one. It runs only under the reference profile
-(labkit/profile.py; `make notebooks` applies it with tools/with_profile.py),
+(labkit/machine/profile.py; `make notebooks` applies it with tools/with_profile.py),
 whose name is stamped too: outputs made without it would carry this machine's
 memory, thread count and GPU into the committed files.
 

@@ -93,7 +93,7 @@ say "gpu_checks.sh on $(hostname) at $(date -u +%FT%TZ); budget ${BUDGET_S}s; ou
 
 step doctor 60 text "$PYTHON" -m labkit doctor
 step doctor_json 60 json "$PYTHON" -m labkit doctor --json
-# Recordings go to $OUT/reference (labkit.reference honours LABKIT_REFERENCE_DIR).
+# Recordings go to $OUT/reference (labkit.machine.reference honours LABKIT_REFERENCE_DIR).
 step bench_timing 90 json env LABKIT_REFERENCE_DIR="$OUT/reference" \
     "$PYTHON" -m labkit bench timing --json --record
 step bench_bandwidth 150 json env LABKIT_REFERENCE_DIR="$OUT/reference" \

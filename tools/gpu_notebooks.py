@@ -4,7 +4,7 @@
 
 Strict nbval (`make test`) compares the notebooks with outputs made on the
 CPU reference machine, so it runs with the GPU hidden (the reference profile,
-labkit/profile.py). This is the other half: with no profile and the GPU
+labkit/machine/profile.py). This is the other half: with no profile and the GPU
 visible, it executes every notebook and checks what must hold on any GPU:
 
 - no cell raises, and no stream output contains "Traceback";
@@ -61,9 +61,9 @@ import run_notebooks  # noqa: E402
 
 #: A GPU cell is one that asks for a GPU.
 GPU_CELL = "labkit.require_gpu("
-#: The first words labkit.gpu.require_gpu prints where no GPU is usable.
+#: The first words labkit.machine.gpu.require_gpu prints where no GPU is usable.
 NO_GPU = "No GPU here: this cell would show"
-#: labkit's one line for a missing optional package (labkit._optional.MissingPackageError).
+#: labkit's one line for a missing optional package (labkit.core.optional.MissingPackageError).
 MISSING_PACKAGE = re.compile(r"(\S+) is not installed\b.*Install it with", re.S)
 RATE = re.compile(r"(?<![\w.])([-+]?\d+(?:\.\d+)?) ?([kMGT])(i?)B/s(?:ec)?\b")
 _RATE_GB = {"k": 1e-6, "M": 1e-3, "G": 1.0, "T": 1e3}
@@ -340,8 +340,8 @@ def run_notebook(
 def gpu_here() -> tuple[str, float | None] | str:
     """(the GPU's name, its theoretical bandwidth in GB/s), or why there is no usable GPU."""
     import labkit
-    from labkit import profile
-    from labkit.nvidia import nvidia_info
+    from labkit.machine import profile
+    from labkit.machine.nvidia import nvidia_info
 
     if profile.active() is not None:
         return (f"{profile.ENV_VAR}={profile.active().name} is set; make test-gpu runs without a "

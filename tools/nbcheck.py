@@ -10,7 +10,7 @@ a notebook that:
   of order, or by hand);
 - was not produced by `make notebooks`, or was edited after it ran: the build
   stamps a hash of every cell's source into the notebook's metadata;
-- was not built under the reference profile (labkit/profile.py), which fixes
+- was not built under the reference profile (labkit/machine/profile.py), which fixes
   the thread count, the memory budget and the hidden GPU the outputs assume;
 - has more than 40% of its code cells excluded from comparison, which would
   make "tested outputs" an empty promise.
@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 BUILT_BY = "make notebooks"
-#: The profile (labkit/profile.py) the committed outputs are made and compared under.
+#: The profile (labkit/machine/profile.py) the committed outputs are made and compared under.
 PROFILE = "reference"
 KERNEL_NAME = "gpu-labkit"
 MAX_IGNORED_FRACTION = 0.4

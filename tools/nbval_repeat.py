@@ -11,7 +11,7 @@ at the first failure, printing which cells differed.
 
 Exit status 0 only if every run passed. The runs measure the machine, so
 nothing else should be running meanwhile (see the Makefile's `test` target).
-Like `make test`, it runs under the reference profile (labkit/profile.py):
+Like `make test`, it runs under the reference profile (labkit/machine/profile.py):
 `make test-flaky` applies it, and this script refuses to run without it.
 """
 

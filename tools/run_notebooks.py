@@ -13,7 +13,7 @@ every environment instead:
 - every optional package missing here is *announced*: each notebook that uses
   it (:data:`OPTIONAL`) prints at least one line in labkit's wording
   (``<name> is not installed ... Install it with: <command>``, see
-  ``labkit._optional.MissingPackageError``) naming the install command. A cell
+  ``labkit.core.optional.MissingPackageError``) naming the install command. A cell
   that skips silently is caught;
 - no such line names a package that *is* installed: a broken install must
   not pass for a missing one.
@@ -70,7 +70,7 @@ def optional_packages() -> tuple[Optional, ...]:
     Kernel Tuner is not listed: notebook 07 replays a recorded cache without it
     (``labkit.kernels.tuning.replay`` reads the file directly).
     """
-    from labkit._optional import INSTALL_HINTS
+    from labkit.core.optional import INSTALL_HINTS
     from labkit.kernels.simulator import INSTALL_HINT as NUMBA_CUDA_HINT
 
     return (

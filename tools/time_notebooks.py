@@ -9,7 +9,7 @@ timeout), but on a *copy* in a temporary folder, so ``notebooks/`` is never
 modified. A notebook that fails is recorded with its error and the run goes on.
 
 The result names the machine (CPU model and cores, RAM, GPUs, torch's version
-and whether torch can use a GPU, from ``labkit.device``) and the date, because
+and whether torch can use a GPU, from ``labkit.machine.report``) and the date, because
 an execution time means nothing without them. It is printed as a markdown
 table; ``--json`` also writes it as JSON, rewritten after every notebook so
 that a run stopped by a time limit still leaves what it measured.
@@ -41,7 +41,7 @@ NEEDED = ("nbformat", "nbclient", "ipykernel")
 #: Seconds allowed for the machine probe (it imports torch and may initialise CUDA).
 PROBE_TIMEOUT_S = 120
 _PROBE = (
-    "import json; from labkit.device import device_report; "
+    "import json; from labkit.machine.report import device_report; "
     "print(json.dumps(device_report(frameworks=('torch',)).to_dict()))"
 )
 
@@ -63,7 +63,7 @@ def _missing_packages() -> list[str]:
 
 
 def machine_info(python: str = sys.executable) -> dict[str, Any]:
-    """The machine as ``labkit.device.device_report`` sees it, probed in a child process.
+    """The machine as ``labkit.machine.report.device_report`` sees it, probed in a child process.
 
     A child, so that the CUDA context torch creates while probing does not sit
     in this process's GPU memory while the notebooks run.

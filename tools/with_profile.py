@@ -3,7 +3,7 @@
     python tools/with_profile.py reference -- COMMAND [ARG ...]
 
 The committed notebook outputs assume the machine of the reference profile
-(:mod:`labkit.profile`): 2 threads, buffers sized for 6 GiB of free host
+(:mod:`labkit.machine.profile`): 2 threads, buffers sized for 6 GiB of free host
 memory, no GPU. This script checks that this machine can provide the profile
 *before* anything runs, and stops at once with the reason where it cannot (so
 an instructor checking a lab image reads one sentence, not twenty failed
@@ -26,12 +26,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run from a checkout, labkit need not be installed
     sys.path.insert(0, str(ROOT))
 
-from labkit import profile as _profile  # noqa: E402
+from labkit.machine import profile as _profile  # noqa: E402
 
 
 def free_host_bytes() -> int:
     """What labkit would call free without any profile (psutil, capped by a container limit)."""
-    from labkit import memory
+    from labkit.machine import memory
 
     return memory._host_available_bytes()
 

@@ -20,10 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from labkit._checks import check_memory_fits, check_torch_device, resolve_torch_device
-from labkit._optional import import_optional, import_tensorflow
-from labkit.accel._common import check_ms, check_positive_int, ratio, seconds, times
-from labkit.timing import Timing, bench, format_duration
+from labkit.accel.common import check_ms, check_positive_int, ratio, seconds, times
+from labkit.core.optional import import_optional, import_tensorflow
+from labkit.core.validate import check_torch_device
+from labkit.machine.memory import check_memory_fits
+from labkit.machine.report import resolve_torch_device
+from labkit.timing.bench import Timing, bench, format_duration
 
 
 @dataclass(frozen=True)

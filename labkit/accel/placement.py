@@ -17,9 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from labkit._checks import check_memory_fits, check_tf_device
-from labkit._optional import import_tensorflow
-from labkit.accel._common import first_line
+from labkit.accel.common import first_line
+from labkit.core.optional import import_tensorflow
+from labkit.core.validate import check_tf_device
+from labkit.machine.memory import check_memory_fits
 
 PURPOSE = "the TensorFlow device-placement demo"
 

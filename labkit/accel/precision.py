@@ -27,16 +27,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from labkit._checks import (
-    check_memory_fits,
-    check_real,
-    check_seed,
-    check_torch_device,
-    resolve_torch_device,
-)
-from labkit._optional import import_optional, import_tensorflow, is_installed
-from labkit.accel._common import check_ms, check_positive_int, ratio, times
-from labkit.timing import Timing, bench, format_duration
+from labkit.accel.common import check_ms, check_positive_int, ratio, times
+from labkit.core.optional import import_optional, import_tensorflow, is_installed
+from labkit.core.validate import check_real, check_seed, check_torch_device
+from labkit.machine.memory import check_memory_fits
+from labkit.machine.report import resolve_torch_device
+from labkit.timing.bench import Timing, bench, format_duration
 
 PURPOSE = "the mixed-precision demo"
 
@@ -376,7 +372,7 @@ def mixed_precision_keras(
         )
     finally:
         mp.set_global_policy(original)
-    from labkit.device import pick_device
+    from labkit.machine.report import pick_device
 
     return MixedPrecisionResult(
         framework="keras",

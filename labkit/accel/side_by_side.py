@@ -18,11 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from labkit._checks import check_memory_fits, check_real, check_seed
-from labkit._optional import import_optional, import_tensorflow
-from labkit.accel._common import check_ms, check_positive_int
-from labkit.compare import Comparison, compare
-from labkit.timing import Timing, bench
+from labkit.accel.common import check_ms, check_positive_int
+from labkit.core.optional import import_optional, import_tensorflow
+from labkit.core.validate import check_real, check_seed
+from labkit.machine.memory import check_memory_fits
+from labkit.timing.bench import Timing, bench
+from labkit.timing.compare import Comparison, compare
 
 VARIANTS = ("torch", "tf eager", "tf.function", "keras train_on_batch")
 LOSS_BOUNDS = (0.5, 10.0)
@@ -66,7 +67,7 @@ def _check_loss(variant: str, loss: float) -> float:
 
 def _torch_step(x_np: Any, y_np: Any, sizes: Sequence[int], lr: float, seed: int) -> Any:
     torch = import_optional("torch", "the side-by-side benchmark")
-    from labkit.device import pick_device
+    from labkit.machine.report import pick_device
 
     dev = pick_device("torch")
     torch.manual_seed(seed)

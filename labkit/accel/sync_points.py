@@ -17,10 +17,12 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
-from labkit._checks import check_memory_fits, check_torch_device, resolve_torch_device
-from labkit._optional import import_optional
-from labkit.accel._common import check_ms, check_positive_int, ratio, times
-from labkit.timing import Timing, bench, format_duration
+from labkit.accel.common import check_ms, check_positive_int, ratio, times
+from labkit.core.optional import import_optional
+from labkit.core.validate import check_torch_device
+from labkit.machine.memory import check_memory_fits
+from labkit.machine.report import resolve_torch_device
+from labkit.timing.bench import Timing, bench, format_duration
 
 PURPOSE = "the sync-point demo"
 
@@ -177,7 +179,7 @@ def async_launch_demo(size: int = 4096, repeats: int = 10) -> AsyncLaunchResult 
     """
     size = check_positive_int("size", size)
     repeats = check_positive_int("repeats", repeats)
-    from labkit.gpu import require_gpu
+    from labkit.machine.gpu import require_gpu
 
     if not require_gpu("the host returning from a matmul launch before the GPU finishes it"):
         return None

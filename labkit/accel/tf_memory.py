@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from labkit._optional import import_tensorflow
+from labkit.core.optional import import_tensorflow
 
 ENV_VAR = "TF_FORCE_GPU_ALLOW_GROWTH"
 HOW_TO = (

@@ -10,7 +10,6 @@ never an exception, so a student notebook still runs top to bottom.
 a result is truthy only when the answer passed.
 """
 
-from labkit.check._result import CheckResult
 from labkit.check.bandwidth import HBM_GB_PER_S, PCIE_GB_PER_S, stream_bytes, transfer_vs_hbm
 from labkit.check.kernels import bank_conflicts, occupancy, sector_efficiency
 from labkit.check.models import (
@@ -33,6 +32,7 @@ from labkit.check.profiling import (
     idle_fraction,
     top_operator,
 )
+from labkit.check.result import CheckResult
 from labkit.check.roofline import roofline_exercise_ops, roofline_prediction
 from labkit.check.scaling import accumulation_steps, bus_bandwidth, scaling_efficiency
 from labkit.check.setup import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit.check._result import CheckResult, _close, _number, _todo, _unsolved
+from labkit.check.result import CheckResult, as_number, close_to, todo, unsolved
 
 # --- notebook 02: STREAM's byte counting, and what a transfer costs ---
 
@@ -12,12 +12,12 @@ from labkit.check._result import CheckResult, _close, _number, _todo, _unsolved
 def stream_bytes(bytes_per_call: Any) -> CheckResult:
     """Check the bytes STREAM credits one triad call on 1,000,000 float32 values with."""
     exercise = "STREAM bytes of a triad"
-    if _unsolved(bytes_per_call):
-        return _todo(exercise, "a = b + s·c touches three arrays once each; float32 is 4 bytes.")
-    value = _number(bytes_per_call, "bytes_per_call")
+    if unsolved(bytes_per_call):
+        return todo(exercise, "a = b + s·c touches three arrays once each; float32 is 4 bytes.")
+    value = as_number(bytes_per_call, "bytes_per_call")
     n, item = 1_000_000, 4
     ref = 3 * n * item
-    if _close(value, ref, 1e-9):
+    if close_to(value, ref, 1e-9):
         return CheckResult(
             exercise,
             True,
@@ -37,7 +37,7 @@ def stream_bytes(bytes_per_call: Any) -> CheckResult:
         (ref / 1e9, "Give bytes, not GB."),
     ]
     for wrong_value, why in wrong:
-        if _close(value, wrong_value, 1e-9):
+        if close_to(value, wrong_value, 1e-9):
             return CheckResult(exercise, False, True, why)
     return CheckResult(exercise, False, True, f"{value:,.0f} is off: arrays × elements × bytes.")
 
@@ -50,11 +50,11 @@ HBM_GB_PER_S = 3350.0
 def transfer_vs_hbm(ratio: Any) -> CheckResult:
     """Check how many times longer 4 GiB takes over PCIe (25 GB/s) than from HBM (3,350 GB/s)."""
     exercise = "PCIe against HBM"
-    if _unsolved(ratio):
-        return _todo(exercise, "time = bytes / bandwidth for each; divide the two times.")
-    value = _number(ratio, "ratio")
+    if unsolved(ratio):
+        return todo(exercise, "time = bytes / bandwidth for each; divide the two times.")
+    value = as_number(ratio, "ratio")
     ref = HBM_GB_PER_S / PCIE_GB_PER_S
-    if _close(value, ref, 0.01):
+    if close_to(value, ref, 0.01):
         return CheckResult(
             exercise,
             True,
@@ -62,7 +62,7 @@ def transfer_vs_hbm(ratio: Any) -> CheckResult:
             f"{ref:.0f}×: moving a batch to the GPU costs as much as reading it {ref:.0f} times "
             "on the GPU. Keep data resident, and overlap the copies you cannot avoid.",
         )
-    if _close(value, 1 / ref, 0.01):
+    if close_to(value, 1 / ref, 0.01):
         return CheckResult(
             exercise, False, True, "Upside down: PCIe is the slow one (time = bytes / GB/s)."
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from labkit.check._result import CheckResult, _close, _number, _todo, _unsolved
+from labkit.check.result import CheckResult, as_number, close_to, todo, unsolved
 
 #: A DRAM transaction moves 32-byte sectors; a float32 is 4 bytes.
 SECTOR_BYTES = 32
@@ -34,16 +34,16 @@ def useful_fraction(stride: int) -> float:
 def sector_efficiency(stride_2: Any, stride_32: Any) -> CheckResult:
     """Check the useful fraction of fetched bytes at stride 2 and at stride 32."""
     exercise = "coalescing"
-    if _unsolved(stride_2) or _unsolved(stride_32):
-        return _todo(
+    if unsolved(stride_2) or unsolved(stride_32):
+        return todo(
             exercise,
             "a warp's 32 threads each need 4 bytes; count the 32-byte sectors their addresses "
             "touch, and divide the useful bytes (128) by the bytes moved.",
         )
-    at_2 = _number(stride_2, "stride_2")
-    at_32 = _number(stride_32, "stride_32")
+    at_2 = as_number(stride_2, "stride_2")
+    at_32 = as_number(stride_32, "stride_32")
     ref_2, ref_32 = useful_fraction(2), useful_fraction(32)
-    if not _close(at_2, ref_2, 1e-3):
+    if not close_to(at_2, ref_2, 1e-3):
         if at_2 > 1:
             return CheckResult(
                 exercise,
@@ -58,7 +58,7 @@ def sector_efficiency(stride_2: Any, stride_32: Any) -> CheckResult:
             f"At stride 2 the warp's floats span 8 sectors (256 bytes) for 128 useful bytes; "
             f"{at_2:g} is off.",
         )
-    if _close(at_32, ref_32, 1e-3):
+    if close_to(at_32, ref_32, 1e-3):
         return CheckResult(
             exercise,
             True,
@@ -67,7 +67,7 @@ def sector_efficiency(stride_2: Any, stride_32: Any) -> CheckResult:
             "32-byte sector, so the effective bandwidth falls as 1/stride until stride 8 and "
             "then flattens at 1/8 of the copy rate. Compare with the measured curve.",
         )
-    if _close(at_32, 1 / 32, 1e-3):
+    if close_to(at_32, 1 / 32, 1e-3):
         return CheckResult(
             exercise,
             False,
@@ -87,14 +87,14 @@ def sector_efficiency(stride_2: Any, stride_32: Any) -> CheckResult:
 def bank_conflicts(unpadded_ways: Any, padded_ways: Any) -> CheckResult:
     """Check the bank-conflict degree of a warp reading a column of float tile[32][32] vs [32][33]."""
     exercise = "bank conflicts"
-    if _unsolved(unpadded_ways) or _unsolved(padded_ways):
-        return _todo(
+    if unsolved(unpadded_ways) or unsolved(padded_ways):
+        return todo(
             exercise,
             "element tile[i][c] lives at word i·width + c, in bank (i·width + c) mod 32. "
             "Count how many of the 32 threads (i = 0..31) land in the same bank.",
         )
-    plain = _number(unpadded_ways, "unpadded_ways")
-    padded = _number(padded_ways, "padded_ways")
+    plain = as_number(unpadded_ways, "unpadded_ways")
+    padded = as_number(padded_ways, "padded_ways")
     if plain != 32:
         return CheckResult(
             exercise,
@@ -136,17 +136,17 @@ def theoretical_occupancy() -> float:
 def occupancy(answer: Any) -> CheckResult:
     """Check the theoretical occupancy of 256-thread blocks at 64 registers per thread on an H100."""
     exercise = "occupancy"
-    if _unsolved(answer):
-        return _todo(
+    if unsolved(answer):
+        return todo(
             exercise,
             "registers per block = 64 × 256; blocks per SM = 65,536 // that; occupancy = "
             "resident threads / 2,048.",
         )
-    value = _number(answer, "occupancy_fraction")
+    value = as_number(answer, "occupancy_fraction")
     if value > 1:
         value /= 100  # a percentage
     ref = theoretical_occupancy()
-    if _close(value, ref, 1e-3):
+    if close_to(value, ref, 1e-3):
         return CheckResult(
             exercise,
             True,
@@ -156,7 +156,7 @@ def occupancy(answer: Any) -> CheckResult:
             "registers per thread the same launch reaches 100%. Compare with the compiler's "
             "register counts above.",
         )
-    if _close(value, 1.0, 1e-3):
+    if close_to(value, 1.0, 1e-3):
         return CheckResult(
             exercise,
             False,

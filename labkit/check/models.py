@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit.check._result import CheckResult, _number, _todo, _unsolved
+from labkit.check.result import CheckResult, as_number, todo, unsolved
 
 # --- notebook 04: which lines make the host wait for the GPU ---
 
@@ -33,10 +33,10 @@ _WHY = {
 def sync_points(answers: Any) -> CheckResult:
     """Check a ``{line: waits}`` dict against which lines of a CUDA step synchronize."""
     exercise = "sync points"
-    if _unsolved(answers) or (
-        isinstance(answers, dict) and all(_unsolved(v) for v in answers.values())
+    if unsolved(answers) or (
+        isinstance(answers, dict) and all(unsolved(v) for v in answers.values())
     ):
-        return _todo(exercise, "a line waits when Python needs a value computed on the GPU.")
+        return todo(exercise, "a line waits when Python needs a value computed on the GPU.")
     if not isinstance(answers, dict):
         raise TypeError(
             f"answers must be a dict of line to True/False, got {type(answers).__name__}"
@@ -65,9 +65,9 @@ def sync_points(answers: Any) -> CheckResult:
 def cnn_in_features(in_features: Any) -> CheckResult:
     """Check the Linear layer's in_features for a 3×96×96 input to the seed's conv + pool."""
     exercise = "flatten size"
-    if _unsolved(in_features):
-        return _todo(exercise, "padding=1 keeps 96×96; MaxPool2d(2) halves it; 32 channels.")
-    value = _number(in_features, "in_features")
+    if unsolved(in_features):
+        return todo(exercise, "padding=1 keeps 96×96; MaxPool2d(2) halves it; 32 channels.")
+    value = as_number(in_features, "in_features")
     ref = 32 * 48 * 48
     if value == ref:
         return CheckResult(
@@ -94,9 +94,9 @@ def cnn_in_features(in_features: Any) -> CheckResult:
 def cnn_head_params(params: Any) -> CheckResult:
     """Check the parameter count of fix 2's head, ``nn.Linear(32*112*112, 10)``."""
     exercise = "head parameters"
-    if _unsolved(params):
-        return _todo(exercise, "a Linear layer has in × out weights plus out biases.")
-    value = _number(params, "params")
+    if unsolved(params):
+        return todo(exercise, "a Linear layer has in × out weights plus out biases.")
+    value = as_number(params, "params")
     ref = 32 * 112 * 112 * 10 + 10
     if value == ref:
         return CheckResult(
@@ -119,12 +119,12 @@ def cnn_head_params(params: Any) -> CheckResult:
 def rnn_param_counts(keras_params: Any, torch_params: Any) -> CheckResult:
     """Check SimpleRNN(64) and nn.RNN(32, 64) parameter counts for 32 input features."""
     exercise = "RNN parameters"
-    if _unsolved(keras_params) or _unsolved(torch_params):
-        return _todo(
+    if unsolved(keras_params) or unsolved(torch_params):
+        return todo(
             exercise, "input weights + recurrent weights + biases; count the bias vectors."
         )
-    k = _number(keras_params, "keras_params")
-    t = _number(torch_params, "torch_params")
+    k = as_number(keras_params, "keras_params")
+    t = as_number(torch_params, "torch_params")
     units, features = 64, 32
     ref_k = units * features + units * units + units
     ref_t = ref_k + units

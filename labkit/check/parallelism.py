@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from labkit.check._result import CheckResult, _close, _number, _todo, _unsolved
+from labkit.check.result import CheckResult, as_number, close_to, todo, unsolved
 
 # --- notebook 01: how much work fills a GPU ---
 
@@ -17,9 +17,9 @@ H100_THREADS_PER_SM = 2048
 def threads_to_fill(n: Any) -> CheckResult:
     """Check the smallest n×n output that gives every resident H100 thread one element."""
     exercise = "fill the GPU"
-    if _unsolved(n):
-        return _todo(exercise, "n × n outputs ≥ SMs × threads per SM; solve for n and round up.")
-    value = _number(n, "n_to_fill")
+    if unsolved(n):
+        return todo(exercise, "n × n outputs ≥ SMs × threads per SM; solve for n and round up.")
+    value = as_number(n, "n_to_fill")
     resident = H100_SMS * H100_THREADS_PER_SM
     ref = math.ceil(math.sqrt(resident))
     if value == ref:
@@ -33,11 +33,11 @@ def threads_to_fill(n: Any) -> CheckResult:
         )
     if value == ref - 1:
         return CheckResult(exercise, False, True, "Round *up*: n - 1 leaves some threads idle.")
-    if _close(value, resident, 1e-6):
+    if close_to(value, resident, 1e-6):
         return CheckResult(
             exercise, False, True, "That is the number of threads; n is its square root."
         )
-    if _close(value, math.sqrt(H100_SMS * 128), 0.01) or _close(value, math.sqrt(16_896), 0.01):
+    if close_to(value, math.sqrt(H100_SMS * 128), 0.01) or close_to(value, math.sqrt(16_896), 0.01):
         return CheckResult(
             exercise,
             False,
@@ -55,17 +55,17 @@ def threads_to_fill(n: Any) -> CheckResult:
 
 def amdahl_prediction(serial_fraction: Any, speedup_64: Any) -> CheckResult:
     """Check the Karp–Flatt serial fraction of S(2) = 1.6 and Amdahl's S(64) from it."""
-    from labkit.amdahl import amdahl_speedup, karp_flatt
+    from labkit.parallelism.amdahl import amdahl_speedup, karp_flatt
 
     exercise = "Amdahl from one measurement"
-    if _unsolved(serial_fraction) or _unsolved(speedup_64):
-        return _todo(exercise, "e = (1/S - 1/n) / (1 - 1/n); then S(64) = 1 / (e + (1 - e) / 64).")
-    f = _number(serial_fraction, "serial_fraction")
-    s64 = _number(speedup_64, "speedup_64")
+    if unsolved(serial_fraction) or unsolved(speedup_64):
+        return todo(exercise, "e = (1/S - 1/n) / (1 - 1/n); then S(64) = 1 / (e + (1 - e) / 64).")
+    f = as_number(serial_fraction, "serial_fraction")
+    s64 = as_number(speedup_64, "speedup_64")
     ref_f = karp_flatt(1.6, 2)
     ref_s64 = amdahl_speedup(ref_f, 64)
-    if not _close(f, ref_f, 1e-3):
-        if _close(f, 1 - ref_f, 1e-3):
+    if not close_to(f, ref_f, 1e-3):
+        if close_to(f, 1 - ref_f, 1e-3):
             return CheckResult(
                 exercise,
                 False,
@@ -79,7 +79,7 @@ def amdahl_prediction(serial_fraction: Any, speedup_64: Any) -> CheckResult:
             f"The serial fraction {f:.4g} is off. With S = 1.6 and n = 2: "
             "(1/1.6 - 1/2) / (1 - 1/2).",
         )
-    if _close(s64, ref_s64, 1e-3):
+    if close_to(s64, ref_s64, 1e-3):
         return CheckResult(
             exercise,
             True,
@@ -87,7 +87,7 @@ def amdahl_prediction(serial_fraction: Any, speedup_64: Any) -> CheckResult:
             f"f = {ref_f:.2f}, so 64 threads give {ref_s64:.2f}×, and no number of threads gives "
             f"more than 1/f = {1 / ref_f:.0f}×. Shrinking the serial part beats adding cores.",
         )
-    if _close(s64, 1 / ref_f, 1e-3):
+    if close_to(s64, 1 / ref_f, 1e-3):
         return CheckResult(
             exercise, False, True, "That is the limit for infinitely many threads; use n = 64."
         )

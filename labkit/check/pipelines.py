@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from labkit.check._result import CheckResult, _number, _todo, _unsolved
+from labkit.check.result import CheckResult, as_number, todo, unsolved
 
 #: The input-pipeline exercise: a loader that needs this much CPU time per sample,
 #: feeding a training step of this length at this batch size.
@@ -24,7 +24,7 @@ RESERVED_BYTES = 2_000_000_000  # CUDA context, cuDNN workspaces, allocator slac
 
 def knee(batch_sizes: Sequence[int], samples_per_s: Sequence[float], share: float = 0.9) -> int:
     """The smallest batch whose throughput reaches ``share`` of the best one."""
-    from labkit._checks import check_positive_int, check_real
+    from labkit.core.validate import check_positive_int, check_real
 
     for name, values in (("batch_sizes", batch_sizes), ("samples_per_s", samples_per_s)):
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
@@ -53,13 +53,13 @@ def knee_batch(
     """Check the smallest batch reaching 90% of the peak throughput, on the learner's own curve."""
     exercise = "where the curve flattens"
     ref = knee(batch_sizes, samples_per_s)  # the learner's own curve, checked first
-    if _unsolved(answer):
-        return _todo(
+    if unsolved(answer):
+        return todo(
             exercise,
             "find the peak samples/s, then the first (smallest) batch size whose samples/s is "
             "at least 0.9 × the peak.",
         )
-    value = _number(answer, "knee_batch")
+    value = as_number(answer, "knee_batch")
     if value == ref:
         return CheckResult(
             exercise,
@@ -89,13 +89,13 @@ def workers_needed() -> int:
 def loader_workers(answer: Any) -> CheckResult:
     """Check the number of DataLoader workers that makes the exercise's step compute-bound."""
     exercise = "enough loader workers"
-    if _unsolved(answer):
-        return _todo(
+    if unsolved(answer):
+        return todo(
             exercise,
             "one worker prepares a batch in 2 ms × 32; with W workers a batch is ready every "
             "(2 × 32 / W) ms. Find the smallest W for which that is ≤ the 10 ms step.",
         )
-    value = _number(answer, "workers")
+    value = as_number(answer, "workers")
     ref = workers_needed()
     if value == ref:
         return CheckResult(
@@ -123,13 +123,13 @@ def largest_batch_that_fits() -> int:
 def largest_batch(answer: Any) -> CheckResult:
     """Check the largest batch of the memory exercise."""
     exercise = "the largest batch that fits"
-    if _unsolved(answer):
-        return _todo(
+    if unsolved(answer):
+        return todo(
             exercise,
             "usable = 24 GB - 2 GB reserved - model state (16 bytes per parameter with Adam); "
             "batch = usable // 150 MB, rounded down.",
         )
-    value = _number(answer, "largest")
+    value = as_number(answer, "largest")
     ref = largest_batch_that_fits()
     if value == ref:
         return CheckResult(
@@ -138,7 +138,7 @@ def largest_batch(answer: Any) -> CheckResult:
             True,
             f"{ref}: the model state (1.6 GB) is small next to the activations. On a real GPU, "
             "confirm the estimate by trying it: catch torch.cuda.OutOfMemoryError, free memory "
-            "and step back, as labkit.largest_batch does.",
+            "and step back, as labkit.batching.largest does.",
         )
     slips = {
         (GPU_BYTES - RESERVED_BYTES - PARAMS * 4)

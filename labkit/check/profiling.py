@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from labkit.check._result import CheckResult, _close, _number, _todo, _unsolved
+from labkit.check.result import CheckResult, as_number, close_to, todo, unsolved
 
 #: One 10-ms training step on a GPU, as a trace shows it: (start_ms, end_ms) of each kernel,
 #: on two streams (a copy overlapping compute), with gaps where the device waited on the host.
@@ -33,18 +33,18 @@ def busy_ms(intervals: Sequence[tuple[float, float]]) -> float:
 def idle_fraction(answer: Any) -> CheckResult:
     """Check the share of the step during which the GPU ran nothing."""
     exercise = "device idle time"
-    if _unsolved(answer):
-        return _todo(
+    if unsolved(answer):
+        return todo(
             exercise,
             "merge overlapping kernels first (the union of the intervals), then idle = "
             "1 - busy / step.",
         )
-    value = _number(answer, "idle_fraction")
+    value = as_number(answer, "idle_fraction")
     if value > 1:
         value /= 100
     busy = busy_ms(TIMELINE_KERNELS_MS)
     ref = 1 - busy / TIMELINE_STEP_MS
-    if _close(value, ref, 1e-3):
+    if close_to(value, ref, 1e-3):
         return CheckResult(
             exercise,
             True,
@@ -54,14 +54,14 @@ def idle_fraction(answer: Any) -> CheckResult:
             "glance and an operator table hides.",
         )
     summed = sum(b - a for a, b in TIMELINE_KERNELS_MS)
-    if _close(value, 1 - summed / TIMELINE_STEP_MS, 1e-3):
+    if close_to(value, 1 - summed / TIMELINE_STEP_MS, 1e-3):
         return CheckResult(
             exercise,
             False,
             True,
             "Summing kernel times double-counts the overlap between streams: take the union.",
         )
-    if _close(value, busy / TIMELINE_STEP_MS, 1e-3):
+    if close_to(value, busy / TIMELINE_STEP_MS, 1e-3):
         return CheckResult(exercise, False, True, "That is the busy share; idle is 1 minus it.")
     return CheckResult(exercise, False, True, f"{value:g} is off; see the hint.")
 
@@ -80,8 +80,8 @@ def top_operator(answer: Any, operators_by_self_time: Sequence[str]) -> CheckRes
         )
     if not operators_by_self_time:
         raise ValueError("operators_by_self_time is empty: profile a few steps first")
-    if _unsolved(answer):
-        return _todo(
+    if unsolved(answer):
+        return todo(
             exercise,
             "sort the operator table by *self* time (time in the operator itself, not its "
             "children) and take the first name.",

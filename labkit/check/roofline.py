@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit.check._result import CheckResult, _todo, _unsolved
+from labkit.check.result import CheckResult, todo, unsolved
 
 # --- notebook 03: predict where an op lands on the roofline ---
 
 
 def roofline_exercise_ops() -> dict[str, Any]:
     """The ops of notebook 03's exercise, by the names the answer uses."""
-    from labkit.roofline import add_cost, conv2d_cost, matmul_cost, sum_cost
+    from labkit.roofline.model import add_cost, conv2d_cost, matmul_cost, sum_cost
 
     return {
         "add": add_cost(2**26, "float32"),
@@ -27,16 +27,16 @@ def roofline_prediction(predictions: Any, roofline: Any) -> CheckResult:
     The reference is the learner's own machine: an op is memory-bound when its
     arithmetic intensity is below this roofline's float32 ridge point.
     """
-    from labkit.roofline import COMPUTE_BOUND, MEMORY_BOUND, Roofline, predict_bound
+    from labkit.roofline.model import COMPUTE_BOUND, MEMORY_BOUND, Roofline, predict_bound
 
     exercise = "roofline prediction"
     if not isinstance(roofline, Roofline):
         raise TypeError(f"roofline must be a labkit Roofline, got {type(roofline).__name__}")
     ops = roofline_exercise_ops()
-    if _unsolved(predictions) or (
-        isinstance(predictions, dict) and all(_unsolved(v) for v in predictions.values())
+    if unsolved(predictions) or (
+        isinstance(predictions, dict) and all(unsolved(v) for v in predictions.values())
     ):
-        return _todo(exercise, "compare each op's arithmetic intensity with the ridge point.")
+        return todo(exercise, "compare each op's arithmetic intensity with the ridge point.")
     if not isinstance(predictions, dict):
         raise TypeError(
             f"predictions must be a dict of op name to verdict, got {type(predictions).__name__}"

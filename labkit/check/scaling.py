@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit.check._result import CheckResult, _close, _number, _todo, _unsolved
+from labkit.check.result import CheckResult, as_number, close_to, todo, unsolved
 
 #: The all-reduce exercise: 1 GB of gradients across 8 GPUs in 5 ms.
 ALLREDUCE_BYTES = 1_000_000_000
@@ -19,7 +19,7 @@ MICRO_BATCH_PER_GPU = 64
 
 def efficiency(throughput_1: float, throughput_n: float, n: int) -> float:
     """Weak-scaling efficiency: throughput with n workers over n times one worker's."""
-    from labkit._checks import check_positive_int, check_real
+    from labkit.core.validate import check_positive_int, check_real
 
     throughput_1 = check_real("throughput_1", throughput_1, low=0, low_open=True)
     throughput_n = check_real("throughput_n", throughput_n, low=0, low_open=True)
@@ -32,12 +32,12 @@ def scaling_efficiency(
     """Check the weak-scaling efficiency computed from the learner's own two measurements."""
     exercise = "scaling efficiency"
     ref = efficiency(throughput_1, throughput_n, n)  # the learner's measurements, checked first
-    if _unsolved(answer):
-        return _todo(exercise, "efficiency = samples/s with n processes / (n × samples/s with 1).")
-    value = _number(answer, "efficiency")
-    if value > 1.5 and not _close(value, throughput_n / throughput_1, 0.01):
+    if unsolved(answer):
+        return todo(exercise, "efficiency = samples/s with n processes / (n × samples/s with 1).")
+    value = as_number(answer, "efficiency")
+    if value > 1.5 and not close_to(value, throughput_n / throughput_1, 0.01):
         value /= 100  # a percentage
-    if _close(value, ref, 0.01):
+    if close_to(value, ref, 0.01):
         return CheckResult(
             exercise,
             True,
@@ -45,7 +45,7 @@ def scaling_efficiency(
             "1.0 would be perfect scaling; what is missing went to gradient all-reduce and "
             "to waiting for the slowest rank.",
         )
-    if _close(value, throughput_n / throughput_1, 0.01):
+    if close_to(value, throughput_n / throughput_1, 0.01):
         return CheckResult(exercise, False, True, "That is the speedup; divide it by n.")
     return CheckResult(exercise, False, True, f"{value:g} is off; see the hint.")
 
@@ -53,20 +53,20 @@ def scaling_efficiency(
 def bus_bandwidth(algbw_gb_per_s: Any, busbw_gb_per_s: Any) -> CheckResult:
     """Check nccl-tests' algorithm and bus bandwidth for the exercise's all-reduce."""
     exercise = "all-reduce bandwidth"
-    if _unsolved(algbw_gb_per_s) or _unsolved(busbw_gb_per_s):
-        return _todo(
+    if unsolved(algbw_gb_per_s) or unsolved(busbw_gb_per_s):
+        return todo(
             exercise,
             "algbw = bytes / time; for all-reduce, busbw = algbw × 2(n - 1) / n "
             "(nccl-tests' PERFORMANCE.md).",
         )
-    alg = _number(algbw_gb_per_s, "algbw_gb_per_s")
-    bus = _number(busbw_gb_per_s, "busbw_gb_per_s")
+    alg = as_number(algbw_gb_per_s, "algbw_gb_per_s")
+    bus = as_number(busbw_gb_per_s, "busbw_gb_per_s")
     ref_alg = ALLREDUCE_BYTES / (ALLREDUCE_MS / 1e3) / 1e9
     n = ALLREDUCE_RANKS
     ref_bus = ref_alg * 2 * (n - 1) / n
-    if not _close(alg, ref_alg, 1e-3):
+    if not close_to(alg, ref_alg, 1e-3):
         return CheckResult(exercise, False, True, f"algbw: 1 GB in 5 ms is not {alg:g} GB/s.")
-    if _close(bus, ref_bus, 1e-3):
+    if close_to(bus, ref_bus, 1e-3):
         return CheckResult(
             exercise,
             True,
@@ -75,7 +75,7 @@ def bus_bandwidth(algbw_gb_per_s: Any, busbw_gb_per_s: Any) -> CheckResult:
             "all-reduce sends each byte 2(n - 1)/n times, and busbw is the figure to compare "
             "with the link's speed (NVLink, InfiniBand).",
         )
-    if _close(bus, ref_alg * 2, 1e-3):
+    if close_to(bus, ref_alg * 2, 1e-3):
         return CheckResult(exercise, False, True, "The factor is 2(n - 1)/n with n = 8, not 2.")
     return CheckResult(exercise, False, True, f"algbw is right; busbw {bus:g} is off.")
 
@@ -83,9 +83,9 @@ def bus_bandwidth(algbw_gb_per_s: Any, busbw_gb_per_s: Any) -> CheckResult:
 def accumulation_steps(answer: Any) -> CheckResult:
     """Check the micro-batches to accumulate for the exercise's global batch."""
     exercise = "gradient accumulation"
-    if _unsolved(answer):
-        return _todo(exercise, "global batch = GPUs × micro-batch per GPU × accumulation steps.")
-    value = _number(answer, "accumulation_steps")
+    if unsolved(answer):
+        return todo(exercise, "global batch = GPUs × micro-batch per GPU × accumulation steps.")
+    value = as_number(answer, "accumulation_steps")
     ref = TARGET_GLOBAL_BATCH // (GPUS * MICRO_BATCH_PER_GPU)
     if value == ref:
         return CheckResult(

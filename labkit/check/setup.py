@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit.check._result import CheckResult, _close, _number, _todo, _unsolved
+from labkit.check.result import CheckResult, as_number, close_to, todo, unsolved
 
 # --- notebook 00: peak memory bandwidth from the memory clock and bus width ---
 
@@ -21,17 +21,17 @@ def peak_bandwidth(answer_gb_per_s: Any) -> CheckResult:
     gives half, forgetting that the bus width is in bits gives 8×, and mixing
     kHz with MHz or GB with MB gives a factor of 1000.
     """
-    from labkit.nvidia import theoretical_bandwidth_gb_per_s
+    from labkit.machine.nvidia import theoretical_bandwidth_gb_per_s
 
     exercise = "peak bandwidth"
-    if _unsolved(answer_gb_per_s):
-        return _todo(
+    if unsolved(answer_gb_per_s):
+        return todo(
             exercise,
             "bytes per second = 2 transfers per clock × clock in Hz × bus width in bytes.",
         )
-    value = _number(answer_gb_per_s, "answer_gb_per_s")
+    value = as_number(answer_gb_per_s, "answer_gb_per_s")
     ref = theoretical_bandwidth_gb_per_s(H100_MEMORY_CLOCK_KHZ, H100_BUS_WIDTH_BITS)
-    if _close(value, ref, 0.01):
+    if close_to(value, ref, 0.01):
         return CheckResult(
             exercise,
             True,
@@ -48,7 +48,7 @@ def peak_bandwidth(answer_gb_per_s: Any) -> CheckResult:
         (ref / 1000, "That is 1000× too little: the clock is in kHz (× 1000 for Hz)."),
     ]
     for wrong, why in diagnoses:
-        if _close(value, wrong, 0.02):
+        if close_to(value, wrong, 0.02):
             return CheckResult(exercise, False, True, why)
     return CheckResult(
         exercise,
@@ -82,20 +82,20 @@ TIMING_SAMPLES_MS: tuple[float, ...] = (
 
 def summary_statistics(median_ms: Any, iqr_ms: Any) -> CheckResult:
     """Check the median and IQR of ``TIMING_SAMPLES_MS`` *after* dropping the warm-up call."""
-    from labkit.timing import quantile
+    from labkit.timing.bench import quantile
 
     exercise = "median and IQR"
-    if _unsolved(median_ms) or _unsolved(iqr_ms):
-        return _todo(
+    if unsolved(median_ms) or unsolved(iqr_ms):
+        return todo(
             exercise,
             "drop the first (warm-up) sample, then use np.median and np.percentile(..., [25, 75]).",
         )
-    med, iqr = _number(median_ms, "median_ms"), _number(iqr_ms, "iqr_ms")
+    med, iqr = as_number(median_ms, "median_ms"), as_number(iqr_ms, "iqr_ms")
     steady = sorted(TIMING_SAMPLES_MS[1:])
     ref_med = quantile(steady, 0.5)
     ref_iqr = quantile(steady, 0.75) - quantile(steady, 0.25)
     everything = sorted(TIMING_SAMPLES_MS)
-    if _close(med, ref_med, 1e-3) and _close(iqr, ref_iqr, 1e-2):
+    if close_to(med, ref_med, 1e-3) and close_to(iqr, ref_iqr, 1e-2):
         return CheckResult(
             exercise,
             True,
@@ -103,7 +103,7 @@ def summary_statistics(median_ms: Any, iqr_ms: Any) -> CheckResult:
             f"median {ref_med:.3g} ms, IQR {ref_iqr:.3g} ms. The 9.7 ms outlier moved neither; "
             f"it would have moved the mean to {sum(steady) / len(steady):.3g} ms.",
         )
-    if _close(med, sum(steady) / len(steady), 1e-3) or _close(
+    if close_to(med, sum(steady) / len(steady), 1e-3) or close_to(
         med, sum(TIMING_SAMPLES_MS) / len(TIMING_SAMPLES_MS), 1e-3
     ):
         return CheckResult(
@@ -112,7 +112,7 @@ def summary_statistics(median_ms: Any, iqr_ms: Any) -> CheckResult:
             True,
             "That is the mean. One slow sample drags a mean around; report the median.",
         )
-    if _close(med, quantile(everything, 0.5), 1e-3):
+    if close_to(med, quantile(everything, 0.5), 1e-3):
         return CheckResult(
             exercise,
             False,
@@ -120,7 +120,7 @@ def summary_statistics(median_ms: Any, iqr_ms: Any) -> CheckResult:
             "Close: the median is right only if the first call is left out. It includes lazy "
             "initialisation, which is why labkit.bench warms up before it measures.",
         )
-    if not _close(med, ref_med, 1e-3):
+    if not close_to(med, ref_med, 1e-3):
         return CheckResult(exercise, False, True, f"The median {med:.4g} ms is off. {_SORT_HINT}")
     return CheckResult(
         exercise,
@@ -139,10 +139,10 @@ _SORT_HINT = "Use samples[1:] and numpy's default (linear) percentiles."
 def on_best_device(x: Any) -> CheckResult:
     """Check that a torch tensor was created on ``labkit.pick_device('torch')``."""
     exercise = "tensor on the best device"
-    if _unsolved(x):
-        return _todo(exercise, "torch.randn(..., device=labkit.pick_device('torch')).")
-    from labkit._optional import import_optional
-    from labkit.device import pick_device
+    if unsolved(x):
+        return todo(exercise, "torch.randn(..., device=labkit.pick_device('torch')).")
+    from labkit.core.optional import import_optional
+    from labkit.machine.report import pick_device
 
     torch = import_optional("torch", "this exercise")
     if not isinstance(x, torch.Tensor):

@@ -33,11 +33,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from labkit import memory as _memory
-from labkit.bandwidth import format_gb_per_s
+from labkit.bandwidth.stream import format_gb_per_s
+from labkit.core.units import format_gflop_per_s
 from labkit.kernels.sources import compile_options, kernel_source, kernel_spec
-from labkit.rates import format_gflop_per_s
-from labkit.timing import Timing, bench, format_duration
+from labkit.machine import memory as _memory
+from labkit.timing.bench import Timing, bench, format_duration
 
 TRANSPOSE_VERSIONS: tuple[str, ...] = ("naive", "tiled", "padded")
 SGEMM_VERSIONS: tuple[str, ...] = ("naive", "shared", "tiled")
@@ -76,7 +76,7 @@ class KernelCompileError(RuntimeError):
 
 def cupy_gpu_available() -> bool:
     """Whether CuPy is installed and sees a CUDA GPU. Never raises."""
-    from labkit._optional import is_installed
+    from labkit.core.optional import is_installed
 
     try:
         if not is_installed("cupy"):
@@ -88,9 +88,9 @@ def cupy_gpu_available() -> bool:
         return False
 
 
-def _cupy(what: str) -> Any:
+def require_cupy(what: str) -> Any:
     """CuPy, when it can run kernels here; else MissingPackageError or NoCudaGpuError."""
-    from labkit._optional import import_optional
+    from labkit.core.optional import import_optional
 
     cupy = import_optional("cupy", what)
     try:
@@ -113,7 +113,7 @@ def _first_line(exc: BaseException) -> str:
 
 def gpu_name() -> str:
     """The name of the current CUDA device, as the driver reports it ("NVIDIA H200")."""
-    cupy = _cupy("reading the GPU's name")
+    cupy = require_cupy("reading the GPU's name")
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     name = props["name"]
     return name.decode() if isinstance(name, bytes) else str(name)
@@ -139,7 +139,7 @@ def get_kernel(name: str, **macros: int) -> Any:
     """
     spec = kernel_spec(name)
     options = compile_options(name, **macros)
-    cupy = _cupy(f"compiling {name}")
+    cupy = require_cupy(f"compiling {name}")
     key = (spec.file, options, int(cupy.cuda.Device().id))
     module = _MODULES.get(key)
     if module is None:
@@ -182,7 +182,7 @@ class Launch:
 # --------------------------------------------------------------------------- argument checks
 
 
-def _check_int(name: str, value: Any, low: int, high: int) -> int:
+def check_int_range(name: str, value: Any, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an integer, got {type(value).__name__} instead")
     if not low <= value <= high:
@@ -209,12 +209,12 @@ def _check_early(quick: Any, **sizes: tuple[Any, int]) -> None:
 
     Whether a size fits the GPU is checked once CuPy can read its free memory.
     """
-    from labkit._checks import check_bool
+    from labkit.core.validate import check_bool
 
     check_bool("quick", quick)
     for name, (value, high) in sizes.items():
         if value is not None:
-            _check_int(name, value, 1, high)
+            check_int_range(name, value, 1, high)
 
 
 def _check_versions(versions: Any, choices: Sequence[str]) -> list[str]:
@@ -284,7 +284,7 @@ def _check_aligned(name: str, x: Any) -> None:
 
 
 def _check_block_size(value: Any, *, power_of_two: bool = False, name: str = "block_size") -> int:
-    block = _check_int(name, value, 32, 1024)
+    block = check_int_range(name, value, 32, 1024)
     if block % 32:
         raise ValueError(
             f"{name} must be a multiple of 32 (a whole number of warps), got {block}"
@@ -306,9 +306,9 @@ def _i32(value: int) -> Any:
 def _plan_strided_copy(cupy: Any, x: Any, stride: Any, out: Any, block_size: Any,
                        items_per_thread: Any) -> Launch:  # fmt: skip
     _check_array("x", x, cupy)
-    stride = _check_int("stride", stride, 1, 65535)
-    block = _check_int("block_size", block_size, 1, 1024)
-    items = _check_int("items_per_thread", items_per_thread, 1, 64)
+    stride = check_int_range("stride", stride, 1, 65535)
+    block = check_int_range("block_size", block_size, 1, 1024)
+    items = check_int_range("items_per_thread", items_per_thread, 1, 64)
     n = int(x.size)
     if n % stride:
         raise ValueError(
@@ -332,11 +332,11 @@ def strided_copy(x: Any, stride: int, *, out: Any = None, block_size: int = 256,
     access pattern changes (see ``strided_copy.cu``). ``x.size`` must be a
     multiple of ``stride``. Returns ``out`` (launched, not yet finished).
     """
-    _check_int("stride", stride, 1, 65535)
-    _check_int("block_size", block_size, 1, 1024)
-    _check_int("items_per_thread", items_per_thread, 1, 64)
+    check_int_range("stride", stride, 1, 65535)
+    check_int_range("block_size", block_size, 1, 1024)
+    check_int_range("items_per_thread", items_per_thread, 1, 64)
     _check_on_gpu("x", x)
-    cupy = _cupy("strided_copy")
+    cupy = require_cupy("strided_copy")
     launch = _plan_strided_copy(cupy, x, stride, out, block_size, items_per_thread)
     launch()
     return launch.args[1]
@@ -349,8 +349,8 @@ def expected_strided_copy(x: Any, stride: int) -> Any:
 
 
 def _check_tile(tile_dim: Any, block_rows: Any) -> tuple[int, int]:
-    tile = _check_int("tile_dim", tile_dim, 1, 1024)
-    rows = _check_int("block_rows", block_rows, 1, 1024)
+    tile = check_int_range("tile_dim", tile_dim, 1, 1024)
+    rows = check_int_range("block_rows", block_rows, 1, 1024)
     if tile % rows:
         raise ValueError(f"tile_dim ({tile}) must be a multiple of block_rows ({rows})")
     if tile * rows > 1024:
@@ -388,7 +388,7 @@ def transpose(x: Any, version: str = "padded", *, out: Any = None, tile_dim: int
     _check_version("version", version, (*TRANSPOSE_VERSIONS, "tiled_nosync"))
     _check_tile(tile_dim, block_rows)
     _check_on_gpu("x", x)
-    cupy = _cupy(f"transpose (version={version!r})")
+    cupy = require_cupy(f"transpose (version={version!r})")
     launch = _plan_transpose(cupy, x, version, out, tile_dim, block_rows)
     launch()
     return launch.args[1]
@@ -449,7 +449,7 @@ def _plan_sgemm(
         from labkit.kernels.sources import macros_for
 
         settings = macros_for(name, **macros)
-        tile = _check_int("TILE_SIZE", settings["TILE_SIZE"], 1, 32)
+        tile = check_int_range("TILE_SIZE", settings["TILE_SIZE"], 1, 32)
         block, grid = (tile, tile, 1), (math.ceil(n / tile), math.ceil(m / tile), 1)
     else:
         from labkit.kernels.sources import macros_for
@@ -485,7 +485,7 @@ def sgemm(a: Any, b: Any, version: str = "tiled", *, out: Any = None, **macros: 
     _check_version("version", version, SGEMM_VERSIONS)
     _check_on_gpu("a", a)
     _check_on_gpu("b", b)
-    cupy = _cupy(f"sgemm (version={version!r})")
+    cupy = require_cupy(f"sgemm (version={version!r})")
     launch = _plan_sgemm(cupy, a, b, version, out, macros)
     launch()
     return launch.args[2]
@@ -498,7 +498,7 @@ def _plan_reduce(cupy: Any, x: Any, version: Any, out: Any, block_size: Any) -> 
     n = int(x.size)
     name = f"reduce_{version}"
     if version == "atomic":
-        block = _check_int("block_size", block_size, 1, 1024)
+        block = check_int_range("block_size", block_size, 1, 1024)
         grid, settings = (math.ceil(n / block), 1, 1), {}
     elif version == "shared":
         block = _check_block_size(block_size, power_of_two=True)
@@ -524,7 +524,7 @@ def reduce_sum(
     """
     _check_version("version", version, REDUCE_VERSIONS)
     _check_on_gpu("x", x)
-    cupy = _cupy(f"reduce_sum (version={version!r})")
+    cupy = require_cupy(f"reduce_sum (version={version!r})")
     launch = _plan_reduce(cupy, x, version, out, block_size)
     launch()
     return launch.args[1]
@@ -733,7 +733,7 @@ def _free(cupy: Any) -> None:
 def _elements(requested: int | None, *, arrays: int, multiple: int, what: str, quick: bool) -> int:
     """float32 elements per array: the requested count (checked to fit), or the default shrunk to fit."""
     if requested is not None:
-        n = _check_int("n_elements", requested, 1, _INT32_MAX)
+        n = check_int_range("n_elements", requested, 1, _INT32_MAX)
         _memory.check_fits(4 * n, device="cuda", arrays=arrays, what=what)
         if n % multiple:
             raise ValueError(f"n_elements must be a multiple of {multiple:,} here, got {n:,}")
@@ -810,13 +810,13 @@ def stride_sweep(strides: Iterable[int] = DEFAULT_STRIDES, *, n_elements: int | 
     """
     if isinstance(strides, (str, bytes)) or not isinstance(strides, Iterable):
         raise TypeError(f"strides must be a sequence of integers, got {type(strides).__name__}")
-    values = sorted({_check_int("strides[...]", s, 1, 65535) for s in strides})
+    values = sorted({check_int_range("strides[...]", s, 1, 65535) for s in strides})
     if not values:
         raise ValueError("strides is empty: give at least one stride, e.g. (1, 2, 4, 8)")
-    block = _check_int("block_size", block_size, 1, 1024)
+    block = check_int_range("block_size", block_size, 1, 1024)
     budget = _budget(warmup_ms, rep_ms)
     _check_early(quick, n_elements=(n_elements, _INT32_MAX))
-    cupy = _cupy("the stride sweep")
+    cupy = require_cupy("the stride sweep")
     _free(cupy)  # blocks an earlier experiment left in CuPy's pool count as used
     n = _elements(n_elements, arrays=3, multiple=math.lcm(*values), what="the stride sweep",
                   quick=quick)  # fmt: skip
@@ -856,7 +856,7 @@ def _check_strided(out: Any, x: Any, stride: int) -> float:
 def _square_side(requested: int | None, *, arrays: int, quick: bool, what: str) -> int:
     """The side of the square matrices: as requested (checked to fit), or 1 GiB each shrunk to fit."""
     if requested is not None:
-        n = _check_int("n", requested, 1, 46340)
+        n = check_int_range("n", requested, 1, 46340)
         _memory.check_fits(4 * n * n, device="cuda", arrays=arrays, what=what)
         return n
     target = (4 << 20) if quick else DEFAULT_ARRAY_BYTES
@@ -887,7 +887,7 @@ def transpose_versions(n: int | None = None, *, versions: Sequence[str] = TRANSP
     _check_tile(tile_dim, block_rows)
     budget = _budget(warmup_ms, rep_ms)
     _check_early(quick, n=(n, 46340))
-    cupy = _cupy("the transpose comparison")
+    cupy = require_cupy("the transpose comparison")
     _free(cupy)  # blocks an earlier experiment left in CuPy's pool count as used
     side = _square_side(n, arrays=3, quick=quick, what="the transpose comparison")
     x = _random(cupy, (side, side))
@@ -970,7 +970,7 @@ def sgemm_vs_cublas(n: int = 4096, *, versions: Sequence[str] = SGEMM_VERSIONS,
     (dicts of BM, BN, BK, TM, TN). n must be a multiple of the tiled
     kernel's BM, BN and BK (4096 is).
     """
-    side = _check_int("n", n, 1, 32768)
+    side = check_int_range("n", n, 1, 32768)
     chosen = _check_versions(versions, SGEMM_VERSIONS)
     configs = [dict(c) for c in tiled_configs]
     for config in configs:
@@ -980,7 +980,7 @@ def sgemm_vs_cublas(n: int = 4096, *, versions: Sequence[str] = SGEMM_VERSIONS,
     if not chosen and not configs:
         raise ValueError("nothing to run: versions and tiled_configs are both empty")
     budget = _budget(warmup_ms, rep_ms)
-    cupy = _cupy("the SGEMM comparison")
+    cupy = require_cupy("the SGEMM comparison")
     _free(cupy)  # blocks an earlier experiment left in CuPy's pool count as used
     # a, b, c in float32 and their float64 copies and product: 3 x 4 + 3 x 8 bytes per element
     _memory.check_fits(
@@ -1036,11 +1036,11 @@ def reduction_versions(n_elements: int | None = None, *, versions: Sequence[str]
     chosen = _check_versions(versions, REDUCE_VERSIONS)
     if not chosen:
         raise ValueError("versions is empty")
-    atomic_n = _check_int("atomic_elements", atomic_elements, 1, _INT32_MAX)
+    atomic_n = check_int_range("atomic_elements", atomic_elements, 1, _INT32_MAX)
     block = _check_block_size(block_size, power_of_two=True)
     budget = _budget(warmup_ms, rep_ms)
     _check_early(quick, n_elements=(n_elements, _INT32_MAX))
-    cupy = _cupy("the reduction comparison")
+    cupy = require_cupy("the reduction comparison")
     _free(cupy)  # blocks an earlier experiment left in CuPy's pool count as used
     n = _elements(n_elements, arrays=2, multiple=1024, what="the reduction comparison", quick=quick)
     x = _random(cupy, (n,), integers=True)
@@ -1098,7 +1098,7 @@ def block_size_sweep(kernel: str = "strided_copy", block_sizes: Iterable[int] = 
         raise ValueError("block_sizes is empty")
     budget = _budget(warmup_ms, rep_ms)
     _check_early(quick, n_elements=(n_elements, _INT32_MAX))
-    cupy = _cupy(f"the block-size sweep of {kernel}")
+    cupy = require_cupy(f"the block-size sweep of {kernel}")
     _free(cupy)  # blocks an earlier experiment left in CuPy's pool count as used
     if kernel == "transpose_padded":
         side = _square_side(None if n_elements is None else math.isqrt(n_elements), arrays=3,
@@ -1154,19 +1154,19 @@ def plot_kernels(result: KernelComparison | Mapping[str, Any], ax: Any = None) -
     """A comparison as a picture: rates against the ceiling (a dashed line).
 
     ``result`` is a :class:`KernelComparison`, or its ``to_dict()`` as stored
-    in the ``kernels`` recording (``labkit.reference.load("kernels").results
+    in the ``kernels`` recording (``labkit.machine.reference.load("kernels").results
     ["experiments"]["stride sweep"]``), so a CPU-only notebook can plot what
     a GPU measured. Sweeps (strides, block sizes) are lines over a log2 axis;
     version comparisons are horizontal bars labelled with their fraction of
     the ceiling.
     """
-    from labkit._checks import check_ax
+    from labkit.core.validate import check_ax
 
     check_ax(ax)
-    from labkit.plots import _pyplot, style_axes
+    from labkit.plotting import pyplot, style_axes
 
     data = _plot_data(result)
-    plt = _pyplot()
+    plt = pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4.5))
     runs, unit, top = data["runs"], data["unit"], float(data["ceiling"]["rate"])

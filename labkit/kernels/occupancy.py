@@ -354,15 +354,15 @@ def plot_occupancy(sweep: OccupancySweep | list[OccupancySweep] | tuple[Occupanc
     kernels) to draw them on one axis; their points are then plain, with one
     line per sweep.
     """
-    from labkit._checks import check_ax
+    from labkit.core.validate import check_ax
 
     check_ax(ax)
     sweeps = list(sweep) if isinstance(sweep, (list, tuple)) else [sweep]
     if not sweeps or not all(isinstance(s, OccupancySweep) for s in sweeps):
         raise TypeError(f"Expected an OccupancySweep (or a list of them) as sweep, got {sweep!r} instead.")
-    from labkit.plots import _pyplot, style_axes
+    from labkit.plotting import pyplot, style_axes
 
-    plt = _pyplot()
+    plt = pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.5))
     for i, s in enumerate(sweeps):

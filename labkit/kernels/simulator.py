@@ -46,8 +46,8 @@ from typing import Any
 
 import numpy as np
 
-from labkit._optional import MissingPackageError, is_installed
-from labkit.timing import format_duration
+from labkit.core.optional import MissingPackageError, is_installed
+from labkit.timing.bench import format_duration
 
 #: Every algorithm, in the order the notebook shows them.
 KERNELS: tuple[str, ...] = (
@@ -864,9 +864,9 @@ def plot_race(demo: RaceDemo, *, runs: int = 3, ax: Any = None) -> Any:
     if not isinstance(demo, RaceDemo):
         raise TypeError(f"Expected an instance of RaceDemo as demo, got {type(demo).__name__} instead.")
     shown = _check_int("runs", runs, low=1, high=demo.runs)
-    from labkit.plots import _pyplot, style_axes
+    from labkit.plotting import pyplot, style_axes
 
-    plt = _pyplot()
+    plt = pyplot()
     if ax is None:
         _, axes = plt.subplots(1, shown, figsize=(2.6 * shown + 0.5, 3.0), squeeze=False)
         axes = list(axes[0])

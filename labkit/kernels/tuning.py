@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labkit.timing import format_duration
+from labkit.timing.bench import format_duration
 
 #: The file name a recorded cache gets in the reference directory.
 CACHE_NAME = "kernel_tuner_{kernel}.cache.json"
@@ -209,7 +209,7 @@ def recorded_cache_path(
     kernel: str = "transpose", directory: str | os.PathLike[str] | None = None
 ) -> Path:
     """Where the recorded cache of ``kernel`` ("transpose", "sgemm") lives."""
-    from labkit.reference import reference_dir
+    from labkit.machine.reference import reference_dir
 
     _check_kernel_name(kernel)
     return reference_dir(directory) / CACHE_NAME.format(kernel=kernel)
@@ -217,7 +217,7 @@ def recorded_cache_path(
 
 def _check_kernel_name(kernel: Any) -> str:
     """A recording's kernel name ("transpose", "sgemm"): letters, digits, "_" and "-" only."""
-    from labkit.reference import check_name
+    from labkit.machine.reference import check_name
 
     if not isinstance(kernel, str):
         raise TypeError(f"kernel must be a name such as 'transpose', got {type(kernel).__name__}")
@@ -307,7 +307,7 @@ def replay(
     otherwise the file is read directly. A missing recording raises
     FileNotFoundError with the command that makes one.
     """
-    from labkit._optional import import_optional, is_installed
+    from labkit.core.optional import import_optional, is_installed
 
     if cache_path is not None and not isinstance(cache_path, (str, os.PathLike)):
         raise TypeError(f"cache_path must be a file path or None, got {type(cache_path).__name__}")
@@ -380,7 +380,7 @@ def record_cache(
     temporary name and renamed, so a crash never leaves half a recording.
     """
     from labkit import __version__
-    from labkit.reference import reference_dir
+    from labkit.machine.reference import reference_dir
 
     _check_kernel_name(kernel)
     data = read_cache(source)
@@ -426,7 +426,7 @@ def _tune(
     iterations: int,
     quiet: bool,
 ) -> TuningReplay:
-    from labkit._optional import import_optional
+    from labkit.core.optional import import_optional
     from labkit.kernels.sources import kernel_source
 
     kernel_tuner = import_optional("kernel_tuner", "auto-tuning a CUDA kernel")
@@ -466,16 +466,16 @@ def _tune(
 
 
 def _check_iterations(iterations: Any) -> int:
-    from labkit.kernels.cupy_run import _check_int
+    from labkit.kernels.cupy_run import check_int_range
 
-    return _check_int("iterations", iterations, 1, 1000)
+    return check_int_range("iterations", iterations, 1, 1000)
 
 
 def _check_tune_args(
     tune_params: Any, defaults: Mapping[str, Sequence[int]], cache_path: Any, quiet: Any
 ) -> dict[str, list[int]]:
     """``tune_params`` as {name: [values]}, with the same names as ``defaults`` and int values."""
-    from labkit.kernels.cupy_run import _check_int
+    from labkit.kernels.cupy_run import check_int_range
 
     params = defaults if tune_params is None else tune_params
     if not isinstance(params, Mapping):
@@ -488,7 +488,7 @@ def _check_tune_args(
     for key, values in params.items():
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
             raise TypeError(f"tune_params[{key!r}] must be a non-empty list of ints, got {values!r}")
-        checked[key] = [_check_int(f"tune_params[{key!r}]", v, 1, 4096) for v in values]
+        checked[key] = [check_int_range(f"tune_params[{key!r}]", v, 1, 4096) for v in values]
     if cache_path is not None and not isinstance(cache_path, (str, os.PathLike)):
         raise TypeError(f"cache_path must be a file path or None, got {type(cache_path).__name__}")
     if not isinstance(quiet, bool):
@@ -532,12 +532,12 @@ def tune_transpose(
     file (a temporary copy unless ``cache_path`` is given, in which case an
     existing cache for this GPU and kernel is continued, not re-measured).
     """
-    from labkit.kernels.cupy_run import _check_int, _cupy
+    from labkit.kernels.cupy_run import check_int_range, require_cupy
 
-    side = _check_int("n", n, 16, 32768)
+    side = check_int_range("n", n, 16, 32768)
     iterations = _check_iterations(iterations)
     params = _check_tune_args(tune_params, TRANSPOSE_TUNE_PARAMS, cache_path, quiet)
-    cupy = _cupy("tuning the transpose")
+    cupy = require_cupy("tuning the transpose")
     import numpy as np
 
     x = cupy.asnumpy(
@@ -569,9 +569,9 @@ def tune_sgemm(
     at most 5e-5 of the largest value) before it is timed. n must be a
     multiple of every BM, BN and BK searched (the default 2048 is).
     """
-    from labkit.kernels.cupy_run import SGEMM_RTOL, _check_int, _cupy
+    from labkit.kernels.cupy_run import SGEMM_RTOL, check_int_range, require_cupy
 
-    side = _check_int("n", n, 64, 16384)
+    side = check_int_range("n", n, 64, 16384)
     iterations = _check_iterations(iterations)
     params = _check_tune_args(tune_params, SGEMM_TUNE_PARAMS, cache_path, quiet)
     for key in ("BM", "BN", "BK"):
@@ -580,7 +580,7 @@ def tune_sgemm(
             raise ValueError(
                 f"n={side} must be a multiple of every {key} searched; {bad} do not divide it"
             )
-    cupy = _cupy("tuning the SGEMM")
+    cupy = require_cupy("tuning the SGEMM")
     import numpy as np
 
     rs = cupy.random.RandomState(1)
@@ -609,11 +609,11 @@ def plot_tuning(result: TuningReplay, ax: Any = None, *, top: int = 20) -> Any:
     The spread between the best and the worst bar is the point: the same
     kernel, only its compile-time parameters changed.
     """
-    from labkit._checks import check_ax
+    from labkit.core.validate import check_ax
 
     check_ax(ax)
-    from labkit.plots import _pyplot, style_axes
-    from labkit.timing import duration_unit
+    from labkit.plotting import pyplot, style_axes
+    from labkit.timing.bench import duration_unit
 
     if not isinstance(result, TuningReplay):
         raise TypeError(
@@ -625,7 +625,7 @@ def plot_tuning(result: TuningReplay, ax: Any = None, *, top: int = 20) -> Any:
     valid = result.valid[:top]
     if not valid:
         raise ValueError(f"no configuration of {result.kernel} ran successfully: nothing to plot")
-    plt = _pyplot()
+    plt = pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 0.3 * len(valid) + 1.8))
     unit = duration_unit(valid[0].time_ms or 0.0)

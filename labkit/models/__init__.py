@@ -1,77 +1,42 @@
-"""Models, data and training loops for the CNN and RNN notebooks.
+"""Models, data and training loops for the CNN and RNN notebooks (05 and 06).
 
-Nothing here is imported by ``import labkit``: this package needs torch (the
-CNN and PyTorch RNN classes subclass ``nn.Module``, so torch must exist when
-they are *defined*) or TensorFlow (the Keras RNNs). Even ``import
-labkit.models`` imports no framework: every name below is loaded on first use
-(module ``__getattr__``), so a learner with only TensorFlow can still call
-:func:`seed_rnn`, and a missing framework is a :class:`MissingPackageError`
-naming the install command rather than an ImportError at import time.
+Nothing here is imported by ``import labkit``, and ``import labkit.models`` imports
+no framework: it re-exports the names below from modules that import torch or
+TensorFlow inside their functions. The modules:
 
-The article's code is kept as it was written (``SeedCNN``, :func:`seed_rnn`)
-so the notebooks can show its bugs; each fix is its own class whose docstring
-names the bug it addresses.
+- :mod:`labkit.models.cnn`: the CNNs (``SeedCNN``, ``CNN``, ``CNN64``, ``CNN224``);
+- :mod:`labkit.models.rnn_torch`: the PyTorch RNN classifier;
+- :mod:`labkit.models.rnn_keras`: the seed's Keras RNN and its fixed twins;
+- :mod:`labkit.models.data`: synthetic images and sequences (no downloads);
+- :mod:`labkit.models.train`: the training loops; :mod:`labkit.models.throughput`: images/s by batch;
+- :mod:`labkit.models.trace`: the shapes a model's layers produce.
+
+``cnn`` and ``rnn_torch`` define ``nn.Module`` subclasses, so they import torch
+when they are imported, and are not re-exported here: import them by name
+(``from labkit.models.cnn import CNN``). Without torch that import is a
+:class:`~labkit.core.optional.MissingPackageError` naming the install command.
+
+The article's code is kept as it was written (``SeedCNN``, ``seed_rnn``) so the
+notebooks can show its bugs; each fix is its own class whose docstring names the
+bug it addresses.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from labkit.models.data import digits_images, sequence_task, synthetic_images, train_test_split
+from labkit.models.plots import plot_throughput
+from labkit.models.rnn_keras import (
+    KERAS_RNN_KINDS,
+    RnnTiming,
+    keras_rnn,
+    seed_rnn,
+    seed_rnn_calls_cuda,
+    seed_tensor_calls_cuda,
+    time_keras_rnns,
+    train_keras_rnn,
+)
+from labkit.models.throughput import BatchThroughput, throughput_by_batch
+from labkit.models.trace import LayerShape, ShapeTrace, format_trace, trace_shapes
+from labkit.models.train import TrainingResult, train_classifier, train_torch_rnn
 
-#: Public name -> (submodule, framework it needs at import time, or None).
-_EXPORTS: dict[str, tuple[str, str | None]] = {
-    # CNNs (torch at definition time)
-    "SeedCNN": ("cnn", "torch"),
-    "CNN64": ("cnn", "torch"),
-    "CNN224": ("cnn", "torch"),
-    "CNN": ("cnn", "torch"),
-    "LazyCNN": ("cnn", "torch"),
-    "count_params": ("cnn", "torch"),
-    # shape tracing (torch imported inside the functions)
-    "LayerShape": ("trace", None),
-    "ShapeTrace": ("trace", None),
-    "trace_shapes": ("trace", None),
-    "format_trace": ("trace", None),
-    # RNNs
-    "TorchRNN": ("rnn_torch", "torch"),
-    "seed_rnn": ("rnn_keras", None),
-    "seed_rnn_calls_cuda": ("rnn_keras", None),
-    "seed_tensor_calls_cuda": ("rnn_keras", None),
-    "keras_rnn": ("rnn_keras", None),
-    "KERAS_RNN_KINDS": ("rnn_keras", None),
-    "RnnTiming": ("rnn_keras", None),
-    "time_keras_rnns": ("rnn_keras", None),
-    "train_keras_rnn": ("rnn_keras", None),
-    # data (no downloads)
-    "synthetic_images": ("data", None),
-    "digits_images": ("data", None),
-    "sequence_task": ("data", None),
-    "train_test_split": ("data", None),
-    # training and throughput
-    "TrainingResult": ("train", None),
-    "train_classifier": ("train", None),
-    "train_torch_rnn": ("train", None),
-    "BatchThroughput": ("throughput", None),
-    "throughput_by_batch": ("throughput", None),
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    try:
-        module_name, framework = _EXPORTS[name]
-    except KeyError:
-        raise AttributeError(f"module 'labkit.models' has no attribute {name!r}") from None
-    if framework is not None:
-        from labkit._optional import import_optional
-
-        import_optional(framework, f"labkit.models.{name}")
-    module = importlib.import_module(f"labkit.models.{module_name}")
-    value = getattr(module, name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__all__ = ["BatchThroughput", "KERAS_RNN_KINDS", "LayerShape", "RnnTiming", "ShapeTrace", "TrainingResult", "digits_images", "format_trace", "keras_rnn", "plot_throughput", "seed_rnn", "seed_rnn_calls_cuda", "seed_tensor_calls_cuda", "sequence_task", "synthetic_images", "throughput_by_batch", "time_keras_rnns", "trace_shapes", "train_classifier", "train_keras_rnn", "train_test_split", "train_torch_rnn"]

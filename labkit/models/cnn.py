@@ -7,15 +7,17 @@ the flatten as 32×112×112 = 401,408 values, not 32,768. :class:`SeedCNN`
 keeps that code so notebooks can show what happens; :class:`CNN64`,
 :class:`CNN224` and :class:`CNN` are the three fixes.
 
-This module imports torch at top level because ``nn.Module`` subclasses need
-it when they are defined; ``labkit.models`` loads it only on first use (see
-pyproject.toml, per-file-ignores for TID253).
+This module imports torch when it is imported, because ``nn.Module`` subclasses
+need it when they are defined; it does so through ``import_optional``, so without
+torch the import is a ``MissingPackageError`` naming the install command.
 """
 
 from __future__ import annotations
 
-import torch
-from torch import nn
+from labkit.core.optional import import_optional
+
+torch = import_optional("torch", "labkit.models.cnn")
+nn = torch.nn
 
 #: Features the seed's fc1 expects: 32 channels × 32 × 32, i.e. a 64×64 input after pooling.
 SEED_FLAT_FEATURES = 32 * 32 * 32

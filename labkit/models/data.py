@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from labkit._checks import check_memory_fits, check_real, check_seed
-from labkit._optional import import_optional
+from labkit.core.optional import import_optional
+from labkit.core.validate import check_real, check_seed
+from labkit.machine.memory import check_memory_fits
 
 
 def _positive_int(name: str, value: Any, minimum: int = 1) -> int:

@@ -7,7 +7,7 @@ TensorFlow tensors have no ``.cuda()`` (that is PyTorch's API): both raise
 such call: it places ops on a visible GPU by itself.
 
 TensorFlow is imported inside each function, through
-:func:`labkit._optional.import_tensorflow` (which keeps TF's C++ banner out
+:func:`labkit.core.optional.import_tensorflow` (which keeps TF's C++ banner out
 of notebooks); without it every function raises :class:`MissingPackageError`
 naming the install command.
 """
@@ -18,8 +18,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from labkit._checks import check_bool, check_memory_fits, check_ms, check_seed, check_tf_device
-from labkit._optional import import_tensorflow
+from labkit.core.optional import import_tensorflow
+from labkit.core.validate import check_bool, check_ms, check_seed, check_tf_device
+from labkit.machine.memory import check_memory_fits
 
 #: The layer kinds :func:`keras_rnn` builds. Only LSTM and GRU have a cuDNN path.
 KERAS_RNN_KINDS: tuple[str, ...] = ("SimpleRNN", "LSTM", "LSTM-no-cudnn", "GRU")
@@ -172,8 +173,8 @@ def time_keras_rnns(
     check_memory_fits(4 * batch * steps * (features + 4 * units), arrays=2,
                       what=f"time_keras_rnns(batch={batch}, steps={steps})")  # fmt: skip
     tf = import_tensorflow("time_keras_rnns")
-    from labkit.device import pick_device
-    from labkit.timing import bench
+    from labkit.machine.report import pick_device
+    from labkit.timing.bench import bench
 
     where = device or pick_device("tensorflow")
     gpu = "GPU" in where.upper()
@@ -214,17 +215,17 @@ def train_keras_rnn(
 ) -> Any:
     """Train a Keras RNN classifier (layer → Dense) on numpy arrays; returns a TrainingResult.
 
-    The Keras twin of :func:`labkit.models.train_torch_rnn`, on the same
-    arrays (:func:`labkit.models.sequence_task`). ``keras.utils.set_random_seed``
+    The Keras twin of :func:`labkit.models.train.train_torch_rnn`, on the same
+    arrays (:func:`labkit.models.data.sequence_task`). ``keras.utils.set_random_seed``
     makes the run repeatable on the CPU.
     """
-    from labkit.models.train import TrainingResult, _check_hyper, _check_split
+    from labkit.models.train import TrainingResult, check_hyper, check_split
 
     _check_layer(kind, units)
-    _check_hyper(epochs, batch_size, lr)
+    check_hyper(epochs, batch_size, lr)
     seed = check_seed("seed", seed)
-    x_train, y_train = _check_split("train", train)
-    x_test, y_test = _check_split("test", test)
+    x_train, y_train = check_split("train", train)
+    x_test, y_test = check_split("test", test)
     tf = import_tensorflow("train_keras_rnn")
     import keras
 

@@ -1,7 +1,7 @@
 """PyTorch's counterpart of the article's Keras RNN.
 
-Imports torch at top level (an ``nn.Module`` subclass); ``labkit.models``
-loads it only on first use (pyproject.toml per-file-ignores TID253).
+Imports torch when it is imported (an ``nn.Module`` subclass), through
+``import_optional``: without torch that is a ``MissingPackageError``.
 
 Two traps this class exists to show (course brief, section 3):
 
@@ -18,8 +18,10 @@ keeps two bias vectors (``bias_ih`` and ``bias_hh``), Keras one.
 
 from __future__ import annotations
 
-import torch
-from torch import nn
+from labkit.core.optional import import_optional
+
+torch = import_optional("torch", "labkit.models.rnn_torch")
+nn = torch.nn
 
 
 class TorchRNN(nn.Module):
@@ -28,7 +30,7 @@ class TorchRNN(nn.Module):
     Without a head (``num_classes=None``) ``forward`` returns the per-step
     outputs (batch, time, hidden), like Keras ``SimpleRNN(return_sequences=True)``.
     With one it returns logits (batch, num_classes) read from the last step,
-    for sequence classification (:func:`labkit.models.train_torch_rnn`).
+    for sequence classification (:func:`labkit.models.train.train_torch_rnn`).
     The raw layer is ``self.rnn`` (it returns ``(out, h_n)``).
     """
 

@@ -5,7 +5,7 @@ images/s against batch size rises and then flattens once the device is busy,
 and where it flattens is the lesson. Each point is timed with
 :func:`labkit.bench` (synchronised, warmed up, median of many calls), and
 batches that would not fit in memory are skipped with a note rather than
-taking the machine down (:mod:`labkit.memory`).
+taking the machine down (:mod:`labkit.machine.memory`).
 
 Two switches that notebook 04 turns on, both also usable on the CPU:
 
@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from labkit._optional import import_optional
+from labkit.core.optional import import_optional
 
 #: Bytes held per input byte during one forward pass of the course's one-conv CNN
 #: (input, 32-channel conv output, ReLU output, pooled map; with slack). A
@@ -80,14 +80,8 @@ def throughput_by_batch(
     memory are skipped with a warning. The model is moved to the device (and
     to channels_last) in place.
     """
-    from labkit._checks import (
-        check_bool,
-        check_ms,
-        check_real,
-        check_torch_device,
-        resolve_torch_device,
-    )
-    from labkit.memory import (
+    from labkit.core.validate import check_bool, check_ms, check_real, check_torch_device
+    from labkit.machine.memory import (
         MemoryBudgetError,
         MemoryBudgetWarning,
         budget_bytes,
@@ -98,6 +92,7 @@ def throughput_by_batch(
         out_of_memory_message,
         release_memory,
     )
+    from labkit.machine.report import resolve_torch_device
 
     torch = sys.modules.get("torch")  # an nn.Module means torch is imported already
     if torch is None or not isinstance(model, torch.nn.Module):
@@ -209,7 +204,7 @@ def _time_batch(torch: Any, model: Any, batch: int, image_size: int, memory_form
                 inference: bool, autocast: Any, params: list[Any], where: str,
                 warmup_ms: float, rep_ms: float) -> Any:  # fmt: skip
     """Time the model on one random batch (see :func:`throughput_by_batch`)."""
-    from labkit.timing import bench
+    from labkit.timing.bench import bench
 
     x = torch.randn(batch, 3, image_size, image_size, device=where)
     x = x.contiguous(memory_format=memory_format)

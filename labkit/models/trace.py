@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from labkit._optional import import_optional
+from labkit.core.optional import import_optional
 
 Shape = tuple[int, ...]
 #: A layer's output: one shape, or one per tensor for layers that return tuples (nn.RNN).

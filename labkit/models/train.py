@@ -17,14 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from labkit._checks import (
-    check_positive_int,
-    check_real,
-    check_seed,
-    check_torch_device,
-    resolve_torch_device,
-)
-from labkit._optional import import_optional
+from labkit.core.optional import import_optional
+from labkit.core.validate import check_positive_int, check_real, check_seed, check_torch_device
+from labkit.machine.report import resolve_torch_device
 
 
 @dataclass(frozen=True)
@@ -58,7 +53,7 @@ class TrainingResult:
         )
 
 
-def _check_split(name: str, split: Any) -> tuple[Any, Any]:
+def check_split(name: str, split: Any) -> tuple[Any, Any]:
     if isinstance(split, (str, bytes)) or not isinstance(split, Sequence) or len(split) != 2:
         raise TypeError(
             f"{name} must be a pair (x, y) of arrays or tensors, got {type(split).__name__}"
@@ -73,7 +68,7 @@ def _check_split(name: str, split: Any) -> tuple[Any, Any]:
     return x, y
 
 
-def _check_hyper(epochs: Any, batch_size: Any, lr: Any) -> None:
+def check_hyper(epochs: Any, batch_size: Any, lr: Any) -> None:
     for name, value in (("epochs", epochs), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -126,10 +121,10 @@ def train_classifier(
     torch = sys.modules.get("torch")  # an nn.Module means torch is imported already
     if torch is None or not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__} instead")
-    _check_hyper(epochs, batch_size, lr)
+    check_hyper(epochs, batch_size, lr)
     seed = check_seed("seed", seed)
-    x_train, y_train = _check_split("train", train)
-    x_test, y_test = _check_split("test", test)
+    x_train, y_train = check_split("train", train)
+    x_test, y_test = check_split("test", test)
     device = resolve_torch_device(device)
 
     def to_device(x: Any, dtype: Any) -> Any:
@@ -187,18 +182,18 @@ def train_torch_rnn(
     device: Any = None,
     seed: int = 0,
 ) -> TrainingResult:
-    """Train a :class:`~labkit.models.TorchRNN` classifier on a sequence task (numpy arrays).
+    """Train a :class:`~labkit.models.rnn_torch.TorchRNN` classifier on a sequence task (numpy arrays).
 
     Seeds torch before building the model, so the whole run repeats on the CPU.
-    Pair it with :func:`labkit.models.sequence_task` and compare with
-    :func:`labkit.models.train_keras_rnn` on the same arrays.
+    Pair it with :func:`labkit.models.data.sequence_task` and compare with
+    :func:`labkit.models.rnn_keras.train_keras_rnn` on the same arrays.
     """
     check_positive_int("hidden_size", hidden_size)
-    _check_hyper(epochs, batch_size, lr)
+    check_hyper(epochs, batch_size, lr)
     seed = check_seed("seed", seed)
     check_torch_device(device)
-    x_train, y_train = _check_split("train", train)
-    _x_test, y_test = _check_split("test", test)
+    x_train, y_train = check_split("train", train)
+    _x_test, y_test = check_split("test", test)
     torch = import_optional("torch", "train_torch_rnn")
     from labkit.models.rnn_torch import TorchRNN
 

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labkit._checks import check_real
-from labkit.profiling._common import check_positive_int
+from labkit.core.validate import check_real
+from labkit.profiling.common import check_positive_int
 
 #: Where to get the tools when they are missing.
 NSYS_HINT = (

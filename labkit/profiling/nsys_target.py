@@ -19,7 +19,7 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m labkit.profiling.nsys_target",
-        description="Training steps of labkit.models.CNN with NVTX ranges, for Nsight.",
+        description="Training steps of labkit.models.cnn.CNN with NVTX ranges, for Nsight.",
     )
     parser.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
     parser.add_argument("--batch", type=int, default=64, help="images per step (default 64)")
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
 
-    from labkit._optional import import_optional
+    from labkit.core.optional import import_optional
     from labkit.profiling.torch_profile import (
         Trainer,
         check_memory,

@@ -23,8 +23,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from labkit._checks import check_seed, check_torch_device
-from labkit.profiling._common import check_ms, check_positive_int
+from labkit.core.validate import check_seed, check_torch_device
+from labkit.profiling.common import check_ms, check_positive_int
 from labkit.profiling.torch_profile import (
     PURPOSE,
     TorchProfile,
@@ -35,7 +35,7 @@ from labkit.profiling.torch_profile import (
     resolve_device,
 )
 from labkit.profiling.trace import complete_events, read_trace
-from labkit.timing import Timing, format_duration
+from labkit.timing.bench import Timing, format_duration
 
 #: Host-side calls that wait for the device, as they appear in a torch trace.
 SYNC_OPS: dict[str, str] = {
@@ -245,7 +245,7 @@ class SyncStallTiming:
     def __str__(self) -> str:
         s = self.image_size
         lines = [
-            f"{self.steps} training steps of labkit.models.CNN on {self.device}, batch "
+            f"{self.steps} training steps of labkit.models.cnn.CNN on {self.device}, batch "
             f"{self.batch} of 3×{s}×{s} images (median of n={self.sync_once.n} and "
             f"n={self.item_every_step.n} loops):",
             f"  loss kept on the device, read once   {format_duration(self.sync_once.median_ms):>9}"
@@ -302,7 +302,7 @@ def time_sync_stall(
     own. The two loops alternate on one model (it keeps training; each step's
     work is the same).
     """
-    from labkit.timing import bench
+    from labkit.timing.bench import bench
 
     steps = check_positive_int("steps", steps)
     batch = check_positive_int("batch", batch)
@@ -312,7 +312,7 @@ def time_sync_stall(
     check_torch_device(device)
     warmup_ms = check_ms("warmup_ms", warmup_ms, allow_zero=True)
     rep_ms = check_ms("rep_ms", rep_ms)
-    from labkit._optional import import_optional
+    from labkit.core.optional import import_optional
 
     torch = import_optional("torch", PURPOSE)
     dev = resolve_device(torch, device)

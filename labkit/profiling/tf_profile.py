@@ -17,7 +17,7 @@ To browse the same file interactively::
 or ``pip install tensorboard tensorboard-plugin-profile`` and
 ``tensorboard --logdir LOGDIR`` (the Profile tab).
 
-TensorFlow is imported through :func:`labkit._optional.import_tensorflow`
+TensorFlow is imported through :func:`labkit.core.optional.import_tensorflow`
 (quiet, and a one-line install hint when missing); the profiler's own C++
 notices are captured off the notebook (``profiler_messages``).
 """
@@ -32,16 +32,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labkit._checks import check_seed
-from labkit._optional import import_tensorflow
-from labkit.doctor import format_bytes
-from labkit.profiling._common import (
+from labkit.core.optional import import_tensorflow
+from labkit.core.units import format_bytes
+from labkit.core.validate import check_seed
+from labkit.profiling.common import (
     captured_output_fds,
     check_positive_int,
     output_dir,
     union_ms,
 )
-from labkit.timing import format_duration
+from labkit.timing.bench import format_duration
 
 PURPOSE = "profiling a Keras training step"
 
@@ -276,7 +276,7 @@ def read_xplane(path: Any) -> XPlaneSummary:
 
 
 def keras_cnn(num_classes: int = 10, image_size: int = 32) -> Any:
-    """The Keras twin of :class:`labkit.models.CNN` for square RGB images of ``image_size`` px.
+    """The Keras twin of :class:`labkit.models.cnn.CNN` for square RGB images of ``image_size`` px.
 
     Conv2D(32, 3, same) → ReLU → MaxPooling2D(2) → AveragePooling2D to 4×4
     → Flatten → Dense(num_classes): 6,026 parameters for 10 classes, as in
@@ -344,7 +344,7 @@ def profile_keras_training(
             f"logdir must be a folder path or None for a new temporary folder, got "
             f"{type(logdir).__name__} instead"
         )
-    from labkit.memory import check_fits
+    from labkit.machine.memory import check_fits
 
     batch_bytes = batch * 3 * image_size * image_size * 4
     # The arrays live on the host; activations are counted there too (a GPU has more room).

@@ -3,7 +3,7 @@
 A timer says *how long* a step takes; a profiler says *where the time goes*:
 which operators ran, how often, how long each took by itself (self time) and
 with what it called (total time), and on a GPU how long the device was busy.
-:func:`profile_training` runs the course's :class:`labkit.models.CNN` under
+:func:`profile_training` runs the course's :class:`labkit.models.cnn.CNN` under
 ``torch.profiler.profile`` with the usual wait/warm-up/active schedule, labels
 the phases of each step with ``record_function`` (and NVTX ranges on CUDA, so
 an Nsight Systems timeline shows them too), exports the timeline as a
@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labkit._checks import check_seed, check_torch_device
-from labkit._optional import import_optional
-from labkit.profiling._common import (
+from labkit.core.optional import import_optional
+from labkit.core.validate import check_seed, check_torch_device
+from labkit.profiling.common import (
     captured_output_fds,
     check_bool,
     check_positive_int,
@@ -45,7 +45,7 @@ from labkit.profiling.trace import (
     device_intervals_ms,
     read_trace,
 )
-from labkit.timing import format_duration
+from labkit.timing.bench import format_duration
 
 PURPOSE = "profiling a training step"
 
@@ -366,7 +366,7 @@ class Trainer:
     """The course CNN, SGD with momentum, and ``BATCHES`` synthetic batches kept on the device.
 
     The data sits on the device from the start (as in
-    :func:`labkit.models.train_classifier`), so the "data" phase is only
+    :func:`labkit.models.train.train_classifier`), so the "data" phase is only
     slicing and the profile is about compute and synchronisation, not copies.
     SGD rather than Adam: on the CPU, Adam reads its step counter with
     ``.item()`` four times per step, which would hide the one sync point this
@@ -374,7 +374,8 @@ class Trainer:
     """
 
     def __init__(self, torch: Any, device: Any, batch: int, image_size: int, seed: int = 0):
-        from labkit.models import CNN, synthetic_images
+        from labkit.models.cnn import CNN
+        from labkit.models.data import synthetic_images
 
         self.torch = torch
         self.device = device
@@ -439,7 +440,7 @@ def phase_labels(torch: Any, device: Any) -> Callable[[str], Any]:
 
 def resolve_device(torch: Any, device: Any) -> Any:
     """``device`` as a torch.device that exists here; None picks the best one."""
-    from labkit._checks import resolve_torch_device
+    from labkit.machine.report import resolve_torch_device
 
     return resolve_torch_device(device)
 
@@ -447,7 +448,7 @@ def resolve_device(torch: Any, device: Any) -> Any:
 def check_memory(device: Any, batch: int, image_size: int, what: str,
                  name: str = "batch or image_size") -> None:  # fmt: skip
     """Refuse sizes whose data and activations exceed labkit's memory budget (25% of free)."""
-    from labkit.memory import check_fits
+    from labkit.machine.memory import check_fits
 
     kind = getattr(device, "type", str(device))
     where = str(device) if kind == "cuda" else "cpu"
@@ -470,7 +471,7 @@ def profile_training(
     profile_memory: bool = False,
     seed: int = 0,
 ) -> TorchProfile:
-    """Profile ``steps`` training steps of :class:`labkit.models.CNN` and return the numbers.
+    """Profile ``steps`` training steps of :class:`labkit.models.cnn.CNN` and return the numbers.
 
     Why: before optimising a training loop, find out where its time goes. The
     profiler sees every operator (``aten::conv2d`` and what it calls), the
@@ -675,7 +676,7 @@ def _from_trace(
         span_ms = 0.0
     return TorchProfile(
         device=device,
-        model="labkit.models.CNN",
+        model="labkit.models.cnn.CNN",
         batch=batch,
         image_size=image_size,
         steps=steps,
@@ -703,7 +704,7 @@ def plot_phases(*profiles: TorchProfile, ax: Any = None) -> Any:
     GPU the "logging" bar of the ``.item()`` loop is the host waiting for the
     device; on a CPU the two look alike, because nothing waits.
     """
-    from labkit._checks import check_ax
+    from labkit.core.validate import check_ax
 
     check_ax(ax)
     if not profiles:
@@ -714,9 +715,9 @@ def plot_phases(*profiles: TorchProfile, ax: Any = None) -> Any:
                 f"profiles[{i}]: expected a TorchProfile (from profile_training), got "
                 f"{type(p).__name__} instead"
             )
-    from labkit.plots import _plain_log_ticks, _pyplot, style_axes
+    from labkit.plotting import plain_log_ticks, pyplot, style_axes
 
-    plt = _pyplot()
+    plt = pyplot()
     own_figure = ax is None
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4.5))
@@ -743,7 +744,7 @@ def plot_phases(*profiles: TorchProfile, ax: Any = None) -> Any:
         logx=True,
         device=profiles[0].device,
     )
-    _plain_log_ticks(ax.xaxis)
+    plain_log_ticks(ax.xaxis)
     if own_figure:
         ax.figure.tight_layout()
     return styled

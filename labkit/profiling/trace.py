@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from labkit.doctor import format_bytes
-from labkit.profiling._common import check_positive_int, union_ms
-from labkit.timing import format_duration
+from labkit.core.units import format_bytes
+from labkit.profiling.common import check_positive_int, union_ms
+from labkit.timing.bench import format_duration
 
 #: Where a learner opens the file (both read the Chrome trace format; Perfetto also reads .gz).
 VIEWERS = "https://ui.perfetto.dev or chrome://tracing"

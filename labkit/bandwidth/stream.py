@@ -1,0 +1,614 @@
+"""STREAM-style memory-bandwidth probes: how many GB/s the memory system really delivers.
+
+Most deep-learning kernels (elementwise ops, normalisations, optimiser steps)
+do a few flops per byte, so their speed is the memory's speed, not the
+processor's. John McCalpin's STREAM benchmark measures that speed with four
+kernels over arrays of ``n`` float64 values, and labkit follows its rules:
+
+============  ===============  ======================  ========================
+kernel        does             bytes counted per call  labkit runs (torch)
+============  ===============  ======================  ========================
+copy          a = b            2 arrays × 8 B × n      ``a.copy_(b)``
+scale         a = s·b          2 arrays × 8 B × n      ``torch.mul(b, s, out=a)``
+add           a = b + c        3 arrays × 8 B × n      ``torch.add(b, c, out=a)``
+triad         a = b + s·c      3 arrays × 8 B × n      ``torch.add(b, c, alpha=s, out=a)``
+============  ===============  ======================  ========================
+
+Bytes are counted the way STREAM counts them: each array read or written
+once. A CPU that writes ``a`` with ordinary stores first reads each line of
+``a`` into cache (write-allocate), so the hardware really moves one more
+array; STREAM does not count it, and neither does labkit, so numbers compare
+with published STREAM results. torch's kernels (like NumPy's ufuncs and
+plain C loops) use ordinary stores; a libc ``memcpy`` of a large buffer uses
+non-temporal stores that skip that read, which is why it can report up to
+1.5× the copy bandwidth (``labkit bench bandwidth`` shows it for information).
+
+Why torch and not NumPy: each torch call above is a *single pass* over
+memory and runs on every core (torch's intra-op threads), which is what a
+bandwidth probe needs. NumPy is single-threaded, and has no one-pass triad:
+``a[:] = b + s * c`` makes a temporary ``s * c`` (an extra array written and
+read back), and ``np.multiply(c, s, out=a); a += b`` walks ``a`` twice. Both
+move 5 arrays' worth of bytes for STREAM's 3, so they understate the
+bandwidth. ``labkit bench bandwidth`` checks these probes against NumPy's
+copy and a compiled C loop measured in the same run.
+
+:func:`stream_sweep` runs the kernels from L1-sized to DRAM-sized arrays,
+which draws the cache hierarchy as steps; :func:`peak_bandwidth` is the
+single DRAM-sized number the roofline uses (the sweep lives in
+:mod:`labkit.bandwidth.sweep`). Buffers are sized by
+:mod:`labkit.machine.memory`, so nothing allocates more than a fraction of the free
+memory. Strided access, host-device transfers and the copy-compute pipeline
+live in :mod:`labkit.bandwidth.strided`, :mod:`labkit.bandwidth.transfers` and
+:mod:`labkit.bandwidth.pipeline`; all of them can be imported from here by name.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from labkit.core.validate import check_int, check_ms
+from labkit.machine import memory as _memory
+from labkit.machine.memory import (
+    DEFAULT_FRACTION,
+    MemoryBudgetError,
+    MemoryBudgetWarning,
+    format_bytes,
+)
+from labkit.timing.bench import Timing, bench, format_duration
+
+#: The four STREAM kernels, in STREAM's order.
+KERNELS: tuple[str, ...] = ("copy", "scale", "add", "triad")
+#: Arrays each kernel reads or writes once (STREAM's byte counting).
+ARRAYS: dict[str, int] = {"copy": 2, "scale": 2, "add": 3, "triad": 3}
+#: What each kernel computes.
+FORMULAS: dict[str, str] = {"copy": "a = b", "scale": "a = s·b", "add": "a = b + c",
+                            "triad": "a = b + s·c"}  # fmt: skip
+#: The torch call labkit times for each kernel (all one pass, multithreaded).
+IMPLEMENTATIONS: dict[str, str] = {
+    "copy": "a.copy_(b)",
+    "scale": "torch.mul(b, s, out=a)",
+    "add": "torch.add(b, c, out=a)",
+    "triad": "torch.add(b, c, alpha=s, out=a)",
+}
+#: STREAM's element type and scalar.
+DTYPE = "float64"
+ITEMSIZE_BYTES = 8
+SCALAR = 3.0
+#: Initial values of b and c, and what a must hold after each kernel (checked before timing).
+_B, _C = 2.0, 1.0
+_EXPECTED: dict[str, float] = {"copy": _B, "scale": SCALAR * _B, "add": _B + _C,
+                               "triad": _B + SCALAR * _C}  # fmt: skip
+
+#: Smallest array labkit measures: below this a call is all overhead.
+MIN_BYTES_PER_ARRAY = 4096
+#: Bytes one timed sample should move at least: tiny arrays are run many times per sample.
+_SAMPLE_TARGET_BYTES = {"cpu": 8 * 1024**2, "cuda": 64 * 1024**2}
+_MAX_CALLS_PER_SAMPLE = 10_000
+
+
+def stream_bytes(kernel: str, n_elements: int, *, itemsize_bytes: int = ITEMSIZE_BYTES) -> int:
+    """Bytes one call of ``kernel`` moves by STREAM's rules: arrays × itemsize × n.
+
+    copy and scale touch 2 arrays, add and triad 3; write-allocate traffic is
+    not counted. ``stream_bytes("triad", 1000)`` is 24000 for float64.
+    """
+    kernel = check_kernel(kernel)
+    n_elements = check_int("n_elements", n_elements, minimum=1)
+    itemsize_bytes = check_int("itemsize_bytes", itemsize_bytes, minimum=1)
+    return ARRAYS[kernel] * itemsize_bytes * n_elements
+
+
+def format_gb_per_s(gb_per_s: float) -> str:
+    """A bandwidth with 3 significant digits and its unit: "25.3 GB/s", "4790 GB/s"."""
+    if isinstance(gb_per_s, bool) or not isinstance(gb_per_s, numbers.Real):
+        raise TypeError(f"gb_per_s must be a number, got {type(gb_per_s).__name__} instead")
+    value = float(gb_per_s)
+    if not math.isfinite(value):
+        return f"{value} GB/s"
+    digits = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
+    return f"{value:.{digits}f} GB/s"
+
+
+# --------------------------------------------------------------------------- result
+
+
+@dataclass(frozen=True)
+class BandwidthResult:
+    """One bandwidth measurement: what moved, how long one call took, and the GB/s.
+
+    ``bytes_per_call`` is the traffic one call of the kernel is credited with
+    (STREAM counting for the STREAM kernels, the bytes that crossed the bus
+    for a transfer). Tiny arrays are run ``calls_per_sample`` times inside
+    each timed sample; ``median_ms`` is the median sample divided by that, so
+    it is always the time of *one* call. ``gb_per_s`` uses the median, so
+    it is typical rather than lucky; ``best_gb_per_s`` uses the fastest
+    sample. GB are 10^9 bytes, as in STREAM and GPU datasheets.
+    """
+
+    kernel: str
+    device: str
+    dtype: str
+    n_elements: int
+    bytes_per_array: int
+    bytes_per_call: int
+    calls_per_sample: int
+    timing: Timing
+    implementation: str
+    threads: int | None = None
+    median_ms: float = field(init=False)
+    gb_per_s: float = field(init=False)
+    best_gb_per_s: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.timing, Timing):
+            raise TypeError(
+                f"timing must be a Timing from labkit.bench, got {type(self.timing).__name__}"
+            )
+        for name in ("n_elements", "bytes_per_array", "bytes_per_call", "calls_per_sample"):
+            check_int(name, getattr(self, name), minimum=1)
+        median_ms = self.timing.median_ms / self.calls_per_sample
+        min_ms = self.timing.min_ms / self.calls_per_sample
+        object.__setattr__(self, "median_ms", median_ms)
+        object.__setattr__(self, "gb_per_s", _gb_per_s(self.bytes_per_call, median_ms))
+        object.__setattr__(self, "best_gb_per_s", _gb_per_s(self.bytes_per_call, min_ms))
+
+    @property
+    def arrays(self) -> int:
+        """How many arrays' worth of bytes one call is credited with."""
+        return max(1, round(self.bytes_per_call / self.bytes_per_array))
+
+    def __str__(self) -> str:
+        threads = f", {self.threads} threads" if self.threads else ""
+        return (
+            f"{self.kernel} on {self.device}: {format_gb_per_s(self.gb_per_s)} "
+            f"({self.dtype}, {format_bytes(self.bytes_per_array)} per array, "
+            f"{format_bytes(self.bytes_per_call)} moved per call; median "
+            f"{format_duration(self.median_ms)}, n={self.timing.n}{threads})"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The measurement as JSON-native values, with the full timing."""
+        return {
+            "kernel": self.kernel,
+            "device": self.device,
+            "dtype": self.dtype,
+            "implementation": self.implementation,
+            "threads": self.threads,
+            "n_elements": self.n_elements,
+            "bytes_per_array": self.bytes_per_array,
+            "bytes_per_call": self.bytes_per_call,
+            "calls_per_sample": self.calls_per_sample,
+            "median_ms": self.median_ms,
+            "gb_per_s": self.gb_per_s,
+            "best_gb_per_s": self.best_gb_per_s,
+            "timing": self.timing.to_dict(),
+        }
+
+
+def _gb_per_s(nbytes: int, ms: float) -> float:
+    return nbytes / (ms * 1e-3) / 1e9 if ms > 0 else math.inf
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def check_budget_ms(name: str, value: Any) -> float:
+    """A finite budget in ms: warm-ups may be 0, ``rep_ms`` must be > 0 (bench needs samples)."""
+    return check_ms(name, value, allow_zero=name != "rep_ms")
+
+
+def check_kernel(kernel: Any) -> str:
+    if not isinstance(kernel, str) or kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
+    return str(kernel)
+
+
+def check_kernels(kernels: Any) -> tuple[str, ...]:
+    if isinstance(kernels, str):
+        kernels = (kernels,)
+    if not isinstance(kernels, Iterable):
+        raise TypeError(f"kernels must be a sequence of kernel names, got {kernels!r}")
+    chosen = tuple(kernels)
+    if not chosen:
+        raise ValueError(f"kernels is empty: choose from {', '.join(KERNELS)}")
+    for kernel in chosen:
+        if kernel not in KERNELS:
+            raise ValueError(f"kernels must be chosen from {', '.join(KERNELS)}, got {kernel!r}")
+    return tuple(k for k in KERNELS if k in chosen)  # STREAM's order, no duplicates
+
+
+def check_device(device: Any) -> str:
+    """Normalise ``device`` to "cpu" or "cuda:N"; a CUDA device must exist here.
+
+    Only CUDA counts as a GPU for these probes (they time with CUDA events
+    and read CUDA's memory info).
+    """
+    if not isinstance(device, str) and type(device).__module__.startswith("torch"):
+        device = str(device)  # torch.device("cuda:0") -> "cuda:0"
+    kind, index = _memory.parse_device(device)
+    if kind == "cpu":
+        return "cpu"
+    from labkit.core.optional import import_optional
+
+    torch = import_optional("torch", "GPU bandwidth probes")
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"device={device!r} but torch sees no CUDA GPU here; use device='cpu', or gate the "
+            "cell with `if labkit.require_gpu(...)`. `labkit doctor` explains why no GPU is visible."
+        )
+    index = torch.cuda.current_device() if index is None else index
+    if index >= torch.cuda.device_count():
+        raise ValueError(
+            f"device={device!r} but only {torch.cuda.device_count()} CUDA device(s) exist here"
+        )
+    return f"cuda:{index}"
+
+
+# --------------------------------------------------------------------------- caches and sizes
+
+
+def cache_sizes(device: str = "cpu") -> tuple[tuple[str, int], ...]:
+    """The caches a sweep crosses, smallest first: (("L1d", bytes), ("L2", ...), ("L3", ...)).
+
+    CPU sizes come from :func:`labkit.machine.cpu.cpu_info` (per core for L1d and L2,
+    shared for L3); a GPU has one L2 shared by all its SMs. Unknown levels are
+    left out.
+    """
+    device = check_device(device)
+    if device == "cpu":
+        from labkit.machine.cpu import cpu_info
+
+        info = cpu_info()
+        levels = (("L1d", info.l1d_cache_bytes), ("L2", info.l2_cache_bytes),
+                  ("L3", info.l3_cache_bytes))  # fmt: skip
+        return tuple((name, int(size)) for name, size in levels if size)
+    import torch
+
+    l2 = int(getattr(torch.cuda.get_device_properties(torch.device(device)), "L2_cache_size", 0))
+    return (("L2", l2),) if l2 > 0 else ()
+
+
+#: Bytes per array that live in main memory (DRAM or HBM), not in a cache: fixed, not read
+#: from the machine, so a sweep has the same rows everywhere (issue 13). STREAM asks for
+#: arrays of at least 4× the last-level cache: 512 MiB meets that for CPU caches up to
+#: 128 MiB in all, and 2 GiB for GPU L2s up to 512 MiB. A CPU with more last-level cache
+#: (all its slices and sockets count) serves part of the traffic from cache:
+#: :func:`dram_cache_note` says how the array compares.
+DRAM_BYTES_PER_ARRAY: dict[str, int] = {"cpu": 512 * 1024**2, "cuda": 2 * 1024**3}
+#: The smallest size of the default sweeps: within L1 on a CPU (every core since 2008
+#: has at least 32 KiB of L1d); where launch overhead rules on a GPU.
+SWEEP_LOW_BYTES: dict[str, int] = {"cpu": 8 * 1024, "cuda": 64 * 1024}
+
+
+def dram_bytes_per_array(device: str = "cpu") -> int:
+    """The array size labkit uses for main memory: 512 MiB on a CPU, 2 GiB on a GPU.
+
+    A fixed size, not one derived from this machine's caches, so that
+    every machine runs (and prints) the same sweep; see
+    :data:`DRAM_BYTES_PER_ARRAY` and :func:`dram_cache_ratio`.
+    """
+    device = check_device(device)
+    return DRAM_BYTES_PER_ARRAY["cpu" if device == "cpu" else "cuda"]
+
+
+def last_level_cache_bytes(device: str = "cpu") -> int | None:
+    """The last-level cache a STREAM run on ``device`` can use (None: unknown).
+
+    CPU: every instance the process's CPUs share, summed
+    (:func:`labkit.machine.cpu.shared_last_level_cache_bytes`: a 4-CCD EPYC has four
+    L3s), or the one :func:`cache_sizes` reports where sysfs says nothing.
+    GPU: its L2.
+    """
+    device = check_device(device)
+    if device == "cpu":
+        from labkit.machine.cpu import shared_last_level_cache_bytes
+
+        total = shared_last_level_cache_bytes()
+        if total:
+            return total
+    caches = dict(cache_sizes(device))
+    return max(caches.values()) if caches else None
+
+
+def dram_cache_ratio(device: str = "cpu", bytes_per_array: int | None = None) -> float | None:
+    """How many times an array (default :func:`dram_bytes_per_array`) exceeds the last-level cache.
+
+    STREAM's rule is at least 4× all the last-level cache the run uses:
+    below that, part of what is timed as main-memory bandwidth is cache
+    bandwidth. None where the cache size is unknown.
+    """
+    size = dram_bytes_per_array(device) if bytes_per_array is None else bytes_per_array
+    cache = last_level_cache_bytes(device)
+    return size / cache if cache else None
+
+
+def dram_cache_note(device: str = "cpu", bytes_per_array: int | None = None) -> str:
+    """The array against STREAM's 4× rule, in one sentence that has the same form on every machine.
+
+    "16.0× the 32 MiB of last-level cache ...": the ratio and the size are
+    this machine's; the rule and what breaking it means are always said, so
+    the reader judges the number, and the text's shape does not depend on it.
+    """
+    size = dram_bytes_per_array(device) if bytes_per_array is None else bytes_per_array
+    cache = last_level_cache_bytes(device)
+    rule = "STREAM asks for at least 4×; below that, part of the traffic comes from cache"
+    if not cache:
+        return f"of unknown size against the last-level cache ({rule})"
+    return f"{size / cache:.1f}× the {format_bytes(cache)} of last-level cache ({rule})"
+
+
+def default_sizes(device: str = "cpu", *, points_per_decade: int = 4) -> tuple[int, ...]:
+    """A fixed grid of bytes per array, log-spaced, in multiples of 4 KiB.
+
+    CPU: from 8 KiB (inside every L1d) to 512 MiB; GPU: from 64 KiB to
+    2 GiB (:func:`dram_bytes_per_array`). The grid is the same on every
+    machine: sizes that do not fit the memory budget stay in a sweep's table
+    as rows that say so, rather than changing the table's shape.
+    """
+    device = check_device(device)
+    points_per_decade = check_int("points_per_decade", points_per_decade, minimum=1)
+    low = SWEEP_LOW_BYTES["cpu" if device == "cpu" else "cuda"]
+    return log_sizes(low, dram_bytes_per_array(device), points_per_decade=points_per_decade)
+
+
+def log_sizes(low_bytes: int, high_bytes: int, *, points_per_decade: int = 4) -> tuple[int, ...]:
+    """Sizes from ``low_bytes`` to ``high_bytes``, evenly spaced on a log axis, 4 KiB multiples."""
+    low_bytes = check_int("low_bytes", low_bytes, minimum=1)
+    high_bytes = check_int("high_bytes", high_bytes, minimum=low_bytes)
+    points_per_decade = check_int("points_per_decade", points_per_decade, minimum=1)
+    steps = max(1, math.ceil(points_per_decade * math.log10(high_bytes / low_bytes)))
+    sizes = {
+        _round_up(round(low_bytes * (high_bytes / low_bytes) ** (k / steps)), MIN_BYTES_PER_ARRAY)
+        for k in range(steps + 1)
+    }
+    return tuple(sorted(sizes))
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return max(multiple, -(-int(value) // multiple) * multiple)
+
+
+# --------------------------------------------------------------------------- buffers and kernels
+
+
+def allocate_arrays(n_elements: int, count: int, device: str) -> list[Any]:
+    """``count`` float64 tensors of ``n_elements`` on ``device``: a = 0, b = 2, c = 1.
+
+    Filling them also touches every page now, so page faults (the OS
+    mapping fresh memory) never land inside a timed call. Tests replace this
+    function to record how much a probe asks for.
+    """
+    import torch
+
+    values = (0.0, _B, _C)[:count]
+    return [torch.full((n_elements,), v, dtype=torch.float64, device=device) for v in values]
+
+
+def _kernel_call(kernel: str, a: Any, b: Any, c: Any) -> Any:
+    import torch
+
+    if kernel == "copy":
+        return lambda: a.copy_(b)
+    if kernel == "scale":
+        return lambda: torch.mul(b, SCALAR, out=a)
+    if kernel == "add":
+        return lambda: torch.add(b, c, out=a)
+    return lambda: torch.add(b, c, alpha=SCALAR, out=a)
+
+
+def _calls_per_sample(bytes_per_call: int, device: str) -> int:
+    target = _SAMPLE_TARGET_BYTES["cpu" if device == "cpu" else "cuda"]
+    return max(1, min(_MAX_CALLS_PER_SAMPLE, target // bytes_per_call))
+
+
+def _threads(device: str) -> int | None:
+    if device != "cpu":
+        return None
+    import torch
+
+    return int(torch.get_num_threads())
+
+
+@dataclass(frozen=True)
+class PreparedKernel:
+    """A checked STREAM kernel on a set of buffers, ready to time.
+
+    ``sample()`` runs the kernel ``calls_per_sample`` times (tiny arrays need
+    many calls per timed sample); :meth:`result` turns a Timing of ``sample``
+    into a :class:`BandwidthResult`. ``labkit bench bandwidth`` uses this to
+    take turns with its references a few samples at a time.
+    """
+
+    kernel: str
+    device: str
+    n_elements: int
+    call: Any
+    calls_per_sample: int
+
+    def sample(self) -> None:
+        for _ in range(self.calls_per_sample):
+            self.call()
+
+    def result(self, timing: Timing) -> BandwidthResult:
+        return BandwidthResult(
+            kernel=self.kernel,
+            device=self.device,
+            dtype=DTYPE,
+            n_elements=self.n_elements,
+            bytes_per_array=self.n_elements * ITEMSIZE_BYTES,
+            bytes_per_call=stream_bytes(self.kernel, self.n_elements),
+            calls_per_sample=self.calls_per_sample,
+            timing=timing,
+            implementation=IMPLEMENTATIONS[self.kernel],
+            threads=_threads(self.device),
+        )
+
+
+def prepare_kernel(
+    kernel: str, buffers: Sequence[Any], n_elements: int, device: str
+) -> PreparedKernel:
+    """Run ``kernel`` once on the first ``n_elements`` of ``buffers`` and check what it wrote.
+
+    ``buffers`` are a, b (and c) as made by the probes (b = 2, c = 1). A wrong
+    result means overlapping or modified buffers, and a timing of a wrong
+    computation is meaningless, so it raises instead of timing.
+    """
+    kernel = check_kernel(kernel)
+    n_elements = check_int("n_elements", n_elements, minimum=1)
+    _memory.parse_device(device)
+    if isinstance(buffers, (str, bytes)) or not isinstance(buffers, Sequence):
+        raise TypeError(f"buffers must be a sequence of tensors (a, b, c), got {buffers!r}")
+    if len(buffers) < ARRAYS[kernel]:
+        raise ValueError(
+            f"buffers must hold the {ARRAYS[kernel]} arrays the {kernel} kernel uses, got "
+            f"{len(buffers)}"
+        )
+    short = [i for i, x in enumerate(buffers[: ARRAYS[kernel]]) if len(x) < n_elements]
+    if short:
+        raise ValueError(
+            f"n_elements={n_elements} is longer than buffers[{short[0]}] "
+            f"({len(buffers[short[0]])} elements)"
+        )
+    a, b = buffers[0][:n_elements], buffers[1][:n_elements]
+    c = buffers[2][:n_elements] if len(buffers) > 2 else None
+    call = _kernel_call(kernel, a, b, c)
+    call()
+    expected = _EXPECTED[kernel]
+    low, high = (float(v) for v in a.aminmax())  # two scalars: no n-sized temporary
+    if not low == high == expected:
+        raise RuntimeError(
+            f"the {kernel} kernel ({FORMULAS[kernel]}) left values other than {expected} in a; "
+            "the probe's buffers overlap or were changed while it ran, so its timing would "
+            "be meaningless"
+        )
+    calls = _calls_per_sample(stream_bytes(kernel, n_elements), device)
+    return PreparedKernel(kernel, device, n_elements, call, calls)
+
+
+def measure_kernel(
+    kernel: str,
+    buffers: Sequence[Any],
+    n_elements: int,
+    device: str,
+    *,
+    warmup_ms: float,
+    rep_ms: float,
+    min_reps: int,
+) -> BandwidthResult:
+    """Check one kernel's result, then time it on the first ``n_elements`` of ``buffers``."""
+    prepared = prepare_kernel(kernel, buffers, n_elements, device)
+    timing = bench(prepared.sample, warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps,
+                   device=device, label=kernel, warn=False)  # fmt: skip
+    return prepared.result(timing)
+
+
+def stream_kernel(
+    kernel: str = "triad",
+    bytes_per_array: int | None = None,
+    device: str = "cpu",
+    *,
+    fraction: float = DEFAULT_FRACTION,
+    warmup_ms: float = 25.0,
+    rep_ms: float = 100.0,
+    min_reps: int = 5,
+) -> BandwidthResult:
+    """Time one STREAM kernel at one array size (DRAM-sized by default).
+
+    An explicit ``bytes_per_array`` that does not fit the memory budget
+    raises :class:`~labkit.machine.memory.MemoryBudgetError`; the default size
+    shrinks to fit instead (with a :class:`~labkit.machine.memory.MemoryBudgetWarning`).
+    """
+    kernel = check_kernel(kernel)
+    warmup_ms, rep_ms = check_budget_ms("warmup_ms", warmup_ms), check_budget_ms("rep_ms", rep_ms)
+    min_reps = check_int("min_reps", min_reps, minimum=1)
+    device = check_device(device)
+    size = _single_size(bytes_per_array, device, fraction, ARRAYS[kernel], f"the {kernel} probe")
+    n = size // ITEMSIZE_BYTES
+    buffers = allocate_arrays(n, ARRAYS[kernel], device)
+    return measure_kernel(kernel, buffers, n, device, warmup_ms=warmup_ms, rep_ms=rep_ms,
+                    min_reps=min_reps)  # fmt: skip
+
+
+def _single_size(
+    bytes_per_array: int | None, device: str, fraction: float, arrays: int, what: str
+) -> int:
+    """An explicit size is checked (error if too big); the default shrinks to fit (warning)."""
+    if bytes_per_array is not None:
+        size = check_int("bytes_per_array", bytes_per_array, minimum=ITEMSIZE_BYTES)
+        _memory.check_fits(size, device=device, fraction=fraction, arrays=arrays, what=what,
+                           name="bytes_per_array")  # fmt: skip
+        return size - size % ITEMSIZE_BYTES
+    wanted = dram_bytes_per_array(device)
+    size = _memory.fit_bytes(wanted, device=device, fraction=fraction, arrays=arrays)
+    size -= size % MIN_BYTES_PER_ARRAY
+    if size < MIN_BYTES_PER_ARRAY:
+        _memory.check_fits(wanted, device=device, fraction=fraction, arrays=arrays, what=what)
+    if size < wanted:
+        warnings.warn(
+            f"{what}: measuring {format_bytes(size)} per array instead of {format_bytes(wanted)}, "
+            f"because {arrays} arrays of {format_bytes(wanted)} exceed {fraction:.0%} of the free "
+            "memory. Part of the data may come from cache, which overstates main-memory "
+            "bandwidth; close other programs for a cleaner number.",
+            MemoryBudgetWarning,
+            stacklevel=3,
+        )
+    return size
+
+
+def peak_bandwidth(
+    device: str = "cpu",
+    *,
+    fraction: float = DEFAULT_FRACTION,
+    bytes_per_array: int | None = None,
+    kernels: Sequence[str] = ("copy", "triad"),
+    warmup_ms: float = 25.0,
+    rep_ms: float = 100.0,
+    min_reps: int = 5,
+) -> BandwidthResult:
+    """The best of copy and triad on DRAM-sized arrays: the memory roof of a roofline.
+
+    It is what torch's one-pass kernels reach, with ordinary stores and STREAM
+    byte counting; that is the roof the course's torch operations live under.
+    The default size (:func:`dram_bytes_per_array`) shrinks to fit the
+    memory budget with a warning; an explicit ``bytes_per_array`` that does
+    not fit raises :class:`~labkit.machine.memory.MemoryBudgetError`.
+    """
+    kernels = check_kernels(kernels)
+    device = check_device(device)
+    warmup_ms, rep_ms = check_budget_ms("warmup_ms", warmup_ms), check_budget_ms("rep_ms", rep_ms)
+    min_reps = check_int("min_reps", min_reps, minimum=1)
+    arrays = max(ARRAYS[k] for k in kernels)
+    size = _single_size(bytes_per_array, device, fraction, arrays, "peak_bandwidth")
+    n = size // ITEMSIZE_BYTES
+    buffers = allocate_arrays(n, arrays, device)
+    results = [
+        measure_kernel(k, buffers, n, device, warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps)
+        for k in kernels
+    ]
+    return max(results, key=lambda r: r.gb_per_s)
+
+
+__all__ = [
+    "ARRAYS",
+    "DTYPE",
+    "KERNELS",
+    "BandwidthResult",
+    "MemoryBudgetError",
+    "cache_sizes",
+    "check_device",
+    "default_sizes",
+    "dram_bytes_per_array",
+    "dram_cache_note",
+    "dram_cache_ratio",
+    "last_level_cache_bytes",
+    "format_gb_per_s",
+    "log_sizes",
+    "peak_bandwidth",
+    "stream_bytes",
+    "stream_kernel",
+]

@@ -1,0 +1,233 @@
+"""The STREAM size sweep: bandwidth from L1-sized to DRAM-sized arrays, the cache hierarchy as steps.
+
+A kernel over arrays that fit in L1 runs at the speed of L1; as the arrays
+grow past each cache the bandwidth drops to the next level's, until main
+memory sets the floor. :func:`stream_sweep` measures that staircase, and
+:func:`labkit.bandwidth.plots.plot_stream_sweep` draws it with the cache sizes marked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from labkit.bandwidth import stream as _bandwidth
+from labkit.bandwidth.stream import (
+    ARRAYS,
+    DTYPE,
+    ITEMSIZE_BYTES,
+    KERNELS,
+    BandwidthResult,
+    cache_sizes,
+    check_budget_ms,
+    check_device,
+    check_kernel,
+    check_kernels,
+    default_sizes,
+    format_gb_per_s,
+    measure_kernel,
+)
+from labkit.core.progress import progress
+from labkit.core.units import format_bytes
+from labkit.core.validate import check_int, check_optional_bool
+from labkit.machine import memory as _memory
+from labkit.machine.memory import DEFAULT_FRACTION
+
+
+@dataclass(frozen=True)
+class StreamSweep:
+    """Every (kernel, size) measurement of a sweep, sorted by kernel then size.
+
+    ``caches`` are the cache sizes the plot marks; ``dropped_bytes_per_array``
+    the sizes skipped because they did not fit the memory budget (or ran out
+    of memory): they stay in :meth:`table` as rows that say so, so the table
+    has the same rows on every machine. ``budget_bytes`` is the budget the
+    sizes were judged against (all arrays together). ``out_of_memory`` is the
+    line the sweep printed when an allocation failed and it stopped early (""
+    when none did); :attr:`largest_bytes_per_array` is then the largest size
+    that fit.
+    """
+
+    rows: tuple[BandwidthResult, ...]
+    device: str
+    dtype: str
+    caches: tuple[tuple[str, int], ...] = ()
+    dropped_bytes_per_array: tuple[int, ...] = ()
+    out_of_memory: str = ""
+    budget_bytes: int | None = None
+    arrays: int = 3
+
+    @property
+    def largest_bytes_per_array(self) -> int | None:
+        """The largest array measured (None when nothing was)."""
+        return max((r.bytes_per_array for r in self.rows), default=None)
+
+    @property
+    def kernels(self) -> tuple[str, ...]:
+        return tuple(k for k in KERNELS if any(r.kernel == k for r in self.rows))
+
+    @property
+    def sizes_bytes(self) -> tuple[int, ...]:
+        """Bytes per array measured, ascending."""
+        return tuple(sorted({r.bytes_per_array for r in self.rows}))
+
+    def rows_for(self, kernel: str) -> tuple[BandwidthResult, ...]:
+        """One kernel's rows, smallest array first."""
+        kernel = check_kernel(kernel)
+        return tuple(r for r in self.rows if r.kernel == kernel)
+
+    def peak(self, kernel: str | None = None, *, min_bytes_per_array: int = 0) -> BandwidthResult:
+        """The fastest row (of ``kernel``, or of any), among arrays of at least ``min_bytes_per_array``.
+
+        ``sweep.peak("triad", min_bytes_per_array=labkit.bandwidth.stream.dram_bytes_per_array())``
+        is the main-memory plateau; ``sweep.peak()`` is usually a cache.
+        """
+        rows = self.rows if kernel is None else self.rows_for(kernel)
+        min_bytes_per_array = check_int("min_bytes_per_array", min_bytes_per_array, minimum=0)
+        rows = tuple(r for r in rows if r.bytes_per_array >= min_bytes_per_array)
+        if not rows:
+            raise ValueError(
+                f"no rows for kernel={kernel!r} with at least {format_bytes(min_bytes_per_array)} "
+                f"per array; the sweep measured {', '.join(map(format_bytes, self.sizes_bytes))}"
+            )
+        return max(rows, key=lambda r: r.gb_per_s)
+
+    def table(self) -> str:
+        """Bytes per array down, kernels across, GB/s in the cells; skipped sizes say so."""
+        header = ["per array", *self.kernels]
+        lines = [header]
+        skipped = set(self.dropped_bytes_per_array)
+        sizes = sorted({*self.sizes_bytes, *skipped})
+        for size in sizes:
+            cells = [format_bytes(size)]
+            for kernel in self.kernels:
+                row = next((r for r in self.rows_for(kernel) if r.bytes_per_array == size), None)
+                cells.append(format_gb_per_s(row.gb_per_s) if row else "-")
+            lines.append(cells)
+        widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+        text = ["  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)) for line in lines]
+        for i, size in enumerate(sizes, start=1):
+            if size in skipped:
+                text[i] += "  skipped: does not fit in memory"
+        if skipped and self.budget_bytes is not None:
+            text.append(
+                f"(skipped sizes: {self.arrays} arrays of that size exceed this probe's budget of "
+                f"{format_bytes(self.budget_bytes)}; close other programs to measure them)"
+            )
+        return "\n".join(text)
+
+    def __str__(self) -> str:
+        return f"STREAM sweep on {self.device} ({self.dtype}, STREAM byte counting)\n{self.table()}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "dtype": self.dtype,
+            "caches": {name: size for name, size in self.caches},
+            "dropped_bytes_per_array": list(self.dropped_bytes_per_array),
+            "out_of_memory": self.out_of_memory,
+            "budget_bytes": self.budget_bytes,
+            "arrays": self.arrays,
+            "rows": [r.to_dict() for r in self.rows],
+        }
+
+
+def stream_sweep(
+    kernels: Sequence[str] = KERNELS,
+    sizes_bytes: Sequence[int] | None = None,
+    device: str = "cpu",
+    *,
+    fraction: float = DEFAULT_FRACTION,
+    points_per_decade: int = 4,
+    warmup_ms: float = 10.0,
+    rep_ms: float = 40.0,
+    min_reps: int = 5,
+    show_progress: bool | None = None,
+) -> StreamSweep:
+    """Run STREAM kernels over array sizes from L1-sized to DRAM-sized; returns every row.
+
+    Args:
+        kernels: any of "copy", "scale", "add", "triad".
+        sizes_bytes: bytes per array (default :func:`default_sizes`, a fixed
+            grid); sizes that do not fit ``fraction`` of the free memory are
+            not measured, and stay in the table as rows that say so.
+        device: "cpu", "cuda" or "cuda:N".
+        points_per_decade: density of the default sizes.
+        warmup_ms, rep_ms, min_reps: passed to :func:`labkit.bench` per point.
+        show_progress: a progress bar (None follows ``LABKIT_PROGRESS``).
+
+    One set of buffers, as large as the largest size, is allocated once and
+    every size uses its leading part. Arrays under ~100 KiB are timed many
+    calls per sample, and there the time is mostly torch's per-call overhead
+    (a few µs), not the cache: the same lesson as a GPU's launch overhead.
+    """
+    kernels = check_kernels(kernels)
+    points_per_decade = check_int("points_per_decade", points_per_decade, minimum=1)
+    check_optional_bool("show_progress", show_progress)
+    device = check_device(device)
+    if sizes_bytes is None:
+        sizes = default_sizes(device, points_per_decade=points_per_decade)
+    else:
+        if isinstance(sizes_bytes, (str, bytes)) or not isinstance(sizes_bytes, Iterable):
+            raise TypeError(
+                f"sizes_bytes must be a sequence of sizes in bytes, got {sizes_bytes!r}"
+            )
+        sizes = tuple(
+            check_int("sizes_bytes[...]", s, minimum=ITEMSIZE_BYTES) // ITEMSIZE_BYTES
+            * ITEMSIZE_BYTES for s in sizes_bytes
+        )  # fmt: skip
+        if not sizes:
+            raise ValueError("sizes_bytes is empty: give at least one size in bytes per array")
+    warmup_ms, rep_ms = check_budget_ms("warmup_ms", warmup_ms), check_budget_ms("rep_ms", rep_ms)
+    min_reps = check_int("min_reps", min_reps, minimum=1)
+    arrays = max(ARRAYS[k] for k in kernels)
+    kept, dropped = _memory.fit_sizes(sizes, device=device, fraction=fraction, arrays=arrays,
+                                      name=None if sizes_bytes is None else "sizes_bytes")  # fmt: skip
+    if not kept:
+        _memory.check_fits(min(sizes), device=device, fraction=fraction, arrays=arrays,
+                           what="the STREAM sweep's smallest size")  # fmt: skip
+    # Sizes that do not fit stay in the table as rows that say so (no warning: the table
+    # has the same rows on every machine, and says which sizes this one could not hold).
+    budget = _memory.budget_bytes(device=device, fraction=fraction)
+    # On a GPU another process can take memory after the budget was read: an allocation
+    # that fails drops that size and the sweep goes on with the sizes below it.
+    buffers, kept, failed = _memory.allocate_shrinking(
+        kept, lambda size: _bandwidth.allocate_arrays(size // ITEMSIZE_BYTES, arrays, device),
+        device=device, what="stream_sweep",
+    )  # fmt: skip
+    points = [(size, kernel) for size in kept for kernel in kernels]
+    rows: list[BandwidthResult] = []
+    for size, kernel in progress(points, desc=f"STREAM sweep ({device})", total=len(points),
+                                 show=show_progress):  # fmt: skip
+        try:
+            rows.append(measure_kernel(kernel, buffers, size // ITEMSIZE_BYTES, device,
+                                 warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps))  # fmt: skip
+        except Exception as exc:
+            if not _memory.is_out_of_memory(exc):
+                raise
+            failed += tuple(s for s in kept if s >= size)
+            break
+    del buffers
+    note = ""
+    if failed:
+        _memory.release_memory(device)
+        largest = max((r.bytes_per_array for r in rows), default=None)
+        note = _memory.out_of_memory_message(
+            "stream_sweep", f"{format_bytes(min(failed))} per array",
+            None if largest is None else f"{format_bytes(largest)} per array", device,
+        )  # fmt: skip
+        if not rows:
+            raise _memory.MemoryBudgetError(note)
+        print(note)
+    rows.sort(key=lambda r: (KERNELS.index(r.kernel), r.bytes_per_array))
+    return StreamSweep(
+        rows=tuple(rows),
+        device=device,
+        dtype=DTYPE,
+        caches=cache_sizes(device),
+        dropped_bytes_per_array=tuple(sorted({*dropped, *failed})),
+        out_of_memory=note,
+        budget_bytes=budget,
+        arrays=arrays,
+    )

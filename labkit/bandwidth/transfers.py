@@ -1,0 +1,556 @@
+"""Moving data to, from and within a GPU, and the copy-in → compute → copy-back pipeline.
+
+The old picture of GPU computing ("copy the data in, compute, copy it back")
+hides the numbers that decide whether a GPU helps: its own memory (HBM)
+moves several TB/s, while the PCIe bus to the host moves a few tens of GB/s,
+a hundred times less. This module measures each piece:
+
+- :func:`device_copy`: a device-to-device copy against the card's
+  theoretical peak, and against torch (timed with raw CUDA events) and CuPy;
+- :func:`host_device_sweep`: host↔device bandwidth over sizes, from
+  pageable and from pinned (page-locked) host memory, both directions;
+- :func:`copy_compute_overlap`: N chunks copied and processed, serialized on
+  one stream versus copies on a side stream overlapping the compute;
+- :func:`labkit.bandwidth.pipeline.pipeline_breakdown`: the seed's pipeline, timed
+  piece by piece (it also runs on the CPU).
+
+Everything here needs a CUDA GPU and says so plainly without one. All timing goes through :func:`labkit.bench`, which uses
+CUDA events on the GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from labkit.bandwidth.stream import (
+    BandwidthResult,
+    check_budget_ms,
+    check_device,
+    format_gb_per_s,
+    log_sizes,
+    stream_kernel,
+)
+from labkit.core.progress import progress
+from labkit.core.units import format_bytes
+from labkit.core.validate import check_int, check_optional_bool, check_sizes
+from labkit.machine import memory as _memory
+from labkit.machine.memory import DEFAULT_FRACTION
+from labkit.timing.bench import Timing, bench, format_duration
+
+DIRECTIONS = ("h2d", "d2h")
+HOST_MEMORY = ("pageable", "pinned")
+
+
+def _require_cuda(device: str, what: str) -> str:
+    device = check_device(device)
+    if device == "cpu":
+        raise ValueError(
+            f"{what} needs a CUDA GPU, and device='cpu' was given. On a machine without a GPU, "
+            "gate the cell with `if labkit.require_gpu(...)` to show the recorded result instead."
+        )
+    return device
+
+
+def theoretical_peak_gb_per_s(device: str = "cuda") -> float | None:
+    """The GPU memory's datasheet bandwidth: 2 × memory clock × bus width / 8.
+
+    Read from torch's device properties, or from the CUDA driver
+    (:mod:`labkit.machine.nvidia`) when torch does not expose the clock; None if
+    neither knows it.
+    """
+    device = _require_cuda(device, "theoretical_peak_gb_per_s")
+    import torch
+
+    from labkit.machine.nvidia import nvidia_info, theoretical_bandwidth_gb_per_s
+
+    props = torch.cuda.get_device_properties(torch.device(device))
+    peak = theoretical_bandwidth_gb_per_s(
+        getattr(props, "memory_clock_rate", None), getattr(props, "memory_bus_width", None)
+    )
+    if peak:
+        return peak
+    index = int(device.split(":")[1])
+    driver = [d for d in nvidia_info().devices if d.index == index]
+    return driver[0].bandwidth_gb_per_s if driver else None
+
+
+# --------------------------------------------------------------------------- device-to-device
+
+
+@dataclass(frozen=True)
+class DeviceCopy:
+    """A device-to-device copy: labkit's probe, independent references, and the datasheet.
+
+    ``labkit`` is :func:`labkit.bandwidth.stream.stream_kernel` ("copy", torch
+    ``a.copy_(b)`` timed by ``labkit.bench``). ``references`` are the same
+    traffic measured other ways: torch timed with raw CUDA events and no
+    labkit, CuPy's ``copyto`` kernel and CuPy's ``cudaMemcpyAsync``. Every
+    copy is credited with 2 × the array (read + write), like STREAM and
+    like the datasheet peak, which counts both directions of the memory bus.
+    """
+
+    labkit: BandwidthResult
+    references: tuple[BandwidthResult, ...]
+    peak_gb_per_s: float | None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def best_reference(self) -> BandwidthResult | None:
+        return max(self.references, key=lambda r: r.gb_per_s, default=None)
+
+    @property
+    def ratio_to_best(self) -> float | None:
+        """labkit's GB/s over the best reference's."""
+        best = self.best_reference
+        return None if best is None else self.labkit.gb_per_s / best.gb_per_s
+
+    @property
+    def fraction_of_peak(self) -> float | None:
+        """labkit's GB/s over the datasheet peak (0.8–0.95 is typical for HBM)."""
+        return None if not self.peak_gb_per_s else self.labkit.gb_per_s / self.peak_gb_per_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "labkit": self.labkit.to_dict(),
+            "references": [r.to_dict() for r in self.references],
+            "peak_gb_per_s": self.peak_gb_per_s,
+            "ratio_to_best": self.ratio_to_best,
+            "fraction_of_peak": self.fraction_of_peak,
+            "notes": list(self.notes),
+        }
+
+
+def _result(kernel: str, device: str, nbytes: int, traffic: int, timing: Timing,
+            implementation: str, calls: int = 1, dtype: str = "uint8") -> BandwidthResult:  # fmt: skip
+    itemsize = 8 if dtype == "float64" else 4 if dtype == "float32" else 1
+    return BandwidthResult(
+        kernel=kernel, device=device, dtype=dtype, n_elements=max(1, nbytes // itemsize),
+        bytes_per_array=nbytes, bytes_per_call=traffic, calls_per_sample=calls,
+        timing=timing, implementation=implementation,
+    )  # fmt: skip
+
+
+def _raw_event_copy(dst: Any, src: Any, reps: int, device: str) -> Timing:
+    """torch ``dst.copy_(src)`` timed by hand with CUDA events: checks labkit's own timing."""
+    import torch
+
+    stream = torch.cuda.current_stream(torch.device(device))
+    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+             for _ in range(reps)]  # fmt: skip
+    for _ in range(3):  # warm-up
+        dst.copy_(src)
+    torch.cuda.synchronize(torch.device(device))
+    for start, end in pairs:
+        start.record(stream)
+        dst.copy_(src)
+        end.record(stream)
+    torch.cuda.synchronize(torch.device(device))
+    samples = tuple(start.elapsed_time(end) for start, end in pairs)
+    return Timing(samples, label="torch copy_ (raw events)", device=device, method="device events")
+
+
+def device_copy(
+    bytes_per_array: int | None = None,
+    device: str = "cuda",
+    *,
+    fraction: float = DEFAULT_FRACTION,
+    warmup_ms: float = 25.0,
+    rep_ms: float = 100.0,
+    min_reps: int = 5,
+) -> DeviceCopy:
+    """Device-to-device copy bandwidth by labkit and by references, with the datasheet peak.
+
+    DRAM-sized by default (8 × L2, at least 1 GiB per array, shrunk to fit the
+    GPU's free memory). CuPy references are skipped, with a note, when CuPy
+    is missing or cannot run; CuPy works on the same buffers through DLPack,
+    so it allocates nothing more.
+    """
+    if bytes_per_array is not None:
+        check_int("bytes_per_array", bytes_per_array, minimum=8)
+    _memory.check_fraction(fraction)
+    check_budget_ms("warmup_ms", warmup_ms)
+    check_budget_ms("rep_ms", rep_ms)
+    check_int("min_reps", min_reps, minimum=1)
+    import torch
+
+    device = _require_cuda(device, "device_copy")
+    labkit_row = stream_kernel("copy", bytes_per_array, device, fraction=fraction,
+                               warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps)  # fmt: skip
+    n = labkit_row.n_elements
+    nbytes = labkit_row.bytes_per_array
+    src = torch.full((n,), 2.0, dtype=torch.float64, device=device)
+    dst = torch.zeros_like(src)
+    reps = max(min_reps, labkit_row.timing.n)
+    refs = [_result("copy", device, nbytes, 2 * nbytes, _raw_event_copy(dst, src, reps, device),
+                    "torch dst.copy_(src), raw CUDA events", dtype="float64")]  # fmt: skip
+    notes: list[str] = []
+    try:
+        refs += _cupy_copies(dst, src, device, nbytes, warmup_ms, rep_ms, min_reps)
+    except Exception as exc:  # CuPy missing or unable to run: the torch reference remains
+        notes.append(f"CuPy references skipped: {str(exc).splitlines()[0] if str(exc) else exc!r}")
+    return DeviceCopy(labkit=labkit_row, references=tuple(refs),
+                      peak_gb_per_s=theoretical_peak_gb_per_s(device), notes=tuple(notes))  # fmt: skip
+
+
+def _cupy_copies(dst: Any, src: Any, device: str, nbytes: int, warmup_ms: float, rep_ms: float,
+                 min_reps: int) -> list[BandwidthResult]:  # fmt: skip
+    import torch
+
+    from labkit.core.optional import import_optional
+
+    cupy = import_optional("cupy", "the CuPy copy references")
+    if not cupy.is_available():
+        raise RuntimeError("cupy.is_available() is False")
+    index = int(device.split(":")[1])
+    torch.cuda.synchronize(torch.device(device))  # torch's writes are done before CuPy reads
+    rows = []
+    with cupy.cuda.Device(index):
+        a, b = cupy.from_dlpack(dst), cupy.from_dlpack(src)
+        cases = [
+            ("cupy.copyto(dst, src)", lambda: cupy.copyto(a, b)),
+            ("cupy memcpy (cudaMemcpyAsync)",
+             lambda: a.data.copy_from_device_async(b.data, nbytes)),
+        ]  # fmt: skip
+        for label, fn in cases:
+            timing = bench(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps,
+                           device=f"cupy:{index}", label=label, warn=False)  # fmt: skip
+            rows.append(_result("copy", device, nbytes, 2 * nbytes, timing, label, dtype="float64"))
+        cupy.cuda.Device(index).synchronize()
+    return rows
+
+
+# --------------------------------------------------------------------------- host <-> device
+
+
+@dataclass(frozen=True)
+class TransferSweep:
+    """Host↔device bandwidth for each (direction, host memory, size); bytes counted once.
+
+    ``out_of_memory`` is the line the sweep printed when an allocation failed
+    and it stopped early ("" when none did); :attr:`largest_bytes` is then
+    the largest size that fit.
+    """
+
+    rows: tuple[BandwidthResult, ...]
+    device: str
+    out_of_memory: str = ""
+
+    @property
+    def largest_bytes(self) -> int | None:
+        """The largest transfer measured (None when nothing was)."""
+        return max((r.bytes_per_array for r in self.rows), default=None)
+
+    def rows_for(self, direction: str, host_memory: str) -> tuple[BandwidthResult, ...]:
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+        if host_memory not in HOST_MEMORY:
+            raise ValueError(f"host_memory must be one of {HOST_MEMORY}, got {host_memory!r}")
+        return tuple(r for r in self.rows if r.kernel == f"{direction} {host_memory}")
+
+    def peak(self, direction: str, host_memory: str) -> BandwidthResult:
+        return max(self.rows_for(direction, host_memory), key=lambda r: r.gb_per_s)
+
+    def table(self) -> str:
+        kinds = sorted({r.kernel for r in self.rows})
+        sizes = sorted({r.bytes_per_array for r in self.rows})
+        lines = [["size", *kinds]]
+        for size in sizes:
+            cells = [format_bytes(size)]
+            for kind in kinds:
+                row = next((r for r in self.rows if r.kernel == kind and r.bytes_per_array == size),
+                           None)  # fmt: skip
+                cells.append(format_gb_per_s(row.gb_per_s) if row else "-")
+            lines.append(cells)
+        widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+        return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True))
+                         for line in lines)  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"device": self.device, "out_of_memory": self.out_of_memory,
+                "rows": [r.to_dict() for r in self.rows]}  # fmt: skip
+
+
+def _check_choices(name: str, values: Any, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    if isinstance(values, str):
+        values = (values,)
+    if not isinstance(values, Iterable) or not (chosen := tuple(values)):
+        raise ValueError(f"{name} must be a non-empty sequence drawn from {allowed}")
+    for value in chosen:
+        if value not in allowed:
+            raise ValueError(f"{name} must be drawn from {allowed}, got {value!r}")
+    return tuple(v for v in allowed if v in chosen)
+
+
+def host_device_sweep(
+    sizes_bytes: Sequence[int] | None = None,
+    device: str = "cuda",
+    *,
+    directions: Sequence[str] = DIRECTIONS,
+    host_memory: Sequence[str] = HOST_MEMORY,
+    fraction: float = DEFAULT_FRACTION,
+    warmup_ms: float = 10.0,
+    rep_ms: float = 40.0,
+    show_progress: bool | None = None,
+) -> TransferSweep:
+    """Host→device ("h2d") and device→host ("d2h") GB/s over sizes, pageable vs pinned.
+
+    Pageable memory is what ``torch.empty`` gives; the driver must first copy
+    it into a pinned staging buffer, so it is slower and never asynchronous.
+    Pinned memory (``pin_memory=True``) is DMA'd directly and allows
+    ``non_blocking=True``. Default sizes: 64 KiB to 1 GiB, log-spaced,
+    shrunk to fit both the host's and the GPU's budget.
+    """
+    directions = _check_choices("directions", directions, DIRECTIONS)
+    host_memory = _check_choices("host_memory", host_memory, HOST_MEMORY)
+    warmup_ms, rep_ms = check_budget_ms("warmup_ms", warmup_ms), check_budget_ms("rep_ms", rep_ms)
+    if sizes_bytes is not None:
+        check_sizes(sizes_bytes, "sizes_bytes")
+    _memory.check_fraction(fraction)
+    check_optional_bool("show_progress", show_progress)
+    import torch
+
+    device = _require_cuda(device, "host_device_sweep")
+    sizes = log_sizes(64 * 1024, 1024**3, points_per_decade=3) if sizes_bytes is None else (
+        tuple(check_int("sizes_bytes[...]", s, minimum=1) for s in sizes_bytes))  # fmt: skip
+    name = None if sizes_bytes is None else "sizes_bytes"
+    kept, dropped = _memory.fit_sizes(sizes, device="cpu", fraction=fraction,
+                                      arrays=len(host_memory), name=name)  # fmt: skip
+    kept, dropped_gpu = _memory.fit_sizes(kept, device=device, fraction=fraction, arrays=1,
+                                          name=name)  # fmt: skip
+    if not kept:
+        _memory.check_fits(min(sizes), device="cpu", fraction=fraction, arrays=len(host_memory),
+                           what="host_device_sweep")  # fmt: skip
+        _memory.check_fits(min(sizes), device=device, fraction=fraction, what="host_device_sweep")
+    if dropped or dropped_gpu:
+        import warnings
+
+        warnings.warn(
+            f"host_device_sweep: skipped {len(dropped) + len(dropped_gpu)} size(s) above "
+            f"{format_bytes(max(kept))} that do not fit {fraction:.0%} of the free memory.",
+            _memory.MemoryBudgetWarning,
+            stacklevel=2,
+        )
+
+    def allocate(top: int) -> tuple[Any, dict[str, Any]]:
+        on_device = torch.empty(top, dtype=torch.uint8, device=device)
+        hosts = {kind: torch.ones(top, dtype=torch.uint8, pin_memory=(kind == "pinned"))
+                 for kind in host_memory}  # fmt: skip
+        return on_device, hosts
+
+    # Another process can take GPU (or pinned host) memory after the budget was read:
+    # an allocation that fails drops that size and the sweep goes on below it.
+    (on_device, hosts), kept, failed = _memory.allocate_shrinking(
+        kept, allocate, device=device, what="host_device_sweep")  # fmt: skip
+    points = [(size, d, m) for size in kept for d in directions for m in host_memory]
+    rows: list[BandwidthResult] = []
+    for size, direction, kind in progress(points, desc="host<->device sweep",
+                                          total=len(points), show=show_progress):  # fmt: skip
+        try:
+            rows.append(_transfer_row(on_device, hosts, size, direction, kind, device,
+                                      warmup_ms, rep_ms))  # fmt: skip
+        except Exception as exc:
+            if not _memory.is_out_of_memory(exc):
+                raise
+            failed += (size,)
+            break
+    del on_device, hosts
+    note = ""
+    if failed:
+        _memory.release_memory(device)
+        largest = max((r.bytes_per_array for r in rows), default=None)
+        note = _memory.out_of_memory_message(
+            "host_device_sweep", f"a transfer of {format_bytes(min(failed))}",
+            None if largest is None else format_bytes(largest), device,
+        )  # fmt: skip
+        if not rows:
+            raise _memory.MemoryBudgetError(note)
+        print(note)
+    return TransferSweep(rows=tuple(rows), device=device, out_of_memory=note)
+
+
+def _transfer_row(on_device: Any, hosts: dict[str, Any], size: int, direction: str, kind: str,
+                  device: str, warmup_ms: float, rep_ms: float) -> BandwidthResult:  # fmt: skip
+    """Time one (size, direction, host memory) point of :func:`host_device_sweep`."""
+    dev, host = on_device[:size], hosts[kind][:size]
+    pinned = kind == "pinned"
+    fn = _transfer(dev, host, direction, pinned)
+    text = (f"device.copy_(host, non_blocking={pinned})" if direction == "h2d"
+            else f"host.copy_(device, non_blocking={pinned})")  # fmt: skip
+    calls = max(1, min(1000, (16 * 1024**2) // size))
+
+    def sample(fn: Callable[[], Any] = fn, calls: int = calls) -> None:
+        for _ in range(calls):
+            fn()
+
+    timing = bench(sample, warmup_ms=warmup_ms, rep_ms=rep_ms, device=device,
+                   label=f"{direction} {kind}", warn=False)  # fmt: skip
+    return _result(f"{direction} {kind}", device, size, size, timing, text, calls)
+
+
+def _transfer(dev: Any, host: Any, direction: str, pinned: bool) -> Callable[[], Any]:
+    if direction == "h2d":
+        return lambda: dev.copy_(host, non_blocking=pinned)
+    return lambda: host.copy_(dev, non_blocking=pinned)
+
+
+# --------------------------------------------------------------------------- overlap
+
+
+@dataclass(frozen=True)
+class OverlapResult:
+    """N chunks copied host→device and processed: serialized versus overlapped.
+
+    ``copy`` and ``compute`` time each half alone, for all chunks; the best
+    overlap can do is about ``max(copy, compute)`` plus one chunk's worth of
+    the other, which is ``ideal_ms``.
+    """
+
+    device: str
+    n_chunks: int
+    chunk_bytes: int
+    compute_repeats: int
+    copy: Timing
+    compute: Timing
+    serialized: Timing
+    overlapped: Timing
+
+    @property
+    def speedup(self) -> float:
+        """Serialized time over overlapped time."""
+        return self.serialized.median_ms / self.overlapped.median_ms
+
+    @property
+    def ideal_ms(self) -> float:
+        longer = max(self.copy.median_ms, self.compute.median_ms)
+        shorter = min(self.copy.median_ms, self.compute.median_ms)
+        return longer + shorter / self.n_chunks
+
+    def __str__(self) -> str:
+        return (
+            f"{self.n_chunks} chunks of {format_bytes(self.chunk_bytes)} on {self.device}: "
+            f"copies alone {format_duration(self.copy.median_ms)}, compute alone "
+            f"{format_duration(self.compute.median_ms)}; one stream (serialized) "
+            f"{format_duration(self.serialized.median_ms)}, copies on a side stream "
+            f"(overlapped) {format_duration(self.overlapped.median_ms)}, best possible about "
+            f"{format_duration(self.ideal_ms)}: overlap is {self.speedup:.2f}× faster"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device, "n_chunks": self.n_chunks, "chunk_bytes": self.chunk_bytes,
+            "compute_repeats": self.compute_repeats, "speedup": self.speedup,
+            "ideal_ms": self.ideal_ms, "copy": self.copy.to_dict(),
+            "compute": self.compute.to_dict(), "serialized": self.serialized.to_dict(),
+            "overlapped": self.overlapped.to_dict(),
+        }  # fmt: skip
+
+
+def balance_repeats(copy_ms: float, pass_ms: float, *, limit: int = 1000) -> int:
+    """How many compute passes make the compute about as long as the copy (1 to ``limit``).
+
+    Overlap pays most when the two are equal; with one far longer than the
+    other there is little to hide.
+    """
+    for name, value in (("copy_ms", copy_ms), ("pass_ms", pass_ms)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+            raise ValueError(f"{name} must be a positive duration in ms, got {value!r}")
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite duration in ms, got {value!r}")
+    limit = check_int("limit", limit, minimum=1)
+    ratio = copy_ms / pass_ms  # may overflow to inf for a tiny pass_ms: then it is the limit
+    return max(1, min(limit, round(ratio) if math.isfinite(ratio) else limit))
+
+
+def copy_compute_overlap(
+    n_chunks: int = 8,
+    chunk_bytes: int = 64 * 1024**2,
+    device: str = "cuda",
+    *,
+    compute_repeats: int | None = None,
+    fraction: float = DEFAULT_FRACTION,
+    rep_ms: float = 200.0,
+) -> OverlapResult:
+    """Copy ``n_chunks`` pinned host chunks to the GPU and process each, two ways.
+
+    Serialized: every copy and every kernel on the current stream, so the
+    copy engine and the SMs take turns. Overlapped: copies go on a side
+    stream (``torch.cuda.Stream``) with ``non_blocking=True`` from pinned
+    memory; the compute stream waits only for *its* chunk's copy (an event),
+    so chunk i+1 crosses the bus while chunk i is processed. The compute is
+    ``compute_repeats`` passes of ``torch.sin`` over the chunk (by default
+    as many as make it last about as long as the chunk's copy).
+    """
+    n_chunks = check_int("n_chunks", n_chunks, minimum=2)
+    chunk_bytes = check_int("chunk_bytes", chunk_bytes, minimum=4096)
+    rep_ms = check_budget_ms("rep_ms", rep_ms)
+    if compute_repeats is not None:
+        check_int("compute_repeats", compute_repeats, minimum=1)
+    _memory.check_fraction(fraction)
+    import torch
+
+    device = _require_cuda(device, "copy_compute_overlap")
+    n = chunk_bytes // 4
+    _memory.check_fits(n * 4, device="cpu", fraction=fraction, arrays=n_chunks,
+                       what="copy_compute_overlap (pinned host chunks)")  # fmt: skip
+    _memory.check_fits(n * 4, device=device, fraction=fraction, arrays=2 * n_chunks,
+                       what="copy_compute_overlap (device chunks)")  # fmt: skip
+    where = torch.device(device)
+    hosts = [torch.ones(n, dtype=torch.float32, pin_memory=True) for _ in range(n_chunks)]
+    inputs = [torch.empty(n, dtype=torch.float32, device=where) for _ in range(n_chunks)]
+    outputs = [torch.empty_like(x) for x in inputs]
+    side = torch.cuda.Stream(device=where)
+    copied = [torch.cuda.Event() for _ in range(n_chunks)]
+
+    def work(i: int, repeats: int) -> None:
+        for _ in range(repeats):
+            torch.sin(inputs[i], out=outputs[i])
+
+    if compute_repeats is None:
+        one_copy = bench(lambda: inputs[0].copy_(hosts[0], non_blocking=True), device=device,
+                         warmup_ms=10, rep_ms=30, warn=False)  # fmt: skip
+        one_pass = bench(lambda: work(0, 1), device=device, warmup_ms=10, rep_ms=30, warn=False)
+        compute_repeats = balance_repeats(one_copy.median_ms, one_pass.median_ms)
+    repeats = check_int("compute_repeats", compute_repeats, minimum=1)
+
+    def copies_only() -> None:
+        for i in range(n_chunks):
+            inputs[i].copy_(hosts[i], non_blocking=True)
+
+    def compute_only() -> None:
+        for i in range(n_chunks):
+            work(i, repeats)
+
+    def serialized() -> None:
+        for i in range(n_chunks):
+            inputs[i].copy_(hosts[i], non_blocking=True)
+            work(i, repeats)
+
+    def overlapped() -> None:
+        main = torch.cuda.current_stream(where)
+        # Copies start after everything queued before (the timing's start event, and the
+        # previous call's compute, which still reads these input buffers).
+        side.wait_stream(main)
+        for i in range(n_chunks):
+            with torch.cuda.stream(side):
+                inputs[i].copy_(hosts[i], non_blocking=True)
+                copied[i].record(side)
+            main.wait_event(copied[i])
+            work(i, repeats)
+
+    overlapped()
+    torch.cuda.synchronize(where)
+    expected = torch.sin(torch.ones(1, device=where))
+    if not torch.allclose(outputs[-1][:1], expected):
+        raise RuntimeError("the overlapped pipeline computed a wrong value: a stream dependency "
+                           "is missing, so its timing would be meaningless")  # fmt: skip
+    timings = {
+        name: bench(fn, device=device, warmup_ms=rep_ms / 4, rep_ms=rep_ms, label=name, warn=False)
+        for name, fn in (("copy", copies_only), ("compute", compute_only),
+                         ("serialized", serialized), ("overlapped", overlapped))
+    }  # fmt: skip
+    return OverlapResult(device=device, n_chunks=n_chunks, chunk_bytes=n * 4,
+                         compute_repeats=repeats, **timings)  # fmt: skip

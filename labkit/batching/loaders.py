@@ -1,0 +1,1118 @@
+"""Is the device waiting for data? PyTorch DataLoader and tf.data, measured the same way.
+
+A training loop alternates two things: get the next batch, run the step.
+When preparing a batch (read the files, decode, augment, collate) takes
+longer than the step, the device sits idle between steps however fast it
+is: the loop is *input-bound*. A faster GPU then changes nothing; more
+loader workers, prefetching and caching do. The symptom is in the loop
+itself: the consumer's time splits into *waiting for the next batch* and
+*computing*, and a high wait fraction is a low "GPU utilization".
+
+This module measures that split. :class:`SyntheticImages` is a dataset whose
+samples cost real work to prepare (1–2 ms each on the reference
+machine): a JPEG-like decode (an inverse DCT of 8×8 blocks, done in numpy),
+then a random crop, flip, brightness jitter and normalisation. Optional
+extras: ``io_ms``, a sleep that stands for storage or network latency (real
+loaders do wait on I/O, and a waiting thread uses no CPU), and
+``python_ms``, pure-Python work that holds the GIL. Nothing is downloaded.
+:func:`measure_loader` runs a training-like loop over a
+``torch.utils.data.DataLoader`` and :func:`measure_tf_pipeline` one over a
+``tf.data`` pipeline with the same samples and the same step;
+:func:`thread_scaling` measures how much a thread pool (tf.data's parallel
+map) can gain on a preparation, which the GIL decides.
+
+The step: with ``step_ms`` (the default) it is a fixed wait during which the
+host is idle, standing in for an accelerator that computes while the CPU is
+free, which is what a GPU does. With ``step_ms=None`` it is a real training
+step of :class:`labkit.models.cnn.CNN` on ``device``; on a CPU-only machine that
+step competes with the loader's workers for the same cores, which is a
+lesson too.
+
+Why not :func:`labkit.timing.bench.bench`: the wait is a property of a running
+loop (the workers prepare batches while the step runs), not of a function
+that can be called in isolation. Each step reads the clock around
+``next(batches)`` and around the step, and synchronises the device before
+each read, the rule ``bench`` itself follows; the samples then become
+:class:`labkit.timing.bench.Timing` objects (median, IQR) like any other.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import numbers
+import os
+import time
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from labkit.timing.bench import Timing, format_duration
+
+#: A consumer waiting this share of the time or more is called input-bound.
+INPUT_BOUND_FRACTION = 0.25
+
+#: The tf.data variants :func:`measure_tf_pipeline` builds, in order of adding one idea each.
+#: "map+defaults" is "map" with tf.data's default graph optimizations left on (see
+#: :func:`build_tf_pipeline`); every other variant turns off the two that would blur it.
+TF_VARIANTS: tuple[str, ...] = (
+    "map",
+    "parallel",
+    "parallel+prefetch",
+    "parallel+cache+prefetch",
+    "map+defaults",
+    "parallel+cache",
+)
+
+#: The variants :func:`compare_tf_pipelines` measures by default.
+DEFAULT_TF_VARIANTS: tuple[str, ...] = TF_VARIANTS[:5]
+
+#: The DataLoader configurations :func:`compare_loaders` measures by default.
+DEFAULT_LOADER_CONFIGS: tuple[dict[str, Any], ...] = (
+    {"num_workers": 0},
+    {"num_workers": 1},
+    {"num_workers": 2},
+)
+
+PIN_MEMORY_CPU_NOTE = (
+    "pin_memory=True was not passed on: it pins batches in page-locked host memory so that "
+    "copies to a CUDA GPU are faster and can overlap compute; without CUDA it does nothing "
+    "(and the DataLoader would warn)"
+)
+
+_k = np.arange(8)
+#: The 8×8 DCT-II basis (a JPEG decoder's inverse transform multiplies by it on both sides).
+_DCT = np.cos((2 * _k[:, None] + 1) * _k[None, :] * np.pi / 16).astype(np.float32)
+#: Smaller high-frequency coefficients, as in a real compressed image.
+_FALLOFF = (1.0 / (1 + _k[:, None] + _k[None, :])).astype(np.float32)
+
+
+# --------------------------------------------------------------------------- the samples
+
+
+def decode_sample(
+    index: int,
+    *,
+    decode_px: int = 96,
+    io_ms: float = 0.0,
+    python_ms: float = 0.0,
+    num_classes: int = 10,
+    seed: int = 0,
+) -> tuple[np.ndarray, int]:
+    """Read and decode sample ``index``: a 3×decode_px×decode_px float32 image and its label.
+
+    The encoded image is a grid of 8×8 blocks of DCT coefficients drawn from
+    a generator seeded by ``(seed, index)``, so a sample is the same every
+    time it is read. Decoding is the inverse DCT of every block, in numpy
+    (einsum, which runs no BLAS thread pool and releases the GIL in its
+    loops). ``io_ms`` sleeps first: the latency of reading the file from
+    disk or network, time a worker spends waiting rather than computing.
+    ``python_ms`` adds that much pure-Python work (a bytecode loop), which
+    holds the GIL throughout, like a decoder written in Python.
+    """
+    index = _check_int("index", index, 0)
+    if _check_int("decode_px", decode_px, 8) % 8:
+        raise ValueError(f"decode_px must be a multiple of 8 (8×8 blocks), got {decode_px!r}")
+    io_ms, python_ms = _check_ms("io_ms", io_ms), _check_ms("python_ms", python_ms)
+    num_classes = _check_int("num_classes", num_classes, 1)
+    seed = _check_int("seed", seed, 0)
+    if io_ms > 0:
+        time.sleep(io_ms / 1e3)
+    if python_ms > 0:
+        _python_work(python_ms)
+    rng = np.random.default_rng((seed, index))
+    blocks = decode_px // 8
+    coeffs = rng.standard_normal((3 * blocks * blocks, 8, 8), dtype=np.float32)
+    coeffs *= _FALLOFF
+    rows = np.einsum("nij,kj->nik", coeffs, _DCT)
+    pixels = np.einsum("ki,nij->nkj", _DCT, rows)
+    image = pixels.reshape(3, blocks, blocks, 8, 8).transpose(0, 1, 3, 2, 4)
+    return image.reshape(3, decode_px, decode_px), int(rng.integers(num_classes))
+
+
+_LOOPS_PER_MS: list[float] = []
+
+
+def _python_work(ms: float) -> int:
+    """Run about ``ms`` milliseconds of Python bytecode (the GIL stays held); returns the count.
+
+    A fixed amount of work, not a deadline: the loop count per ms is
+    calibrated once per process, so two threads sharing the GIL take twice
+    as long, as real Python code would.
+    """
+
+    def loops(n: int) -> int:
+        count = 0
+        for _ in range(n):
+            count += 1
+        return count
+
+    if not _LOOPS_PER_MS:
+        start = time.perf_counter()
+        loops(200_000)
+        _LOOPS_PER_MS.append(200_000 / max((time.perf_counter() - start) * 1e3, 1e-6))
+    return loops(max(1, round(ms * _LOOPS_PER_MS[0])))
+
+
+def augment_sample(
+    image: np.ndarray, index: int, *, image_size: int = 32, seed: int = 0
+) -> np.ndarray:
+    """Random crop (7/8 of the side), horizontal flip, downscale, brightness jitter, normalise.
+
+    Seeded by ``(seed, index, 1)``: deterministic here so runs repeat; a real
+    pipeline draws new crops every epoch.
+    """
+    if not isinstance(image, np.ndarray) or image.ndim != 3 or image.shape[0] != 3:
+        raise TypeError(f"image must be a 3×H×W numpy array, got {type(image).__name__}")
+    index = _check_int("index", index, 0)
+    side = image.shape[-1]
+    if _check_int("image_size", image_size, 1) > side:
+        raise ValueError(f"image_size must be at most the image's side ({side}), got {image_size}")
+    seed = _check_int("seed", seed, 0)
+    rng = np.random.default_rng((seed, index, 1))
+    crop = max(image_size, side * 7 // 8)
+    y0, x0 = (int(v) for v in rng.integers(0, side - crop + 1, size=2))
+    out = image[:, y0 : y0 + crop, x0 : x0 + crop]
+    if rng.random() < 0.5:
+        out = out[:, :, ::-1]
+    f = crop // image_size
+    out = out[:, : f * image_size, : f * image_size]
+    if f > 1:
+        out = out.reshape(3, image_size, f, image_size, f).mean(axis=(2, 4))
+    out = out * rng.uniform(0.8, 1.2, size=(3, 1, 1)).astype(np.float32)
+    mean = out.mean(axis=(1, 2), keepdims=True)
+    std = out.std(axis=(1, 2), keepdims=True) + 1e-5
+    return np.ascontiguousarray((out - mean) / std, dtype=np.float32)
+
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _check_ms(name: str, value: Any, *, allow_none: bool = False) -> float | None:
+    if value is None and allow_none:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise ValueError(f"{name} must be a finite number of milliseconds >= 0, got {value!r}")
+    return float(value)
+
+
+class SyntheticImages:
+    """A map-style dataset of ``n`` images that cost real work to prepare (:func:`decode_sample`).
+
+    ``dataset[i]`` returns ``(image, label)``: a float32 numpy array
+    3×image_size×image_size and an int. It needs no torch: the DataLoader
+    accepts any object with ``__len__`` and ``__getitem__``, and its workers
+    import this class from ``labkit.batching.loaders`` (a class defined in a
+    notebook cell could not be found by a worker started with spawn or
+    forkserver).
+
+    The cost of a sample: ``decode_px`` sets the numpy decode work (96 px:
+    1–2 ms on the reference 2-core machine; it grows with the square),
+    ``io_ms`` adds a simulated storage latency (a sleep), ``python_ms``
+    pure-Python work that holds the GIL.
+    """
+
+    def __init__(
+        self,
+        n: int = 1024,
+        *,
+        image_size: int = 32,
+        decode_px: int = 96,
+        io_ms: float = 0.0,
+        python_ms: float = 0.0,
+        num_classes: int = 10,
+        seed: int = 0,
+    ) -> None:
+        self.n = _check_int("n", n, 1)
+        self.image_size = _check_int("image_size", image_size, 2)
+        self.decode_px = _check_int("decode_px", decode_px, 8)
+        if self.decode_px % 8:
+            raise ValueError(
+                "decode_px must be a multiple of 8 (the decoder works on 8×8 blocks), "
+                f"got {decode_px!r}"
+            )
+        if self.decode_px < self.image_size:
+            raise ValueError(f"decode_px ({decode_px}) must be at least image_size ({image_size})")
+        self.io_ms = float(_check_ms("io_ms", io_ms) or 0.0)
+        self.python_ms = float(_check_ms("python_ms", python_ms) or 0.0)
+        self.num_classes = _check_int("num_classes", num_classes, 2)
+        self.seed = _check_int("seed", seed, 0)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def decode(self, index: int) -> tuple[np.ndarray, int]:
+        return decode_sample(
+            index,
+            decode_px=self.decode_px,
+            io_ms=self.io_ms,
+            python_ms=self.python_ms,
+            num_classes=self.num_classes,
+            seed=self.seed,
+        )
+
+    def augment(self, image: np.ndarray, index: int) -> np.ndarray:
+        return augment_sample(image, index, image_size=self.image_size, seed=self.seed)
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, int]:
+        if isinstance(index, bool) or not isinstance(index, numbers.Integral):
+            raise TypeError(f"index must be an int, got {type(index).__name__}")
+        if not -self.n <= index < self.n:
+            raise IndexError(f"index {index} is out of range for {self.n} samples")
+        index = int(index) % self.n
+        image, label = self.decode(index)
+        return self.augment(image, index), label
+
+    def with_length(self, n: int) -> SyntheticImages:
+        return SyntheticImages(
+            n,
+            image_size=self.image_size,
+            decode_px=self.decode_px,
+            io_ms=self.io_ms,
+            python_ms=self.python_ms,
+            num_classes=self.num_classes,
+            seed=self.seed,
+        )
+
+    def describe(self) -> str:
+        extra = ""
+        if self.python_ms:
+            extra += f" + {format_duration(self.python_ms)} of Python (holds the GIL)"
+        if self.io_ms:
+            extra += f" + {format_duration(self.io_ms)} simulated I/O"
+        return (
+            f"{self.image_size}×{self.image_size} images decoded from "
+            f"{self.decode_px}×{self.decode_px}{extra} per sample"
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"SyntheticImages(n={self.n}, image_size={self.image_size}, "
+            f"decode_px={self.decode_px}, io_ms={self.io_ms}, python_ms={self.python_ms}, "
+            f"num_classes={self.num_classes}, seed={self.seed})"
+        )
+
+
+def sample_cost(
+    dataset: SyntheticImages | None = None, *, warmup_ms: float = 5.0, rep_ms: float = 50.0
+) -> Timing:
+    """How long one sample takes to prepare in this process (:func:`labkit.timing.bench.bench`).
+
+    Multiply by the batch size to get the time one worker needs per batch:
+    if that exceeds the step, one worker cannot keep up.
+    """
+    from labkit.timing.bench import bench
+
+    dataset = SyntheticImages() if dataset is None else dataset
+    if not isinstance(dataset, SyntheticImages):
+        raise TypeError(f"dataset must be a SyntheticImages, got {type(dataset).__name__} instead")
+    counter = iter(range(10**9))
+
+    def one_sample() -> None:
+        dataset[next(counter) % len(dataset)]
+
+    return bench(
+        one_sample, warmup_ms=warmup_ms, rep_ms=rep_ms, device="cpu", label="one sample", warn=False
+    )
+
+
+@dataclass(frozen=True)
+class ThreadScaling:
+    """The same samples prepared by one thread and by ``threads`` threads of one process.
+
+    A thread pool (tf.data's parallel map, or ``concurrent.futures``) can
+    only speed up the parts of the preparation that release Python's GIL:
+    numpy's loops and waiting on I/O do, Python bytecode does not.
+    """
+
+    threads: int
+    samples: int
+    serial: Timing = field(repr=False)
+    threaded: Timing = field(repr=False)
+    dataset: str = ""
+
+    @property
+    def speedup(self) -> float:
+        return self.serial.median_ms / self.threaded.median_ms
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "threads": self.threads,
+            "samples": self.samples,
+            "speedup": self.speedup,
+            "serial_ms": self.serial.median_ms,
+            "threaded_ms": self.threaded.median_ms,
+            "dataset": self.dataset,
+        }
+
+    def __str__(self) -> str:
+        from labkit.accel.common import times
+
+        return (
+            f"{self.samples} samples ({self.dataset}): 1 thread "
+            f"{format_duration(self.serial.median_ms)}, {self.threads} threads "
+            f"{format_duration(self.threaded.median_ms)}: {times(self.speedup)} the speed of one"
+        )
+
+
+def thread_scaling(
+    dataset: SyntheticImages | None = None,
+    *,
+    threads: int = 2,
+    samples: int = 32,
+    warmup_ms: float = 0.0,
+    rep_ms: float = 200.0,
+) -> ThreadScaling:
+    """Prepare ``samples`` samples in one thread, then in ``threads``; both timed by ``bench``.
+
+    The ratio is the most any thread pool can gain on this preparation (a
+    parallel map in tf.data runs it under ``tf.numpy_function``, in threads).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from labkit.timing.bench import bench
+
+    dataset = SyntheticImages() if dataset is None else dataset
+    if not isinstance(dataset, SyntheticImages):
+        raise TypeError(f"dataset must be a SyntheticImages, got {type(dataset).__name__} instead")
+    threads = _check_int("threads", threads, 2)
+    samples = _check_int("samples", samples, 1)
+    indices = [i % len(dataset) for i in range(samples)]
+
+    def serial() -> None:
+        for i in indices:
+            dataset[i]
+
+    opts = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "min_reps": 3, "device": "cpu", "warn": False}
+    with ThreadPoolExecutor(threads) as pool:
+
+        def threaded() -> None:
+            list(pool.map(dataset.__getitem__, indices))
+
+        one = bench(serial, label="1 thread", **opts)
+        many = bench(threaded, label=f"{threads} threads", **opts)
+    return ThreadScaling(threads, samples, one, many, dataset.describe())
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class LoaderRun:
+    """The steady state of one input pipeline feeding one step, per step and in total.
+
+    ``wait`` holds the time each step spent in ``next(batches)``, ``compute``
+    the time in the step; ``wait_fraction`` is total wait over total time,
+    and ``1 - wait_fraction`` is how busy the device was. ``startup_ms`` is
+    the time to the first batch (starting workers, filling buffers), kept out
+    of everything else.
+    """
+
+    label: str
+    framework: str
+    batch_size: int
+    steps: int
+    step: str
+    device: str
+    dataset: str
+    wait: Timing = field(repr=False)
+    compute: Timing = field(repr=False)
+    startup_ms: float
+    notes: tuple[str, ...] = ()
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def total_ms(self) -> float:
+        return math.fsum(self.wait.samples_ms) + math.fsum(self.compute.samples_ms)
+
+    @property
+    def wait_fraction(self) -> float:
+        return math.fsum(self.wait.samples_ms) / self.total_ms if self.total_ms > 0 else 0.0
+
+    @property
+    def device_busy_fraction(self) -> float:
+        """The share of the loop's time spent in the step: the best "GPU utilization" can be."""
+        return 1.0 - self.wait_fraction
+
+    @property
+    def samples_per_s(self) -> float:
+        return (
+            self.batch_size * self.steps / (self.total_ms / 1e3) if self.total_ms > 0 else math.inf
+        )
+
+    @property
+    def median_wait_ms(self) -> float:
+        return self.wait.median_ms
+
+    @property
+    def mean_wait_ms(self) -> float:
+        return math.fsum(self.wait.samples_ms) / self.wait.n
+
+    @property
+    def mean_compute_ms(self) -> float:
+        return math.fsum(self.compute.samples_ms) / self.compute.n
+
+    @property
+    def input_bound(self) -> bool:
+        return self.wait_fraction >= INPUT_BOUND_FRACTION
+
+    def verdict(self) -> str:
+        if self.input_bound:
+            return f"input-bound: the step waits for data {self.wait_fraction:.0%} of the time"
+        return f"keeps up: the step waits for data {self.wait_fraction:.0%} of the time"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "framework": self.framework,
+            "batch_size": self.batch_size,
+            "steps": self.steps,
+            "step": self.step,
+            "device": self.device,
+            "dataset": self.dataset,
+            "samples_per_s": self.samples_per_s,
+            "wait_fraction": self.wait_fraction,
+            "median_wait_ms": self.median_wait_ms,
+            "median_compute_ms": self.compute.median_ms,
+            "startup_ms": self.startup_ms,
+            "settings": dict(self.settings),
+            "notes": list(self.notes),
+        }
+
+    def __str__(self) -> str:
+        from labkit.batching.sweep import format_samples_per_s
+
+        lines = [
+            f"{self.label} ({self.framework}), batch {self.batch_size}, "
+            f"{self.steps} steps of {self.step}:",
+            f"  {format_samples_per_s(self.samples_per_s)}; per step: waiting for data "
+            f"{format_duration(self.mean_wait_ms)}, "
+            f"computing {format_duration(self.mean_compute_ms)} "
+            f"(means; median wait {format_duration(self.median_wait_ms)})",
+            f"  {self.verdict()}; first batch after {format_duration(self.startup_ms)}",
+        ]
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+#: The start of torch's warning about more DataLoader workers than CPUs (torch.utils.data).
+_TOO_MANY_WORKERS = r"This DataLoader will create \d+ worker process"
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may use, which DataLoader workers share.
+
+    Its affinity (``taskset``, a Slurm allocation), and no more than a cgroup
+    CPU quota allows (a JupyterHub ``cpu_limit``, Docker's ``--cpus``), which
+    the affinity does not show. torch's too-many-workers warning reads the
+    affinity only.
+    """
+    from labkit.machine.container import container_cpus
+    from labkit.machine.cpu import allowed_cpus
+
+    affinity = allowed_cpus()
+    allowed = len(affinity) if affinity is not None else os.cpu_count() or 1
+    quota = container_cpus()
+    return allowed if quota is None else max(1, min(allowed, math.ceil(quota)))
+
+
+@dataclass(frozen=True)
+class LoaderComparison:
+    """Several pipelines feeding the same step, side by side.
+
+    ``usable_cpus`` is how many CPUs the process could run on when it
+    measured (DataLoader workers share them); None where it was not read.
+    """
+
+    runs: tuple[LoaderRun, ...]
+    usable_cpus: int | None = None
+
+    def run(self, label: str) -> LoaderRun:
+        for r in self.runs:
+            if r.label == label:
+                return r
+        raise ValueError(
+            f"label must be one of {', '.join(repr(r.label) for r in self.runs)}, got {label!r}"
+        )
+
+    @property
+    def best(self) -> LoaderRun:
+        return max(self.runs, key=lambda r: r.samples_per_s)
+
+    def summary(self) -> list[str]:
+        from labkit.batching.sweep import format_samples_per_s
+
+        return [
+            f"{r.device}: {r.label} ({r.framework}, batch {r.batch_size}, {r.step}): "
+            f"{format_samples_per_s(r.samples_per_s)}, "
+            f"waiting for data {r.wait_fraction:.0%} of the time"
+            for r in self.runs
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"runs": [r.to_dict() for r in self.runs], "usable_cpus": self.usable_cpus}
+
+    def __str__(self) -> str:
+        from labkit.batching.sweep import format_samples_per_s
+
+        first = self.runs[0]
+        head = ["pipeline", "samples/s", "wait/step", "compute/step", "waiting", "first batch"]
+        rows = [head] + [
+            [
+                r.label,
+                format_samples_per_s(r.samples_per_s),
+                format_duration(r.mean_wait_ms),
+                format_duration(r.mean_compute_ms),
+                f"{r.wait_fraction:.0%}",
+                format_duration(r.startup_ms),
+            ]
+            for r in self.runs
+        ]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+        lines = [
+            f"Input pipelines, batch {first.batch_size}, step: {first.step} on {first.device}; "
+            f"samples: {first.dataset}"
+        ]
+        for row in rows:
+            cells = [row[0].ljust(widths[0])] + [
+                c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
+            ]
+            lines.append("  " + "  ".join(cells))
+        notes = list(dict.fromkeys(n for r in self.runs for n in r.notes))
+        lines += [f"  note: {n}" for n in notes]
+        if self.usable_cpus is not None:
+            lines.append(
+                f"  CPUs this process may use: {self.usable_cpus} (worker processes beyond that "
+                "take turns on them)"
+            )
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+def _step_fn(
+    step_ms: float | None, device: Any, optimizer: str = "sgd"
+) -> tuple[Callable[[Any, Any], None], str]:
+    """The consumer's step and its description: a fixed idle wait, or a real CNN training step."""
+    import torch
+
+    if step_ms is not None:
+
+        def fixed(x: Any, y: Any) -> None:
+            if device.type == "cuda":  # the batch still travels to the GPU, then the host idles
+                x.to(device, non_blocking=True)
+                torch.cuda.synchronize(device)
+            time.sleep(step_ms / 1e3)
+
+        return fixed, f"a fixed {format_duration(step_ms)} step (host idle, like a GPU computing)"
+    from labkit.batching.step import make_optimizer, train_step
+    from labkit.models.cnn import CNN
+
+    torch.manual_seed(0)
+    model = CNN().to(device)
+    opt = make_optimizer(model, optimizer)
+
+    def real(x: Any, y: Any) -> None:
+        x = torch.as_tensor(x).to(device, non_blocking=True)
+        y = torch.as_tensor(y).to(device, non_blocking=True)
+        train_step(model, opt, x, y)
+
+    return real, f"a CNN training step on {device}"
+
+
+def _mp_context() -> Any:
+    """forkserver where the platform has it (workers fork from a clean server), else spawn.
+
+    Plain fork copies the notebook's process, TensorFlow's and torch's
+    thread pools included, which can deadlock; spawn and forkserver start
+    clean and import the dataset class by name, which is why it lives here.
+    The forkserver preloads torch and this module once, so a worker starts
+    in tens of milliseconds instead of re-importing torch.
+    """
+    import multiprocessing
+
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["torch", "labkit.batching.loaders"])
+        return ctx
+    return multiprocessing.get_context("spawn")
+
+
+def worker_init(worker_id: int) -> None:
+    """One torch thread per worker: N workers × N threads each would oversubscribe the cores."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _profile_loop(
+    batches: Iterable[Any],
+    step: Callable[[Any, Any], None],
+    sync: Callable[[], None],
+    warmup_steps: int,
+    steps: int,
+) -> tuple[float, list[float], list[float]]:
+    """Clock ``next(batches)`` and ``step`` apart: startup ms, then wait and compute samples."""
+    it = iter(batches)
+    sync()
+    start = time.perf_counter()
+    x, y = next(it)
+    startup_ms = (time.perf_counter() - start) * 1e3
+    step(x, y)
+    waits: list[float] = []
+    computes: list[float] = []
+    for i in range(warmup_steps + steps):
+        sync()
+        t0 = time.perf_counter()
+        x, y = next(it)
+        t1 = time.perf_counter()
+        step(x, y)
+        sync()
+        t2 = time.perf_counter()
+        if i >= warmup_steps:
+            waits.append((t1 - t0) * 1e3)
+            computes.append((t2 - t1) * 1e3)
+    del it
+    return startup_ms, waits, computes
+
+
+def _check_batches_fit(dataset: SyntheticImages, batch_size: int, batches: int, what: str) -> None:
+    """Refuse a batch size whose batches held at once exceed labkit's memory budget.
+
+    A sample is its decoded image (3×decode_px²) and its augmented one
+    (3×image_size²), float32. Worker processes' own memory is not counted.
+    """
+    from labkit.machine.memory import check_fits
+
+    sample_bytes = 4 * 3 * (dataset.decode_px**2 + dataset.image_size**2)
+    check_fits(batch_size * sample_bytes, arrays=batches, what=what, name="batch_size")
+
+
+def _common_args(
+    batch_size: Any, steps: Any, warmup_steps: Any, step_ms: Any
+) -> tuple[int, int, int, float | None]:
+    return (
+        _check_int("batch_size", batch_size, 1),
+        _check_int("steps", steps, 1),
+        _check_int("warmup_steps", warmup_steps, 0),
+        _check_ms("step_ms", step_ms, allow_none=True),
+    )
+
+
+def _check_loader_args(
+    num_workers: Any, pin_memory: Any, prefetch_factor: Any, batch_size: Any, steps: Any,
+    warmup_steps: Any, step_ms: Any, dataset: Any, device: Any, label: Any,
+) -> tuple[int, bool, int | None, int, int, int, float | None]:  # fmt: skip
+    """:func:`measure_loader`'s arguments, checked before torch is imported or a worker started."""
+    from labkit.core.validate import check_torch_device
+
+    num_workers = _check_int("num_workers", num_workers, 0)
+    if not isinstance(pin_memory, bool):
+        raise TypeError(f"pin_memory must be True or False, got {type(pin_memory).__name__}")
+    if prefetch_factor is not None:
+        prefetch_factor = _check_int("prefetch_factor", prefetch_factor, 1)
+        if num_workers == 0:
+            raise ValueError(
+                "prefetch_factor needs num_workers > 0: without workers nothing is prepared ahead"
+            )
+    batch_size, steps, warmup_steps, step_ms = _common_args(
+        batch_size, steps, warmup_steps, step_ms
+    )
+    if dataset is not None and not isinstance(dataset, SyntheticImages):
+        raise TypeError(
+            f"dataset must be a labkit.batching.loaders.SyntheticImages, got {type(dataset).__name__}"
+        )
+    check_torch_device(device)
+    if label is not None and not isinstance(label, str):
+        raise TypeError(f"label must be a string or None, got {type(label).__name__}")
+    return num_workers, pin_memory, prefetch_factor, batch_size, steps, warmup_steps, step_ms
+
+
+def measure_loader(
+    *,
+    num_workers: int = 0,
+    pin_memory: bool = False,
+    prefetch_factor: int | None = None,
+    batch_size: int = 32,
+    steps: int = 20,
+    warmup_steps: int = 2,
+    step_ms: float | None = 20.0,
+    dataset: SyntheticImages | None = None,
+    device: Any = None,
+    label: str | None = None,
+) -> LoaderRun:
+    """Feed a step from a ``torch.utils.data.DataLoader`` and measure how long it waits.
+
+    Args:
+        num_workers: 0 prepares every batch in the training loop itself
+            (nothing overlaps); N > 0 starts N worker processes that prepare
+            batches while the step runs.
+        pin_memory: page-locked batches for fast, asynchronous copies to a
+            CUDA GPU. Without CUDA it is not passed on (a note says so).
+        prefetch_factor: batches each worker prepares ahead (DataLoader
+            default 2); only with workers.
+        batch_size, steps, warmup_steps: the measured steps follow
+            ``warmup_steps`` unmeasured ones and the first batch.
+        step_ms: a fixed step with the host idle (a stand-in for a GPU
+            step); None runs a real CNN training step on ``device``.
+        dataset: default ``SyntheticImages()`` (1–2 ms per sample).
+        device: where the step runs (None: the best device).
+    """
+    from labkit.core.optional import import_optional
+    from labkit.machine.report import resolve_torch_device
+    from labkit.timing.sync import resolve_device
+
+    num_workers, pin_memory, prefetch_factor, batch_size, steps, warmup_steps, step_ms = (
+        _check_loader_args(num_workers, pin_memory, prefetch_factor, batch_size, steps,
+                           warmup_steps, step_ms, dataset, device, label)
+    )  # fmt: skip
+    torch = import_optional("torch", "labkit.batching.loaders.measure_loader")
+    dataset = SyntheticImages() if dataset is None else dataset
+    # the batch in the step, the next one, and those each worker prepares ahead
+    _check_batches_fit(dataset, batch_size, 2 + num_workers * (prefetch_factor or 2),
+                       "measure_loader")  # fmt: skip
+    dev = resolve_torch_device(device)
+    sync = resolve_device(str(dev)).synchronize
+    notes: list[str] = []
+    pin = pin_memory and dev.type == "cuda" and torch.cuda.is_available()
+    if pin_memory and not pin:
+        notes.append(PIN_MEMORY_CPU_NOTE)
+
+    data = dataset.with_length(batch_size * (warmup_steps + steps + 2))
+    kwargs: dict[str, Any] = {
+        "batch_size": batch_size,
+        "shuffle": False,
+        "drop_last": True,
+        "pin_memory": pin,
+    }
+    if num_workers:
+        kwargs.update(
+            num_workers=num_workers,
+            multiprocessing_context=_mp_context(),
+            worker_init_fn=worker_init,
+            prefetch_factor=prefetch_factor or 2,
+        )
+    step, step_text = _step_fn(step_ms, dev)
+    try:
+        with warnings.catch_warnings():
+            # torch warns on stderr, when the loader is made and again when it starts, if there
+            # are more workers than CPUs: the comparison prints the CPU count on every machine.
+            warnings.filterwarnings("ignore", message=_TOO_MANY_WORKERS, category=UserWarning)
+            loader = torch.utils.data.DataLoader(data, **kwargs)
+            startup_ms, waits, computes = _profile_loop(loader, step, sync, warmup_steps, steps)
+    except RuntimeError as exc:
+        if num_workers and "exited unexpectedly" in str(exc):
+            raise RuntimeError(
+                f"{exc}. Workers start like multiprocessing's spawn: in a script, put the "
+                'code that measures under `if __name__ == "__main__":` (notebooks need nothing)'
+            ) from exc
+        raise
+    del loader
+    if label is None:
+        label = f"num_workers={num_workers}"
+        if pin_memory:
+            label += ", pin_memory"
+        if prefetch_factor is not None:
+            label += f", prefetch_factor={prefetch_factor}"
+    return LoaderRun(
+        label=label,
+        framework="torch DataLoader",
+        batch_size=batch_size,
+        steps=steps,
+        step=step_text,
+        device=str(dev),
+        dataset=dataset.describe(),
+        wait=Timing(tuple(waits), label="waiting for the next batch", device="cpu"),
+        compute=Timing(tuple(computes), label="the step", device=str(dev)),
+        startup_ms=startup_ms,
+        notes=tuple(notes),
+        settings={
+            "num_workers": num_workers,
+            "pin_memory": pin,
+            "prefetch_factor": prefetch_factor,
+            "usable_cpus": usable_cpus(),  # torch's too-many-workers warning is silenced above
+        },
+    )
+
+
+def compare_loaders(
+    configs: Sequence[dict[str, Any]] | None = None, **common: Any
+) -> LoaderComparison:
+    """:func:`measure_loader` once per config (default num_workers 0, 1, 2), same step and samples.
+
+    ``common`` goes to every run (``batch_size``, ``steps``, ``step_ms``,
+    ``dataset``, ``device``...); a config's own keys win.
+    """
+    configs = DEFAULT_LOADER_CONFIGS if configs is None else configs
+    if isinstance(configs, dict) or not isinstance(configs, Sequence) or not configs:
+        raise TypeError(
+            "configs must be a non-empty list of dicts of measure_loader arguments, "
+            "e.g. [{'num_workers': 0}, {'num_workers': 2}]"
+        )
+    for i, config in enumerate(configs):
+        if not isinstance(config, dict):
+            raise TypeError(
+                f"configs[{i}] must be a dict of measure_loader arguments, got {config!r}"
+            )
+    signature = inspect.signature(measure_loader)
+    for config in configs:  # every run's arguments are checked before the first one starts
+        bound = signature.bind(**{**common, **config})
+        bound.apply_defaults()
+        _check_loader_args(**bound.arguments)
+    if "dataset" not in common:
+        common["dataset"] = SyntheticImages()
+    cpus = usable_cpus()
+    return LoaderComparison(
+        tuple(measure_loader(**{**common, **config}) for config in configs), usable_cpus=cpus
+    )
+
+
+# --------------------------------------------------------------------------- tf.data
+
+
+def _check_variant(variant: Any) -> tuple[bool, bool, bool, bool]:
+    """(parallel, cache, prefetch, tf.data's default optimizations) for a variant's name."""
+    if variant not in TF_VARIANTS:
+        raise ValueError(
+            f"variant must be one of {', '.join(map(repr, TF_VARIANTS))}, got {variant!r}"
+        )
+    parts = variant.split("+")
+    return parts[0] == "parallel", "cache" in parts, "prefetch" in parts, "defaults" in parts
+
+
+def build_tf_pipeline(
+    variant: str, dataset: SyntheticImages, batch_size: int, epoch_batches: int
+) -> Any:
+    """The ``tf.data`` pipeline of ``variant`` over ``dataset``'s samples, repeated forever.
+
+    Decoding and augmenting run as ``tf.numpy_function`` (the same numpy
+    code as the DataLoader's). Cached variants decode once and cache the
+    decoded images, then augment after the cache, so augmentation stays
+    per epoch as it must; the epoch is ``epoch_batches`` batches.
+
+    tf.data rewrites pipelines by default: ``map_parallelization`` runs a
+    stateless map in parallel and ``inject_prefetch`` adds a prefetch at the
+    end. Each variant but "map+defaults" turns both off, so that it does
+    exactly what its name says; "map+defaults" shows what the defaults buy.
+    """
+    from labkit.core.optional import import_tensorflow
+
+    parallel, cache, prefetch, defaults = _check_variant(variant)
+    if not isinstance(dataset, SyntheticImages):
+        raise TypeError(
+            f"dataset must be a labkit.batching.loaders.SyntheticImages, got {type(dataset).__name__}"
+        )
+    batch_size = _check_int("batch_size", batch_size, 1)
+    epoch_batches = _check_int("epoch_batches", epoch_batches, 1)
+    tf = import_tensorflow("tf.data pipelines")
+    calls = tf.data.AUTOTUNE if parallel else None
+    px, size = dataset.decode_px, dataset.image_size
+
+    def decode(i: Any) -> tuple[np.ndarray, np.int64]:
+        image, label = dataset.decode(int(i))
+        return np.ascontiguousarray(image), np.int64(label)
+
+    def augment(image: Any, i: Any) -> np.ndarray:
+        return dataset.augment(image, int(i))
+
+    def tf_decode(i: Any) -> Any:
+        image, label = tf.numpy_function(decode, [i], [tf.float32, tf.int64], stateful=False)
+        image.set_shape((3, px, px))
+        label.set_shape(())
+        return i, image, label
+
+    def tf_augment(i: Any, image: Any, label: Any) -> Any:
+        out = tf.numpy_function(augment, [image, i], tf.float32, stateful=False)
+        out.set_shape((3, size, size))
+        return out, label
+
+    ds = tf.data.Dataset.range(batch_size * epoch_batches)
+    if cache:
+        ds = ds.map(tf_decode, num_parallel_calls=calls).cache().repeat()
+    else:
+        ds = ds.repeat().map(tf_decode, num_parallel_calls=calls)
+    ds = ds.map(tf_augment, num_parallel_calls=calls).batch(batch_size, drop_remainder=True)
+    if prefetch:
+        ds = ds.prefetch(tf.data.AUTOTUNE)
+    if not defaults:
+        options = tf.data.Options()
+        options.experimental_optimization.map_parallelization = False
+        options.experimental_optimization.inject_prefetch = False
+        ds = ds.with_options(options)
+    return ds
+
+
+def _check_tf_args(
+    variant: Any, batch_size: Any, steps: Any, warmup_steps: Any, step_ms: Any, dataset: Any,
+    epoch_batches: Any,
+) -> tuple[int, int, int, float, int]:  # fmt: skip
+    """:func:`measure_tf_pipeline`'s arguments, checked before TensorFlow is imported."""
+    _check_variant(variant)
+    batch_size, steps, warmup_steps, step_value = _common_args(
+        batch_size, steps, warmup_steps, step_ms
+    )
+    if step_value is None:
+        raise ValueError(
+            "step_ms must be a number of milliseconds for tf.data: the step is a fixed wait"
+        )
+    epoch_batches = _check_int("epoch_batches", epoch_batches, 1)
+    if dataset is not None and not isinstance(dataset, SyntheticImages):
+        raise TypeError(
+            f"dataset must be a labkit.batching.loaders.SyntheticImages, got {type(dataset).__name__}"
+        )
+    return batch_size, steps, warmup_steps, step_value, epoch_batches
+
+
+def measure_tf_pipeline(
+    variant: str = "map",
+    *,
+    batch_size: int = 32,
+    steps: int = 20,
+    warmup_steps: int = 2,
+    step_ms: float = 20.0,
+    dataset: SyntheticImages | None = None,
+    epoch_batches: int = 4,
+) -> LoaderRun:
+    """Feed a fixed step from a ``tf.data`` pipeline (see :data:`TF_VARIANTS`) and measure the wait.
+
+    - "map": ``map(prepare)``, one sample at a time while the loop waits;
+    - "parallel": ``map(prepare, num_parallel_calls=tf.data.AUTOTUNE)``,
+      samples prepared by a thread pool. The numpy work runs under
+      ``tf.numpy_function``, which holds Python's GIL except where numpy
+      releases it, so threads speed it up by less than the core count
+      (a simulated I/O wait, which releases the GIL, parallelises fully);
+    - "+prefetch": ``prefetch(tf.data.AUTOTUNE)`` prepares the next batches
+      while the step runs;
+    - "+cache": ``cache()`` after decoding: the first epoch decodes, later
+      ones read decoded images from memory. Cached variants are measured
+      from the second epoch on;
+    - "map+defaults": "map" with tf.data's default rewrites on, which
+      parallelise a stateless map and inject a final prefetch by themselves
+      (the other variants turn them off to show one idea at a time).
+
+    TensorFlow missing: ``MissingPackageError`` naming the install command.
+    """
+    from labkit.core.optional import import_tensorflow
+
+    batch_size, steps, warmup_steps, step_value, epoch_batches = _check_tf_args(
+        variant, batch_size, steps, warmup_steps, step_ms, dataset, epoch_batches
+    )
+    dataset = SyntheticImages() if dataset is None else dataset
+    # in the step, next, prefetched, and (cached variants) a whole epoch of decoded images
+    _check_batches_fit(dataset, batch_size, 4 + (epoch_batches if "cache" in variant else 0),
+                       f"measure_tf_pipeline({variant!r})")  # fmt: skip
+    import_tensorflow("tf.data pipelines")
+    ds = build_tf_pipeline(variant, dataset, batch_size, epoch_batches)
+    warmup = max(warmup_steps, epoch_batches) if "cache" in variant else warmup_steps
+
+    def step(x: Any, y: Any) -> None:
+        time.sleep(step_value / 1e3)
+
+    startup_ms, waits, computes = _profile_loop(ds, step, lambda: None, warmup, steps)
+    notes = (
+        ("cached: measured from the second epoch on, once the first has filled the cache",)
+        if "cache" in variant
+        else ()
+    )
+    return LoaderRun(
+        label=f"tf.data {variant}",
+        framework="tf.data",
+        batch_size=batch_size,
+        steps=steps,
+        step=f"a fixed {format_duration(step_value)} step (host idle, like a GPU computing)",
+        device="cpu",
+        dataset=dataset.describe(),
+        wait=Timing(tuple(waits), label="waiting for the next batch", device="cpu"),
+        compute=Timing(tuple(computes), label="the step", device="cpu"),
+        startup_ms=startup_ms,
+        notes=notes,
+        settings={"variant": variant, "epoch_batches": epoch_batches},
+    )
+
+
+def compare_tf_pipelines(
+    variants: Sequence[str] = DEFAULT_TF_VARIANTS, **common: Any
+) -> LoaderComparison:
+    """:func:`measure_tf_pipeline` for each variant, same samples and step."""
+    if isinstance(variants, str) or not isinstance(variants, Sequence) or not variants:
+        raise TypeError(
+            f"variants must be a non-empty list of names from {TF_VARIANTS}, got {variants!r}"
+        )
+    unknown = [v for v in variants if v not in TF_VARIANTS]
+    if unknown:
+        raise ValueError(f"variants must hold names from {TF_VARIANTS}, got {unknown!r}")
+    signature = inspect.signature(measure_tf_pipeline)
+    for v in variants:  # every run's arguments are checked before the first one starts
+        bound = signature.bind(v, **common)
+        bound.apply_defaults()
+        _check_tf_args(**bound.arguments)
+    if "dataset" not in common:
+        common["dataset"] = SyntheticImages()
+    return LoaderComparison(tuple(measure_tf_pipeline(v, **common) for v in variants))
+
+
+# --------------------------------------------------------------------------- plot
+
+
+def plot_loader_comparison(
+    comparison: LoaderComparison | Sequence[LoaderRun], ax: Any = None
+) -> Any:
+    """One horizontal bar per pipeline: mean time per step waiting for data, then computing.
+
+    Equal compute, different waits: the grey part is time the device sat
+    idle. The label at each bar's end gives the samples/s and the wait share.
+    """
+    from labkit.core.validate import check_ax
+
+    check_ax(ax)
+    from labkit.batching.sweep import format_samples_per_s
+    from labkit.plotting import pyplot, style_axes
+
+    if not isinstance(comparison, (LoaderComparison, Sequence)) or isinstance(comparison, str):
+        raise TypeError(
+            "comparison must be a LoaderComparison or a non-empty list of LoaderRun results, got "
+            f"{type(comparison).__name__}"
+        )
+    runs = list(comparison.runs) if isinstance(comparison, LoaderComparison) else list(comparison)
+    if not runs or not all(isinstance(r, LoaderRun) for r in runs):
+        raise TypeError(
+            "comparison must be a LoaderComparison or a non-empty list of LoaderRun results"
+        )
+    plt = pyplot()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 0.6 * len(runs) + 1.8))
+    labels = [r.label for r in runs]
+    waits = [r.mean_wait_ms for r in runs]
+    computes = [r.mean_compute_ms for r in runs]
+    ax.barh(labels, waits, color="0.65", label="waiting for the next batch (device idle)")
+    ax.barh(labels, computes, left=waits, color="C0", label="the step (device busy)")
+    for y, r in enumerate(runs):
+        ax.text(
+            waits[y] + computes[y],
+            y,
+            f"  {format_samples_per_s(r.samples_per_s)}, {r.wait_fraction:.0%} waiting",
+            va="center",
+            fontsize="small",
+        )
+    ax.set_xlim(0, max(w + c for w, c in zip(waits, computes, strict=True)) * 1.6)
+    ax.invert_yaxis()
+    ax.legend(loc="lower right", fontsize="small")
+    return style_axes(
+        ax,
+        xlabel="time per step (ms, mean over the measured steps)",
+        ylabel="input pipeline",
+        title=f"Waiting for data vs computing, batch {runs[0].batch_size}",
+        device=runs[0].device,
+    )

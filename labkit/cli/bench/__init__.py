@@ -1,0 +1,1 @@
+"""``labkit bench ...``: one module per course part, each measuring its lessons side by side."""

@@ -1,0 +1,432 @@
+"""``labkit bench bandwidth``: labkit's bandwidth probes next to references from the same run.
+
+A probe that reports 20 GB/s teaches nothing unless we know the machine can
+do no better. So this benchmark measures, on float64 arrays of one
+DRAM-sized length and in the same run, labkit's CPU copy and triad
+(:mod:`labkit.bandwidth.stream`) and two references:
+
+- NumPy's ``np.copyto`` (a single-threaded ``memcpy``);
+- a C STREAM loop (``labkit/native/stream.c``, see :mod:`labkit.cli.bench.cstream`)
+  compiled here with ``-O3 -march=native -fopenmp``. Without a C compiler
+  it is skipped with a note.
+
+A shared machine is noisy: another program can halve a measurement for a few
+seconds. So the contenders take turns, a few calls each, for ``rounds``
+rounds, and each one's median is taken over all its samples; load then hits
+all of them alike. The benchmark prints each ratio labkit / best reference
+and whether it clears the bar (:data:`BAR`).
+
+With a CUDA GPU it adds a device-to-device copy against torch (raw CUDA
+events), CuPy and the card's datasheet peak, host↔device transfers
+(pageable and pinned), copy/compute overlap and strided reads; ``--record``
+stores those as the ``bandwidth`` recording that CPU-only learners see.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labkit.bandwidth import stream as _bandwidth
+from labkit.cli.bench import cstream as _cstream
+from labkit.core.units import format_bytes
+from labkit.core.validate import check_flags, check_int, check_positive_int
+from labkit.machine import memory as _memory
+from labkit.machine import reference as _reference
+from labkit.timing.bench import Timing, bench, format_duration
+
+#: labkit's probe must reach this fraction of the best reference.
+BAR = 0.90
+#: The recording ``--record`` writes.
+REFERENCE_NAME = "bandwidth"
+_KERNELS = ("copy", "triad")
+#: Samples each contender takes per turn (after one unrecorded call).
+SAMPLES_PER_TURN = 3
+#: Why a libc memcpy can beat every loop, and why it is shown but not used as the bar.
+WRITE_ALLOCATE_NOTE = (
+    "for large copies the C library's memcpy uses non-temporal stores, which skip the read of "
+    "each destination line that ordinary stores cause (write-allocate). torch's kernels, NumPy's "
+    "ufuncs and the C loops use ordinary stores, so they move 1.5× (copy) or 1.33× (triad) the "
+    "bytes STREAM credits them with; the gap to the memcpy row is that extra read."
+)
+
+
+@dataclass(frozen=True)
+class CReference:
+    """How the C reference went: "ok" (with compiler and flags) or "skipped" (with why)."""
+
+    status: str
+    note: str
+    compiler: str | None = None
+    flags: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "note": self.note, "compiler": self.compiler,
+                "flags": list(self.flags)}  # fmt: skip
+
+
+# --------------------------------------------------------------------------- the CPU part
+
+
+@dataclass(frozen=True)
+class CpuBandwidth:
+    """labkit's copy and triad, the references, and labkit / best reference per kernel."""
+
+    bytes_per_array: int
+    rounds: int
+    labkit: dict[str, _bandwidth.BandwidthResult]
+    references: dict[str, tuple[_bandwidth.BandwidthResult, ...]]
+    c_reference: CReference
+    notes: tuple[str, ...] = ()
+    #: Shown but not in the bar: a copy with non-temporal stores (see :data:`WRITE_ALLOCATE_NOTE`).
+    informational: tuple[_bandwidth.BandwidthResult, ...] = field(default_factory=tuple)
+
+    def best_reference(self, kernel: str) -> _bandwidth.BandwidthResult | None:
+        return max(self.references.get(kernel, ()), key=lambda r: r.gb_per_s, default=None)
+
+    def ratio(self, kernel: str) -> float | None:
+        """labkit's median GB/s over the best reference's."""
+        best = self.best_reference(kernel)
+        return None if best is None else self.labkit[kernel].gb_per_s / best.gb_per_s
+
+    @property
+    def bar_met(self) -> bool | None:
+        """Every ratio that could be measured is at least :data:`BAR` (None if none could)."""
+        ratios = [r for r in (self.ratio(k) for k in _KERNELS) if r is not None]
+        return None if not ratios else all(r >= BAR for r in ratios)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bytes_per_array": self.bytes_per_array,
+            "rounds": self.rounds,
+            "labkit": {k: r.to_dict() for k, r in self.labkit.items()},
+            "references": {k: [r.to_dict() for r in rs] for k, rs in self.references.items()},
+            "c_reference": self.c_reference.to_dict(),
+            "ratios": {k: self.ratio(k) for k in _KERNELS},
+            "bar": BAR,
+            "bar_met": self.bar_met,
+            "informational": [r.to_dict() for r in self.informational],
+            "notes": list(self.notes),
+        }
+
+
+def cpu_bytes_per_array(max_bytes: int | None = None, *, arrays: int = 3) -> tuple[int, list[str]]:
+    """DRAM-sized bytes per array, at most ``max_bytes``, shrunk so ``arrays`` of them fit."""
+    check_positive_int("arrays", arrays)
+    notes: list[str] = []
+    wanted = _bandwidth.dram_bytes_per_array("cpu")
+    if max_bytes is not None:
+        wanted = min(wanted, check_int("max_bytes", max_bytes, minimum=4096))
+    size = _memory.fit_bytes(wanted, device="cpu", arrays=arrays)
+    size -= size % 4096
+    if size < 4096:
+        _memory.check_fits(wanted, device="cpu", arrays=arrays, what="labkit bench bandwidth")
+    if size < wanted:
+        caches = dict(_bandwidth.cache_sizes("cpu"))
+        last = max(caches.values()) if caches else None
+        times = f", still {size / last:.1f}× the last-level cache" if last else ""
+        notes.append(
+            f"measured {format_bytes(size)} per array instead of {format_bytes(wanted)}{times}: "
+            f"{arrays} arrays of {format_bytes(wanted)} (3 here"
+            f"{', 3 in the C process' if arrays > 3 else ''}) exceed "
+            f"{_memory.DEFAULT_FRACTION:.0%} of the free memory"
+        )
+    return size, notes
+
+
+def _stream_result(kernel: str, n: int, samples: list[float], text: str,
+                   threads: int | None, calls: int = 1) -> _bandwidth.BandwidthResult:  # fmt: skip
+    """A BandwidthResult for a reference measured outside :func:`labkit.bandwidth.stream.measure_kernel`."""
+    traffic_kernel = "copy" if kernel == "memcpy" else kernel
+    return _bandwidth.BandwidthResult(
+        kernel=traffic_kernel, device="cpu", dtype="float64", n_elements=n,
+        bytes_per_array=8 * n, bytes_per_call=_bandwidth.stream_bytes(traffic_kernel, n),
+        calls_per_sample=calls, timing=Timing(tuple(samples), label=text, device="cpu"),
+        implementation=text, threads=threads,
+    )  # fmt: skip
+
+
+def run_cpu(max_bytes: int | None = None, rounds: int = 4) -> CpuBandwidth:
+    """Measure labkit, NumPy and the C loops on the same array length, taking turns."""
+    import numpy as np
+
+    rounds = check_int("rounds", rounds, minimum=1)
+    compiler = _cstream.find_compiler()
+    size, notes = cpu_bytes_per_array(max_bytes, arrays=6 if compiler else 3)
+    n = size // 8
+    c_ref = CReference("skipped", _cstream.NO_COMPILER_NOTE)
+    buffers = _bandwidth.allocate_arrays(n, 3, "cpu")
+    prepared = {k: _bandwidth.prepare_kernel(k, buffers, n, "cpu") for k in _KERNELS}
+    a_np, b_np = buffers[0].numpy(), buffers[1].numpy()
+
+    def numpy_copy() -> None:
+        for _ in range(prepared["copy"].calls_per_sample):
+            np.copyto(a_np, b_np)
+
+    turns: dict[str, Any] = {
+        "labkit copy": prepared["copy"].sample,
+        "labkit triad": prepared["triad"].sample,
+        "numpy copy": numpy_copy,
+    }
+    samples: dict[str, list[float]] = {name: [] for name in turns}
+    with tempfile.TemporaryDirectory(prefix="labkit-stream-") as tmp:
+        proc = None
+        if compiler is not None:
+            try:
+                exe, flags = _cstream.compile_stream(Path(tmp), compiler)
+                proc = _cstream.CStream(exe, n)
+                build = f"{Path(compiler).name} {' '.join(flags)}"
+                c_ref = CReference("ok", f"compiled with {build}"
+                                   + ("" if proc.openmp else " (no OpenMP: 1 thread)"),
+                                   compiler, flags)  # fmt: skip
+            except _cstream.CStreamError as exc:
+                c_ref = CReference("skipped", str(exc), compiler)
+        if proc is not None:
+            for kernel in _cstream.KERNELS:
+                samples[f"c {kernel}"] = []
+        names = list(samples)
+        try:
+            for r in range(rounds):
+                shift = r % len(names)
+                for name in names[shift:] + names[:shift]:  # rotate who goes first
+                    if name.startswith("c "):
+                        if proc is None:
+                            continue
+                        calls = prepared["copy"].calls_per_sample
+                        try:
+                            ms = proc.run(name[2:], (SAMPLES_PER_TURN + 1) * calls)[calls:]
+                        except _cstream.CStreamError as exc:  # it crashed: go on without it
+                            c_ref = CReference("skipped", str(exc), compiler)
+                            proc.close()
+                            proc = None
+                            continue
+                        samples[name] += [sum(ms[i : i + calls])
+                                          for i in range(0, len(ms), calls)]  # fmt: skip
+                    else:
+                        timing = bench(turns[name], warmup_ms=0.0, rep_ms=1e-3,
+                                       min_reps=SAMPLES_PER_TURN, device="cpu", warn=False)  # fmt: skip
+                        samples[name] += list(timing.samples_ms)
+        finally:
+            if proc is not None:
+                proc.close()
+        if proc is not None and proc.valid is False:
+            c_ref = CReference("skipped", "the C reference computed wrong values", compiler)
+        if c_ref.status != "ok":
+            samples = {k: v for k, v in samples.items() if not k.startswith("c ")}
+    calls = {k: prepared[k].calls_per_sample for k in _KERNELS}
+    labkit = {k: prepared[k].result(Timing(tuple(samples[f"labkit {k}"]), label=k, device="cpu"))
+              for k in _KERNELS}  # fmt: skip
+    threads = proc.threads if proc is not None else None
+    refs: dict[str, list[_bandwidth.BandwidthResult]] = {"copy": [], "triad": []}
+    refs["copy"].append(_stream_result("copy", n, samples["numpy copy"], "NumPy np.copyto(a, b)",
+                                       1, calls["copy"]))  # fmt: skip
+    info = []
+    for kernel in _cstream.KERNELS:
+        if f"c {kernel}" in samples:
+            text = _cstream.DESCRIPTIONS[kernel]
+            if kernel != "memcpy":
+                text += f" ({c_ref.note.removeprefix('compiled with ')})"
+            row = _stream_result(kernel, n, samples[f"c {kernel}"], text, threads,
+                                 calls["copy"])  # fmt: skip
+            (info if kernel == "memcpy" else refs[kernel]).append(row)
+    return CpuBandwidth(
+        bytes_per_array=size, rounds=rounds, labkit=labkit,
+        references={k: tuple(v) for k, v in refs.items()}, c_reference=c_ref,
+        notes=tuple(notes), informational=tuple(info),
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- the GPU part
+
+
+def run_gpu(max_bytes: int | None = None) -> dict[str, Any]:
+    """Device-to-device copy (required), then transfers, overlap and strided reads.
+
+    Each later part that fails is reported as an error string in its place,
+    so one unsupported feature does not lose the rest of a GPU run.
+    """
+    from labkit.bandwidth import strided, transfers
+
+    device = _bandwidth.check_device("cuda")
+    size = None
+    if max_bytes is not None:
+        size = min(_bandwidth.dram_bytes_per_array(device), max_bytes)
+        size = _memory.fit_bytes(size, device=device, arrays=2)
+    d2d = transfers.device_copy(size, device)
+    parts: dict[str, Any] = {"device": device, "d2d": d2d}
+    top = min(1024**3, max_bytes or 1024**3)
+    sizes = sorted({min(s, top) for s in (1024**2, 16 * 1024**2, 256 * 1024**2, 1024**3)})
+    for name, run in (
+        ("transfers", lambda: transfers.host_device_sweep(sizes, device, show_progress=False)),
+        ("overlap", lambda: transfers.copy_compute_overlap(device=device)),
+        ("strided", lambda: strided.strided_read(device=device, show_progress=False)),
+    ):
+        try:
+            parts[name] = run()
+        except Exception as exc:  # keep the D2D result; say what failed
+            parts[name] = f"{type(exc).__name__}: {exc}"
+    return parts
+
+
+def gpu_summary(parts: dict[str, Any]) -> list[str]:
+    """Lines for people: the GPU results, as printed and as stored in the recording."""
+    if not isinstance(parts, dict) or "d2d" not in parts:
+        raise TypeError(f"parts must be the dict run_gpu() returns, got {type(parts).__name__}")
+    d2d = parts["d2d"]
+    fmt = _bandwidth.format_gb_per_s
+    lines = [f"device-to-device copy, {format_bytes(d2d.labkit.bytes_per_array)} per array "
+             f"(read + write counted): labkit {fmt(d2d.labkit.gb_per_s)}"]  # fmt: skip
+    for ref in d2d.references:
+        lines.append(f"  {ref.implementation}: {fmt(ref.gb_per_s)}")
+    if d2d.ratio_to_best is not None:
+        lines.append(f"  labkit / best reference: {d2d.ratio_to_best:.2f}×")
+    if d2d.peak_gb_per_s:
+        lines.append(f"  datasheet peak {fmt(d2d.peak_gb_per_s)}: labkit reaches "
+                     f"{d2d.fraction_of_peak:.2f}× of it")  # fmt: skip
+    lines += [f"  note: {n}" for n in d2d.notes]
+    sweep = parts.get("transfers")
+    if isinstance(sweep, str) or sweep is None:
+        lines.append(f"host<->device transfers: not measured ({sweep})")
+    else:
+        for direction in ("h2d", "d2h"):
+            cells = [f"{kind} {fmt(sweep.peak(direction, kind).gb_per_s)}" for kind in
+                     ("pageable", "pinned")]  # fmt: skip
+            lines.append(f"{direction} best: {', '.join(cells)}")
+    overlap = parts.get("overlap")
+    lines.append(f"overlap: {overlap}" if not isinstance(overlap, str) else
+                 f"overlap: not measured ({overlap})")  # fmt: skip
+    stride = parts.get("strided")
+    if isinstance(stride, str) or stride is None:
+        lines.append(f"strided reads: not measured ({stride})")
+    else:
+        slow = ", ".join(f"stride {r.stride}: {r.slowdown:.2f}×" for r in stride.rows)
+        lines.append(f"strided reads ({stride.dtype}), slowdown vs stride 1: {slow}")
+    return lines
+
+
+def _gpu_json(parts: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v if isinstance(v, str) else v.to_dict()) for k, v in parts.items()
+            if k != "device"} | {"device": parts["device"]}  # fmt: skip
+
+
+# --------------------------------------------------------------------------- output
+
+
+def format_cpu(cpu: CpuBandwidth) -> str:
+    """The CPU table and the ratio line."""
+    if not isinstance(cpu, CpuBandwidth):
+        raise TypeError(f"cpu must be a CpuBandwidth (from run_cpu()), got {type(cpu).__name__}")
+    fmt = _bandwidth.format_gb_per_s
+    header = ["kernel", "measured by", "bandwidth", "median", "threads"]
+    table = [header]
+    for kernel in _KERNELS:
+        info = tuple(r for r in cpu.informational if r.kernel == kernel)
+        for row in (cpu.labkit[kernel], *cpu.references.get(kernel, ()), *info):
+            who = "labkit (torch): " if row is cpu.labkit[kernel] else ""
+            mark = " [info]" if row in info else ""
+            table.append([kernel, who + row.implementation + mark, fmt(row.gb_per_s),
+                          format_duration(row.median_ms), str(row.threads or "")])  # fmt: skip
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    lines = [
+        f"STREAM copy and triad on the CPU: float64, {format_bytes(cpu.bytes_per_array)} per "
+        f"array, bytes counted as STREAM does; medians over {cpu.rounds} rounds of turns",
+        "",
+    ]
+    for row in table:
+        cells = [c.ljust(w) if i < 2 else c.rjust(w)
+                 for i, (c, w) in enumerate(zip(row, widths, strict=True))]  # fmt: skip
+        lines.append("  ".join(cells).rstrip())
+    lines.append("")
+    parts = []
+    for kernel in _KERNELS:
+        ratio, best = cpu.ratio(kernel), cpu.best_reference(kernel)
+        if ratio is None or best is None:
+            parts.append(f"{kernel} not compared (no reference)")
+        else:
+            parts.append(f"{kernel} {ratio:.2f}× (vs {best.implementation.split(' (')[0]})")
+    met = cpu.bar_met
+    verdict = "no reference to compare" if met is None else "met" if met else "NOT met"
+    lines.append(f"labkit / best reference: {'; '.join(parts)}")
+    lines.append(f"bar: {BAR:.2f}× or better: {verdict}")
+    lines.append(f"C reference: {cpu.c_reference.note}")
+    everyone = [*cpu.labkit.values(), *(r for rs in cpu.references.values() for r in rs)]
+    noisy = [r for r in everyone if r.timing.noisy]
+    if noisy:
+        worst = max(r.timing.relative_spread for r in noisy)
+        lines.append(
+            f"noisy: {len(noisy)} of {len(everyone)} measurements have an IQR above 10% of the "
+            f"median (up to {worst:.0%}): another program is using the CPU or memory. Close it "
+            "and run again; the ratios are less certain than they look."
+        )
+    if cpu.informational:
+        lines.append(f"[info] not in the bar: {WRITE_ALLOCATE_NOTE}")
+    lines += [f"note: {n}" for n in cpu.notes]
+    return "\n".join(lines)
+
+
+def _torch_sees_cuda() -> bool:
+    """The GPU part runs through torch; a GPU only CuPy can see is not enough."""
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # torch missing or broken: no GPU part
+        return False
+
+
+def run_bandwidth_benchmark(
+    as_json: bool = False,
+    record: bool = False,
+    max_bytes: int | None = None,
+    rounds: int = 4,
+) -> int:
+    """``labkit bench bandwidth``; returns the exit code.
+
+    ``record`` without a GPU prints one line, measures and writes nothing,
+    and returns 0. ``max_bytes`` caps the bytes per array (tests use a tiny
+    size; a cache-sized array measures the cache, not DRAM).
+    """
+    check_flags(as_json=as_json, record=record)
+    if max_bytes is not None:
+        check_int("max_bytes", max_bytes, minimum=4096)
+    check_int("rounds", rounds, minimum=1)
+    from labkit import __version__
+    from labkit.machine.gpu import has_gpu
+    from labkit.timing.pitfalls import gpu_identity, json_safe
+
+    gpu_here = has_gpu() and _torch_sees_cuda()
+    if record and not gpu_here:
+        print(
+            "labkit bench bandwidth --record needs a CUDA GPU and this machine has none, so "
+            "nothing was recorded; run it on a GPU machine (`labkit doctor` shows what is here)."
+        )
+        return 0
+    cpu = run_cpu(max_bytes=max_bytes, rounds=rounds)
+    gpu_parts = run_gpu(max_bytes) if gpu_here else None
+    recorded = None
+    if record and gpu_parts is not None:
+        results = {"summary": gpu_summary(gpu_parts), **json_safe(_gpu_json(gpu_parts))}
+        recorded = _reference.record(REFERENCE_NAME, results, **gpu_identity())
+    if as_json:
+        payload = {
+            "benchmark": "bandwidth",
+            "labkit_version": __version__,
+            "dtype": "float64",
+            "cpu": cpu.to_dict(),
+            "gpu": None if gpu_parts is None else _gpu_json(gpu_parts),
+            "recorded": None if recorded is None else str(recorded),
+        }
+        print(json.dumps(json_safe(payload), indent=2, allow_nan=False))
+        return 0
+    print(format_cpu(cpu))
+    print()
+    if gpu_parts is None:
+        print("No GPU here: no device-to-device or host<->device numbers (`labkit doctor`).")
+    else:
+        print("\n".join(gpu_summary(gpu_parts)))
+    if recorded is not None:
+        print(f"\nRecorded the GPU results to {recorded}")
+    return 0

@@ -1,0 +1,95 @@
+"""Rates and counts as text: 3 significant digits, the unit always spelled out.
+
+Notebooks print measurements through these formatters so that the strict
+nbval sanitize file can mask the hardware-dependent numbers (see
+``notebooks/nbval_sanitize.cfg``): "184 GFLOP/s", "1.87 TFLOP/s",
+"1.23 G elements/s", "2.15 GFLOP".
+"""
+
+from __future__ import annotations
+
+import decimal
+import math
+import numbers
+
+_SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+
+
+def _check_finite(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _check_unit(unit: object) -> None:
+    if not isinstance(unit, str) or not unit.strip():
+        raise TypeError(f"unit must be a non-empty string such as 'elements/s', got {unit!r}")
+
+
+def three_digits(value: float) -> str:
+    """3 significant digits without exponent: 1.23, 12.3, 123, 0.00123."""
+    value = _check_finite("value", value)
+    if value == 0:
+        return "0"
+    # The decimal exponent after rounding to 3 digits (9.996 -> "1.00e+01"), read from the text:
+    # float(f"{value:.3g}") would overflow to inf for values near the largest float.
+    exponent = int(f"{value:.2e}".rsplit("e", 1)[1])
+    digits = max(0, 2 - exponent)
+    return f"{value:.{digits}f}"
+
+
+def _scaled(value: float) -> tuple[str, str]:
+    """The digits and the SI prefix; rounding first, so 999.6e6 reads "1.00 G", not "1000 M"."""
+    rounded = abs(float(f"{value:.3g}"))
+    for scale, prefix in _SI:
+        if rounded >= scale:
+            return three_digits(value / scale), prefix
+    return three_digits(value), ""
+
+
+def format_rate(per_s: float, unit: str) -> str:
+    """A rate with an SI prefix: ``format_rate(1.234e9, "elements/s")`` is "1.23 G elements/s"."""
+    digits, prefix = _scaled(_check_finite("per_s", per_s))
+    _check_unit(unit)
+    return f"{digits} {prefix} {unit}" if prefix else f"{digits} {unit}"
+
+
+def format_gflop_per_s(gflop_per_s: float) -> str:
+    """A compute rate: "184 GFLOP/s", "0.00213 GFLOP/s", and "1.87 TFLOP/s" from 1000 GFLOP/s up."""
+    value = _check_finite("gflop_per_s", gflop_per_s)
+    if abs(float(f"{value:.3g}")) >= 1e3:
+        return f"{three_digits(value / 1e3)} TFLOP/s"
+    return f"{three_digits(value)} GFLOP/s"
+
+
+def format_count(value: float, unit: str) -> str:
+    """A count with a decimal SI prefix glued to the unit: "2.15 GFLOP", "12.6 MB", "640 B"."""
+    digits, prefix = _scaled(_check_finite("value", value))
+    _check_unit(unit)
+    return f"{digits} {prefix}{unit}"
+
+
+def round3(value: float) -> int:
+    """A number rounded to 3 significant digits, as an integer: 123456.7 -> 123000."""
+    # Decimal, not float: rounding 1.795e308 up to 3 digits would overflow a float to inf.
+    return round(decimal.Decimal(f"{_check_finite('value', value):.3g}"))
+
+
+def format_bytes(n: int | None) -> str:
+    """Binary units with 3 significant digits: "48 KiB", "2 MiB", "23.4 GiB"."""
+    if n is None:
+        return "unknown"
+    if isinstance(n, bool) or not isinstance(n, numbers.Real):
+        raise TypeError(f"n must be a number of bytes or None, got {type(n).__name__} ({n!r})")
+    value = float(n) if n < 2**1000 else math.inf  # float() of a huge int raises OverflowError
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"n must be a finite number of bytes >= 0, got {n!r:.40}")
+    unit = "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            break
+        value /= 1024
+    if value == int(value):  # exact sizes such as caches: "48 KiB", "2 MiB"
+        return f"{int(value)} {unit}"
+    decimals = 0 if value >= 100 else 1 if value >= 10 else 2
+    return f"{value:.{decimals}f} {unit}"

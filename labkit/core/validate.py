@@ -1,0 +1,192 @@
+"""Argument checks shared by labkit's measurement modules: each error names the argument."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+
+def check_positive_int(name: str, value: Any) -> int:
+    """``value`` as an int, or an error naming ``name`` when it is not an integer >= 1."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be a positive integer, got {type(value).__name__} ({value!r})")
+    if value < 1:
+        raise ValueError(f"{name} must be a positive integer (>= 1), got {value!r}")
+    return int(value)
+
+
+def check_ms(name: str, value: Any, *, allow_zero: bool = False) -> float:
+    """A finite time budget in ms, > 0 (or >= 0 with ``allow_zero``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number of milliseconds, got {type(value).__name__}")
+    bound = ">= 0" if allow_zero else "> 0"
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{name} must be a finite number of milliseconds {bound}, got {value!r}")
+    return float(value)
+
+
+def check_sizes(sizes: Any, name: str = "sizes") -> tuple[int, ...]:
+    """Positive integer sizes, sorted, duplicates dropped."""
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence) or len(sizes) == 0:
+        raise ValueError(f"{name} must be a non-empty list of positive integers, got {sizes!r}")
+    checked = [check_positive_int(f"{name}[{i}]", s) for i, s in enumerate(sizes)]
+    return tuple(sorted(set(checked)))
+
+
+# --------------------------------------------------------------------------- frameworks' arguments
+# (labkit.accel, models, batching, profiling, dist, kernels: checked before any framework import)
+
+#: The largest seed every framework accepts (numpy's legacy seeding and Keras stop at 2**32 - 1).
+MAX_SEED = 2**32 - 1
+
+#: The torch device strings labkit accepts (an index is allowed for cuda and xpu only).
+TORCH_DEVICES = ("cpu", "cuda", "cuda:N", "mps", "xpu", "xpu:N")
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """``value`` if it is True or False: a flag given as 1, "yes" or None is a slip, not a choice."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} ({value!r})")
+    return value
+
+
+def check_int(name: str, value: Any, *, minimum: int = 0, maximum: int | None = None) -> int:
+    """``value`` as an int from ``minimum`` to ``maximum`` (inclusive), or an error naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} ({value!r})")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+        raise ValueError(f"{name} must be an integer {bound}, got {value!r}")
+    return int(value)
+
+
+def check_seed(name: str, value: Any) -> int:
+    """A random seed: an integer from 0 to 2**32 - 1, the range every framework accepts."""
+    return check_int(name, value, minimum=0, maximum=MAX_SEED)
+
+
+def check_real(
+    name: str,
+    value: Any,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
+    """A finite real number within [low, high] (an open end with ``low_open``/``high_open``).
+
+    NaN and infinity are refused everywhere: a learning rate, a tolerance or a
+    fraction that is not finite silently poisons every number computed from it.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} ({value!r})")
+    number = float(value)
+    below = low is not None and (number <= low if low_open else number < low)
+    above = high is not None and (number >= high if high_open else number > high)
+    if not math.isfinite(number) or below or above:
+        parts = []
+        if low is not None:
+            parts.append(f"{'>' if low_open else '>='} {low:g}")
+        if high is not None:
+            parts.append(f"{'<' if high_open else '<='} {high:g}")
+        bound = f" {' and '.join(parts)}" if parts else ""
+        raise ValueError(f"{name} must be a finite number{bound}, got {value!r}")
+    return number
+
+
+def check_torch_device(value: Any, name: str = "device", *, allow_none: bool = True) -> Any:
+    """A torch device as given ("cpu", "cuda:1", a ``torch.device``), checked without importing torch.
+
+    Only the spelling is checked here; :func:`resolve_torch_device` also
+    checks that the device exists on this machine.
+    """
+    if value is None and allow_none:
+        return None
+    if type(value).__name__ == "device" and type(value).__module__.startswith("torch"):
+        return value  # a torch.device: torch made it, so it is well formed
+    if not isinstance(value, str):
+        raise TypeError(
+            f"{name} must be {'None, ' if allow_none else ''}a string such as 'cpu' or 'cuda', "
+            f"or a torch.device, got {type(value).__name__} ({value!r})"
+        )
+    kind, colon, index = value.partition(":")
+    indexed = kind in ("cuda", "xpu") and colon and index.isascii() and index.isdigit()
+    if not ((kind in ("cpu", "cuda", "mps", "xpu") and not colon) or indexed):
+        none = " (or None for the best device here)" if allow_none else ""
+        raise ValueError(
+            f"{name} must be one of {', '.join(map(repr, TORCH_DEVICES))}{none}, got {value!r}"
+        )
+    return value
+
+
+# --------------------------------------------------------------------------- measurement modules' extras
+# (timing, bandwidth, sweeps, plots, the CLI: flags, names and paths)
+
+
+def check_optional_bool(name: str, value: Any) -> bool | None:
+    """True, False or None (None: follow a default such as ``LABKIT_PROGRESS``)."""
+    if value is not None and not isinstance(value, bool):
+        raise TypeError(
+            f"{name} must be True, False or None, got {type(value).__name__} ({value!r})"
+        )
+    return value
+
+
+def check_str(name: str, value: Any, *, allow_none: bool = False) -> str | None:
+    """A non-empty string (or None with ``allow_none``), else an error naming ``name``."""
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, str):
+        none = " or None" if allow_none else ""
+        raise TypeError(f"{name} must be a string{none}, got {type(value).__name__} ({value!r})")
+    if not value.strip():
+        raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+    return value
+
+
+def check_ax(ax: Any, name: str = "ax") -> Any:
+    """None (a new figure) or a matplotlib Axes: anything with ``plot`` and ``set_xlabel``."""
+    if ax is not None and not (
+        callable(getattr(ax, "plot", None)) and callable(getattr(ax, "set_xlabel", None))
+    ):
+        raise TypeError(
+            f"{name} must be None or a matplotlib Axes (e.g. from plt.subplots()), got "
+            f"{type(ax).__name__}"
+        )
+    return ax
+
+
+# --------------------------------------------------------------------------- TensorFlow devices
+
+#: A TensorFlow device: "/GPU:0", "/device:CPU:0", "gpu:1", "/job:localhost/replica:0/task:0/device:GPU:0".
+_TF_DEVICE = (
+    r"^(/job:\w+)?(/replica:\d+)?(/task:\d+)?(/?device:|/)?(CPU|GPU|TPU):\d+$"
+)
+
+
+def check_tf_device(value: Any, name: str = "device", *, allow_none: bool = False) -> str | None:
+    """A TensorFlow device string ("/GPU:0", "/CPU:0"), checked without importing TensorFlow.
+
+    Whether the device exists is not checked: with soft placement TensorFlow
+    runs an op elsewhere, which is what notebook 04 shows.
+    """
+    import re
+
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, str) or not re.match(_TF_DEVICE, value, re.IGNORECASE | re.ASCII):
+        none = " or None" if allow_none else ""
+        raise ValueError(
+            f'{name} must be a TensorFlow device string such as "/GPU:0" or "/CPU:0"{none}, '
+            f"got {value!r}"
+        )
+    return value
+
+
+def check_flags(**flags: Any) -> None:
+    """Each keyword must be True or False (``check_flags(as_json=as_json, record=record)``)."""
+    for name, value in flags.items():
+        check_bool(name, value)

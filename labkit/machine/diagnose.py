@@ -1,0 +1,484 @@
+"""From facts to findings: what is wrong with this setup and how to fix it.
+
+``diagnose`` is a pure function of the collected facts (driver, frameworks,
+operating system, environment variables), so every scenario a learner can
+hit — a CPU-only torch on a GPU machine, a CUDA 13 wheel on a CUDA 12
+driver, tensorflow-cpu next to a working torch — is tested with fake facts on
+a machine that has none of it. Each finding is one sentence on what is wrong
+and one on the fix, with the exact command where there is one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from labkit.machine.frameworks import FrameworkInfo
+from labkit.machine.nvidia import CUDA_ERROR_NO_DEVICE, NvidiaInfo
+
+Severity = Literal["error", "warning", "info"]
+SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
+
+#: Oldest Linux driver that runs each CUDA major version (minor version
+#: compatibility: any 12.x wheel runs on >= 525.60.13). Drivers run older
+#: CUDA majors too, so only "driver major < wheel major" is fatal.
+MIN_LINUX_DRIVER: dict[int, str] = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
+#: The driver branch each CUDA major needs, on every platform.
+MIN_DRIVER_BRANCH: dict[int, int] = {11: 450, 12: 525, 13: 580}
+
+_TF_AND_CUDA = "pip install 'tensorflow[and-cuda]'"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem (or notable fact) about this setup, and what to do about it."""
+
+    code: str
+    severity: Severity
+    message: str
+    fix: str
+
+    def __post_init__(self) -> None:
+        for name in ("code", "message", "fix"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"{name} must be a string, got {getattr(self, name)!r}")
+        if not isinstance(self.severity, str) or self.severity not in SEVERITIES:
+            raise ValueError(f"severity must be one of {SEVERITIES}, got {self.severity!r}")
+
+
+def min_driver_text(cuda_major: int, system: str) -> str:
+    """The driver a CUDA major version needs, as a fix can state it."""
+    if isinstance(cuda_major, bool) or not isinstance(cuda_major, int) or cuda_major < 1:
+        raise ValueError(f"cuda_major must be a CUDA major version such as 12, got {cuda_major!r}")
+    if not isinstance(system, str):
+        raise TypeError(f"system must be platform.system()'s text, got {system!r}")
+    if system == "Linux" and cuda_major in MIN_LINUX_DRIVER:
+        return f"NVIDIA driver >= {MIN_LINUX_DRIVER[cuda_major]}"
+    if cuda_major in MIN_DRIVER_BRANCH:
+        return (
+            f"NVIDIA driver >= {MIN_DRIVER_BRANCH[cuda_major]} (Linux: "
+            f">= {MIN_LINUX_DRIVER[cuda_major]})"
+        )
+    return f"an NVIDIA driver that supports CUDA {cuda_major}"
+
+
+def _version_tuple(version: str | None) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", version or "")[:2])
+
+
+def _dist(fw: FrameworkInfo) -> str:
+    return fw.distributions[0] if fw.distributions else fw.name
+
+
+def _gpu_names(nvidia: NvidiaInfo) -> str:
+    if nvidia.devices:
+        names = [d.name for d in nvidia.devices]
+    elif nvidia.smi_gpus:
+        names = [g.name for g in nvidia.smi_gpus]
+    else:
+        names = [
+            f"an NVIDIA GPU (PCI device {p.device_id} at {p.address})" for p in nvidia.pci_gpus
+        ]
+    return ", ".join(dict.fromkeys(names)) or "an NVIDIA GPU"
+
+
+def _torch_cuda_install(driver_major: int | None, system: str) -> str:
+    """The command that installs a CUDA build of torch that this driver can run."""
+    if driver_major is not None and driver_major < 12:
+        return (
+            f"update to {min_driver_text(12, system)} first (torch no longer ships CUDA "
+            f"{driver_major} builds), then pip install --force-reinstall torch --index-url "
+            "https://download.pytorch.org/whl/cu128"
+        )
+    tag = "cu128" if driver_major == 12 else "cu130"
+    return (
+        f"pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/{tag} "
+        "(https://pytorch.org/get-started/locally/ lists the CUDA builds of the current "
+        "release; pick one whose CUDA major version your driver supports)"
+    )
+
+
+def _driver_words(nvidia: NvidiaInfo) -> str:
+    return (
+        f"the NVIDIA driver {nvidia.driver_version}"
+        if nvidia.driver_version
+        else "the NVIDIA driver"
+    )
+
+
+def _check_broken(frameworks: Sequence[FrameworkInfo]) -> list[Finding]:
+    return [
+        Finding(
+            code=f"{fw.name}-broken",
+            severity="error",
+            message=f"{fw.display_name} is installed but unusable: {fw.error}.",
+            fix=f"Reinstall it: pip install --force-reinstall {_dist(fw)}",
+        )
+        for fw in frameworks
+        if fw.installed and fw.error
+    ]
+
+
+def _check_driver(
+    nvidia: NvidiaInfo, cuda_wheels: list[FrameworkInfo], system: str, env: Mapping[str, str]
+) -> list[Finding]:
+    """NVIDIA hardware without a working driver, and CUDA wheels on machines without a GPU."""
+    if not nvidia.hardware_present:
+        if nvidia.cuda_driver_version is not None:
+            return []  # a driver without a visible GPU: the "no GPU" finding covers it
+        return [
+            Finding(
+                code=f"{fw.name}-cuda-without-gpu",
+                severity="info",
+                message=(
+                    f"{_dist(fw)} {fw.version} is a CUDA {fw.cuda_major} build, but this machine "
+                    "has no NVIDIA GPU: "
+                    + (
+                        "CuPy needs one, so its cells show reference results instead; "
+                        if fw.name == "cupy"
+                        else f"{fw.display_name} runs on the CPU; "
+                    )
+                    + "that is fine without an NVIDIA GPU."
+                ),
+                fix=(
+                    "Nothing to do. On a machine with an NVIDIA GPU this build needs "
+                    f"{min_driver_text(fw.cuda_major or 0, system)}."
+                ),
+            )
+            for fw in cuda_wheels
+        ]
+    if nvidia.library is None:
+        needed = max((fw.cuda_major or 0 for fw in cuda_wheels), default=0)
+        wheels = " and ".join(f"{_dist(fw)} (CUDA {fw.cuda_major})" for fw in cuda_wheels)
+        if wheels:
+            wheels = f"; {wheels} need{'s' if len(cuda_wheels) == 1 else ''} it"
+        how = (
+            "with sudo ubuntu-drivers install (Ubuntu) or your distribution's nvidia-driver package"
+            if system == "Linux"
+            else "from https://www.nvidia.com/drivers"
+        )
+        driver = (
+            min_driver_text(needed, system) + f" (for CUDA {needed})"
+            if needed
+            else "the NVIDIA driver"
+        )
+        return [
+            Finding(
+                code="nvidia-driver-missing",
+                severity="error",
+                message=(
+                    f"This machine has {_gpu_names(nvidia)}, but no NVIDIA driver is installed "
+                    f"({nvidia.library_error}), so no framework can use it{wheels}."
+                ),
+                fix=(
+                    f"Install {driver} {how}, then reboot. The torch and TensorFlow wheels bring "
+                    "their own CUDA runtime and cuDNN, so no CUDA Toolkit is needed."
+                ),
+            )
+        ]
+    if nvidia.init_error and nvidia.init_error_code != CUDA_ERROR_NO_DEVICE:
+        return [
+            Finding(
+                code="nvidia-driver-init-failed",
+                severity="error",
+                message=f"The NVIDIA driver is installed but failed to start: {nvidia.init_error}.",
+                fix=(
+                    "Run nvidia-smi for the driver's own diagnosis; a driver update without "
+                    "a reboot (library and kernel module out of step) is the most common cause, "
+                    "and a reboot fixes it."
+                ),
+            )
+        ]
+    if nvidia.init_error and "CUDA_VISIBLE_DEVICES" not in env:
+        return [
+            Finding(
+                code="nvidia-driver-sees-no-gpu",
+                severity="warning",
+                message=(
+                    f"The NVIDIA driver is installed and {_gpu_names(nvidia)} is present, but the "
+                    f"driver reports no usable GPU ({nvidia.init_error})."
+                ),
+                fix=(
+                    "In a container, start it with the GPU passed in (docker run --gpus all ...); "
+                    "otherwise run nvidia-smi to see the driver's diagnosis."
+                ),
+            )
+        ]
+    return []
+
+
+def _check_wheel_vs_driver(
+    nvidia: NvidiaInfo, cuda_wheels: list[FrameworkInfo], system: str
+) -> list[Finding]:
+    """A CUDA wheel newer than the driver (scenario 2), CuPy's wheel/driver mismatch (scenario 4)."""
+    driver_major = nvidia.cuda_driver_major
+    if driver_major is None:
+        return []
+    findings = []
+    driver = _driver_words(nvidia)
+    for fw in cuda_wheels:
+        major = fw.cuda_major or 0
+        if fw.name == "cupy" and major != driver_major:
+            replacement = f"cupy-cuda{driver_major}x"
+            swap = f"pip uninstall -y {_dist(fw)} && pip install {replacement}"
+            if major > driver_major:
+                severity: Severity = "error"
+                consequence = ", so CuPy cannot run."
+                fix = f"Install the CuPy wheel for your driver: {swap}; or update to {min_driver_text(major, system)}."
+                if driver_major < 11:
+                    fix = f"Update to {min_driver_text(major, system)}."
+            else:
+                severity = "info"
+                consequence = (
+                    "; it works (drivers run older CUDA versions), but "
+                    f"{replacement} matches your driver."
+                )
+                fix = f"Optional: {swap}"
+            findings.append(
+                Finding(
+                    code="cupy-cuda-mismatch",
+                    severity=severity,
+                    message=(
+                        f"{_dist(fw)} is built for CUDA {major}, but {driver} supports CUDA "
+                        f"{nvidia.cuda_driver_version}{consequence}"
+                    ),
+                    fix=fix,
+                )
+            )
+        elif fw.name != "cupy" and major > driver_major:
+            alternative = ""
+            if fw.name == "torch" and driver_major >= 12:
+                alternative = f"; or install a build for your driver: {_torch_cuda_install(driver_major, system)}"
+            findings.append(
+                Finding(
+                    code=f"{fw.name}-driver-too-old",
+                    severity="error",
+                    message=(
+                        f"{fw.display_name} {fw.version} is built for CUDA {fw.cuda_version}, but "
+                        f"{driver} supports only CUDA {nvidia.cuda_driver_version}, so "
+                        f"{fw.display_name} cannot use the GPU."
+                    ),
+                    fix=f"Update to {min_driver_text(major, system)} (CUDA {major}.x){alternative}.",
+                )
+            )
+    return findings
+
+
+def _check_torch(
+    torch: FrameworkInfo | None, nvidia: NvidiaInfo, system: str, env: Mapping[str, str]
+) -> list[Finding]:
+    if torch is None or not torch.usable:
+        return []
+    findings = []
+    if nvidia.hardware_present and not torch.built_with_cuda and not torch.built_with_rocm:
+        findings.append(
+            Finding(
+                code="torch-cpu-build",
+                severity="error",
+                message=(
+                    f"This machine has {_gpu_names(nvidia)}, but torch {torch.version} is a "
+                    "CPU-only build, so it cannot use the GPU."
+                ),
+                fix=f"Install a CUDA build of torch: {_torch_cuda_install(nvidia.cuda_driver_major, system)}",
+            )
+        )
+    driver_major = nvidia.cuda_driver_major
+    cuda_devices = [d for d in torch.devices if d.kind == "cuda"]
+    hidden = env.get("CUDA_VISIBLE_DEVICES")
+    if (
+        torch.built_with_cuda
+        and not cuda_devices
+        and driver_major is not None
+        and driver_major >= (torch.cuda_major or 0)
+        and (nvidia.init_error is None or hidden is not None)  # else a driver finding says why
+    ):
+        if hidden is not None:
+            what = "every GPU" if hidden.strip() in ("", "-1") else "the GPUs it does not list"
+            reason = f" CUDA_VISIBLE_DEVICES is set to {hidden!r}, which hides {what}."
+            fix = (
+                "Unset it before Python starts (unset CUDA_VISIBLE_DEVICES), or list the GPU "
+                "to use (CUDA_VISIBLE_DEVICES=0); in a notebook, change it before importing torch."
+            )
+        else:
+            reason = f" torch says: {torch.device_error}." if torch.device_error else ""
+            fix = (
+                'Run python -c "import torch; torch.cuda.init()" to see CUDA\'s own error, '
+                "and nvidia-smi to check that the driver sees the GPU."
+            )
+        findings.append(
+            Finding(
+                code="torch-cuda-unavailable",
+                severity="warning",
+                message=(
+                    f"torch {torch.version} is a CUDA {torch.cuda_version} build and the driver "
+                    f"supports CUDA {nvidia.cuda_driver_version}, but torch.cuda.is_available() "
+                    f"is False.{reason}"
+                ),
+                fix=fix,
+            )
+        )
+    return findings
+
+
+def _tf_windows_without_gpu(tf: FrameworkInfo, system: str) -> bool:
+    return system == "Windows" and _version_tuple(tf.version) > (2, 10)
+
+
+def _check_tensorflow(
+    tf: FrameworkInfo | None,
+    torch: FrameworkInfo | None,
+    nvidia: NvidiaInfo,
+    system: str,
+    env: Mapping[str, str],
+) -> list[Finding]:
+    if tf is None or not tf.usable:
+        return []
+    findings = []
+    if _tf_windows_without_gpu(tf, system):
+        findings.append(
+            Finding(
+                code="tensorflow-windows-no-gpu",
+                severity="warning" if nvidia.hardware_present else "info",
+                message=(
+                    f"TensorFlow {tf.version} has no GPU support on native Windows (2.10 was the "
+                    "last release with it), so it runs on the CPU."
+                ),
+                fix=(
+                    f"Use WSL2 (Ubuntu) and run {_TF_AND_CUDA} there; or, on native Windows, "
+                    "pip install 'tensorflow<2.11' (Python <= 3.10, with CUDA 11.2 and cuDNN 8.1 installed)."
+                ),
+            )
+        )
+    torch_gpu = torch is not None and torch.usable and torch.gpu_available
+    if torch_gpu and not tf.gpu_available and not _tf_windows_without_gpu(tf, system):
+        if system == "Darwin":
+            why, fix = "needs Apple's Metal plug-in", "pip install tensorflow-metal"
+        elif "tensorflow-cpu" in tf.distributions:
+            why = "is installed as tensorflow-cpu, which has no GPU support"
+            fix = f"pip uninstall -y tensorflow-cpu && {_TF_AND_CUDA} (Linux or WSL2)"
+        elif tf.built_with_cuda:
+            why = "is a CUDA build but could not load the CUDA and cuDNN libraries it needs"
+            fix = f"{_TF_AND_CUDA} (Linux or WSL2) installs the versions it was built against"
+        else:
+            why = "is a build without GPU support"
+            fix = f"{_TF_AND_CUDA} (Linux or WSL2)"
+        findings.append(
+            Finding(
+                code="tensorflow-no-gpu",
+                severity="warning",
+                message=f"torch sees the GPU, but TensorFlow {tf.version} does not: it {why}.",
+                fix=fix + ".",
+            )
+        )
+    growth_env = env.get("TF_FORCE_GPU_ALLOW_GROWTH", "").strip().lower() == "true"
+    if tf.gpu_available and tf.memory_growth is not True and not growth_env:
+        findings.append(
+            Finding(
+                code="tensorflow-memory-growth",
+                severity="warning",
+                message=(
+                    "TensorFlow will reserve nearly all GPU memory the first time it uses the GPU, "
+                    "so torch or CuPy in the same process (or notebook kernel) will run out of memory."
+                ),
+                fix=(
+                    "Before TensorFlow touches the GPU, run: for gpu in "
+                    "tf.config.list_physical_devices('GPU'): "
+                    "tf.config.experimental.set_memory_growth(gpu, True); or set "
+                    "TF_FORCE_GPU_ALLOW_GROWTH=true before starting Python or Jupyter."
+                ),
+            )
+        )
+    return findings
+
+
+def _check_cupy_wheels(cupy: FrameworkInfo | None, nvidia: NvidiaInfo) -> list[Finding]:
+    if cupy is None or len(cupy.distributions) < 2:
+        return []
+    keep = (
+        f"cupy-cuda{nvidia.cuda_driver_major}x"
+        if nvidia.cuda_driver_major
+        else cupy.distributions[-1]
+    )
+    return [
+        Finding(
+            code="cupy-multiple-wheels",
+            severity="error",
+            message=(
+                f"Several CuPy wheels are installed at once ({', '.join(cupy.distributions)}); "
+                "they overwrite each other's files."
+            ),
+            fix=f"pip uninstall -y {' '.join(cupy.distributions)} && pip install {keep}",
+        )
+    ]
+
+
+def _check_no_gpu(
+    nvidia: NvidiaInfo, frameworks: Sequence[FrameworkInfo], env: Mapping[str, str], wsl: bool
+) -> list[Finding]:
+    if nvidia.hardware_present or any(fw.gpu_available for fw in frameworks):
+        return []
+    if nvidia.library is not None and "CUDA_VISIBLE_DEVICES" in env:
+        return []  # a driver, with its GPUs possibly hidden: torch-cuda-unavailable says so
+    fix = (
+        "Nothing to do. To run the GPU cells yourself, open the course on a machine with an "
+        "NVIDIA GPU (for example Colab with a GPU runtime) and run labkit doctor there."
+    )
+    if wsl:
+        fix += (
+            " In WSL2: if this PC has an NVIDIA GPU, install the NVIDIA driver on Windows "
+            "(not inside WSL); WSL2 then sees it."
+        )
+    return [
+        Finding(
+            code="no-gpu",
+            severity="info",
+            message=(
+                "No GPU on this machine: the course runs on the CPU; GPU-only cells show "
+                "reference results recorded on a real GPU."
+            ),
+            fix=fix,
+        )
+    ]
+
+
+def diagnose(
+    nvidia: NvidiaInfo,
+    frameworks: Sequence[FrameworkInfo],
+    *,
+    system: str,
+    env: Mapping[str, str],
+    wsl: bool = False,
+) -> tuple[Finding, ...]:
+    """Findings for these facts, errors first.
+
+    ``system`` is ``platform.system()`` ("Linux", "Windows", "Darwin"); ``env``
+    the environment variables that matter (CUDA_VISIBLE_DEVICES,
+    TF_FORCE_GPU_ALLOW_GROWTH); ``wsl`` whether Linux runs under WSL2.
+    """
+    if not isinstance(nvidia, NvidiaInfo):
+        raise TypeError(f"nvidia must be an NvidiaInfo (labkit.machine.nvidia.nvidia_info()), got {nvidia!r}")
+    if isinstance(frameworks, (str, bytes)) or not isinstance(frameworks, Sequence) or not all(
+        isinstance(fw, FrameworkInfo) for fw in frameworks
+    ):
+        raise TypeError(f"frameworks must be a sequence of FrameworkInfo, got {frameworks!r:.80}")
+    if not isinstance(system, str):
+        raise TypeError(f"system must be platform.system()'s text, got {system!r}")
+    if not isinstance(env, Mapping):
+        raise TypeError(f"env must be a mapping of environment variables, got {env!r}")
+    if not isinstance(wsl, bool):
+        raise TypeError(f"wsl must be True or False, got {wsl!r}")
+    by_name = {fw.name: fw for fw in frameworks}
+    cuda_wheels = [fw for fw in frameworks if fw.usable and fw.built_with_cuda and fw.cuda_major]
+    findings = [
+        *_check_broken(frameworks),
+        *_check_driver(nvidia, cuda_wheels, system, env),
+        *_check_wheel_vs_driver(nvidia, cuda_wheels, system),
+        *_check_torch(by_name.get("torch"), nvidia, system, env),
+        *_check_tensorflow(by_name.get("tensorflow"), by_name.get("torch"), nvidia, system, env),
+        *_check_cupy_wheels(by_name.get("cupy"), nvidia),
+        *_check_no_gpu(nvidia, frameworks, env, wsl),
+    ]
+    order = {severity: i for i, severity in enumerate(SEVERITIES)}
+    return tuple(sorted(findings, key=lambda f: order[f.severity]))

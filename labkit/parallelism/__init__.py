@@ -1,0 +1,15 @@
+"""Notebook 01: throughput against latency.
+
+- :mod:`labkit.parallelism.sweep`: size sweeps across backends and thread counts;
+- :mod:`labkit.parallelism.amdahl`: Amdahl's law with a measured serial fraction;
+- :mod:`labkit.parallelism.crossover`: a GPU's fixed cost per kernel and where it overtakes the CPU.
+"""
+
+from __future__ import annotations
+
+from labkit.parallelism.amdahl import ThreadScaling, amdahl_speedup, measure_thread_scaling
+from labkit.parallelism.crossover import launch_overhead
+from labkit.parallelism.plots import plot_amdahl, plot_size_sweep
+from labkit.parallelism.sweep import SizeSweep, cpu_threads, sweep_add, sweep_matmul, torch_threads
+
+__all__ = ["SizeSweep", "ThreadScaling", "amdahl_speedup", "cpu_threads", "launch_overhead", "measure_thread_scaling", "plot_amdahl", "plot_size_sweep", "sweep_add", "sweep_matmul", "torch_threads"]

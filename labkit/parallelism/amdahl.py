@@ -1,0 +1,322 @@
+"""Amdahl's law with a *measured* serial fraction.
+
+If a fraction f of a program cannot run in parallel, n workers speed it up by
+at most S(n) = 1 / (f + (1 − f) / n), and never by more than 1/f however many
+workers there are. Most texts assume an f. Here it is measured:
+:func:`measure_thread_scaling` times a workload on 1, 2, ... threads, and the
+Karp–Flatt metric e = (1/S − 1/n) / (1 − 1/n) turns each measured speedup
+into the serial fraction that would explain it. Thread start-up, joins and
+shared memory bandwidth count as "serial" too, which is the point: e is what
+the hardware actually delivers, not what the code looks like.
+
+The default workload has a genuine serial part (a pure-Python loop, which
+runs on one core whatever torch's thread count) followed by a parallel torch
+matmul, so f is visibly above zero. The formulas are pure functions.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from labkit.core.optional import import_optional
+from labkit.core.validate import check_ms, check_optional_bool, check_positive_int
+from labkit.machine.memory import check_memory_fits
+from labkit.parallelism.sweep import cpu_threads, torch_threads
+from labkit.timing.bench import Timing, bench
+
+#: The built-in workloads of :func:`measure_thread_scaling`.
+WORKLOADS: dict[str, str] = {
+    "matmul+python": "a pure-Python loop (serial) followed by a torch matmul (parallel)",
+    "matmul": "a torch matmul alone (parallel; what is left of f is threading overhead)",
+}
+
+
+# --------------------------------------------------------------------------- formulas
+
+
+def _check_real(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} ({value!r})")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return float(value)
+
+
+def amdahl_speedup(serial_fraction: float, n: float) -> float:
+    """Amdahl's law: the speedup on ``n`` workers when ``serial_fraction`` of the work is serial.
+
+    S(n) = 1 / (f + (1 − f) / n). With f = 0.1: S(2) = 1/0.55 ≈ 1.82,
+    S(10) = 1/0.19 ≈ 5.26, and S(n) never exceeds 1/f = 10.
+    """
+    f = _check_real("serial_fraction", serial_fraction)
+    if not 0.0 <= f <= 1.0:
+        raise ValueError(f"serial_fraction must be between 0 and 1, got {serial_fraction!r}")
+    workers = _check_real("n", n)
+    if workers < 1:
+        raise ValueError(f"n must be a number of workers >= 1, got {n!r}")
+    return 1.0 / (f + (1.0 - f) / workers)
+
+
+def karp_flatt(speedup: float, n: float) -> float:
+    """The Karp–Flatt metric: the serial fraction that explains a measured ``speedup`` on ``n``.
+
+    e = (1/S − 1/n) / (1 − 1/n), Amdahl's law solved for f. Example: a
+    speedup of 1.6 on 2 threads gives e = (0.625 − 0.5) / 0.5 = 0.25. A
+    perfect speedup (S = n) gives 0; no speedup at all (S = 1) gives 1; a
+    super-linear one (S > n, e.g. the data now fits in the caches) gives e < 0.
+    """
+    s = _check_real("speedup", speedup)
+    if s <= 0:
+        raise ValueError(f"speedup must be > 0 (time on 1 / time on n), got {speedup!r}")
+    workers = _check_real("n", n)
+    if workers <= 1:
+        raise ValueError(
+            f"n must be > 1: with one worker there is no parallel part to measure, got {n!r}"
+        )
+    return (1.0 / s - 1.0 / workers) / (1.0 - 1.0 / workers)
+
+
+def fit_serial_fraction(threads: Sequence[float], speedups: Sequence[float]) -> float:
+    """The serial fraction f that best fits several measured speedups, clamped to [0, 1].
+
+    Amdahl's law rearranges to 1/S − 1/n = f · (1 − 1/n): a line through the
+    origin, so f is its least-squares slope
+    Σ (1/S − 1/n)(1 − 1/n) / Σ (1 − 1/n)². With one point (n = 2) this is
+    exactly the Karp–Flatt value. Points with n = 1 carry no information and
+    are ignored. A negative fit (super-linear speedup) is clamped to 0, since
+    Amdahl's law has no negative serial part.
+    """
+    if isinstance(threads, (str, bytes)) or not isinstance(threads, Sequence):
+        raise TypeError(f"threads must be a sequence of thread counts, got {threads!r}")
+    if isinstance(speedups, (str, bytes)) or not isinstance(speedups, Sequence):
+        raise TypeError(f"speedups must be a sequence of speedups, got {speedups!r}")
+    if len(threads) != len(speedups):
+        raise ValueError(
+            f"threads and speedups must have the same length, got {len(threads)} and "
+            f"{len(speedups)}"
+        )
+    numerator = denominator = 0.0
+    for i, (n_raw, s_raw) in enumerate(zip(threads, speedups, strict=True)):
+        n = _check_real(f"threads[{i}]", n_raw)
+        s = _check_real(f"speedups[{i}]", s_raw)
+        if n < 1 or s <= 0:
+            raise ValueError(f"threads[{i}] must be >= 1 and speedups[{i}] > 0, got {n_raw}, {s_raw}")
+        if n == 1:
+            continue
+        x = 1.0 - 1.0 / n
+        numerator += (1.0 / s - 1.0 / n) * x
+        denominator += x * x
+    if denominator == 0:
+        raise ValueError(
+            f"threads must include a count above 1 (with a speedup for it): fit_serial_fraction "
+            f"needs a measurement on more than 1 thread, got threads={list(threads)!r}"
+        )
+    return min(1.0, max(0.0, numerator / denominator))
+
+
+# --------------------------------------------------------------------------- measurement
+
+
+@dataclass(frozen=True)
+class ScalingPoint:
+    """The workload on one thread count: its time, speedup over 1 thread, and Karp–Flatt e."""
+
+    threads: int
+    median_ms: float
+    speedup: float
+    serial_fraction: float | None  # Karp–Flatt; None on 1 thread
+    timing: Timing
+
+
+@dataclass(frozen=True)
+class ThreadScaling:
+    """Measured speedups over thread counts and the serial fraction fitted to them.
+
+    ``serial_fraction`` is None when only 1 thread could be measured (a
+    1-core machine): without a second thread nothing can be said about f.
+    """
+
+    workload: str
+    points: tuple[ScalingPoint, ...]
+    serial_fraction: float | None
+    device: str = "cpu"
+
+    def predicted_speedup(self, n: float) -> float:
+        """Amdahl's prediction for ``n`` threads from the fitted serial fraction."""
+        if self.serial_fraction is None:
+            raise ValueError(
+                "no serial fraction was measured (only 1 thread ran), so nothing can be predicted"
+            )
+        return amdahl_speedup(self.serial_fraction, n)
+
+    @property
+    def max_speedup(self) -> float | None:
+        """1 / f: the speedup no number of threads can beat (inf when f = 0)."""
+        if self.serial_fraction is None:
+            return None
+        return math.inf if self.serial_fraction == 0 else 1.0 / self.serial_fraction
+
+    def __str__(self) -> str:
+        from labkit.timing.bench import format_duration
+        from labkit.timing.compare import format_speedup
+
+        lines = [f"{self.workload}: speedup over 1 thread"]
+        for p in self.points:
+            e = "" if p.serial_fraction is None else f", Karp–Flatt e = {p.serial_fraction:.3f}"
+            lines.append(
+                f"  {p.threads:>3} {'thread: ' if p.threads == 1 else 'threads:'} "
+                f"{format_duration(p.median_ms)}, "
+                f"speedup {format_speedup(p.speedup)}{e}"
+            )
+        if self.serial_fraction is None:
+            lines.append("  only 1 thread here: the serial fraction cannot be measured")
+        else:
+            lines.append(
+                f"  fitted serial fraction f = {self.serial_fraction:.3f}: Amdahl predicts "
+                f"{format_speedup(self.predicted_speedup(64))} on 64 threads, never more than "
+                f"{format_speedup(self.max_speedup or math.inf)}"
+            )
+        return "\n".join(lines)
+
+
+def default_thread_counts(max_threads: int | None = None) -> tuple[int, ...]:
+    """1, 2, ..., up to the core count (8 or fewer cores), else powers of two plus the count."""
+    top = cpu_threads() if max_threads is None else check_positive_int("max_threads", max_threads)
+    if top <= 8:
+        return tuple(range(1, top + 1))
+    counts = {2**k for k in range(top.bit_length()) if 2**k <= top}
+    return tuple(sorted(counts | {top}))
+
+
+def measure_thread_scaling(
+    workload: str | Callable[[], Any] = "matmul+python",
+    threads: Sequence[int] | None = None,
+    *,
+    matmul_size: int = 512,
+    python_steps: int = 30_000,
+    rounds: int = 3,
+    warmup_ms: float = 20.0,
+    rep_ms: float = 60.0,
+    show_progress: bool | None = None,
+) -> ThreadScaling:
+    """Time a workload with torch on each thread count and derive the serial fraction.
+
+    Args:
+        workload: "matmul+python" (default), "matmul" (see :data:`WORKLOADS`),
+            or any callable that does the work with torch's current threads.
+        threads: the thread counts; must include 1, the baseline. Default
+            :func:`default_thread_counts`.
+        matmul_size: n of the n×n float32 matmul in the built-in workloads.
+        python_steps: iterations of the serial Python loop ("matmul+python").
+        rounds: the thread counts are timed in turn, ``rounds`` times over,
+            and each count's samples are pooled. Interleaving spreads a burst
+            of background load over all counts instead of biasing one ratio.
+        warmup_ms, rep_ms: :func:`labkit.bench` budgets per count per round.
+        show_progress: a progress bar; None follows :mod:`labkit.core.progress`.
+
+    torch's thread count is restored afterwards, also when the workload raises.
+    """
+    from labkit.core.progress import progress
+
+    if not (callable(workload) or (isinstance(workload, str) and workload in WORKLOADS)):
+        raise ValueError(
+            f"workload must be a callable or one of {', '.join(map(repr, WORKLOADS))}, "
+            f"got {workload!r}"
+        )
+    counts = default_thread_counts() if threads is None else _check_threads(threads)
+    rounds = check_positive_int("rounds", rounds)
+    warmup = check_ms("warmup_ms", warmup_ms, allow_zero=True)
+    rep = check_ms("rep_ms", rep_ms)
+    check_positive_int("matmul_size", matmul_size)
+    check_positive_int("python_steps", python_steps)
+    check_optional_bool("show_progress", show_progress)
+    if not callable(workload):  # a, b and c of the built-in workloads' matmul, float32
+        check_memory_fits(3 * 4 * matmul_size**2, what=f"matmul_size={matmul_size}")
+    name, fn = _workload(workload, matmul_size, python_steps)
+
+    samples: dict[int, list[float]] = {n: [] for n in counts}
+    first_call: dict[int, float | None] = {}
+    warmups: dict[int, int] = dict.fromkeys(counts, 0)
+    plan = [(r, n) for r in range(rounds) for n in counts]
+    for _, n in progress(plan, desc="thread scaling", total=len(plan), show=show_progress):
+        with torch_threads(n):
+            t = bench(fn, warmup_ms=warmup, rep_ms=rep, device="cpu", warn=False)
+        samples[n].extend(t.samples_ms)
+        first_call.setdefault(n, t.first_call_ms)
+        warmups[n] += t.warmup_calls
+    timings = {
+        n: Timing(
+            samples_ms=tuple(samples[n]),
+            label=f"{name}, {n} thread{'s' if n > 1 else ''}",
+            device="cpu",
+            warmup_calls=warmups[n],
+            first_call_ms=first_call[n],
+        )
+        for n in counts
+    }
+    base_ms = timings[1].median_ms
+    points = []
+    for n in counts:
+        speedup = base_ms / timings[n].median_ms if timings[n].median_ms > 0 else math.inf
+        e = karp_flatt(speedup, n) if n > 1 and math.isfinite(speedup) else None
+        points.append(ScalingPoint(n, timings[n].median_ms, speedup, e, timings[n]))
+    measured = [p for p in points if p.threads > 1 and math.isfinite(p.speedup)]
+    f = (
+        fit_serial_fraction([p.threads for p in measured], [p.speedup for p in measured])
+        if measured
+        else None
+    )
+    return ThreadScaling(workload=name, points=tuple(points), serial_fraction=f)
+
+
+def _check_threads(threads: Any) -> tuple[int, ...]:
+    if isinstance(threads, (str, bytes)) or not isinstance(threads, Sequence) or not threads:
+        raise ValueError(f"threads must be a non-empty list of thread counts, got {threads!r}")
+    counts = sorted({check_positive_int(f"threads[{i}]", n) for i, n in enumerate(threads)})
+    if counts[0] != 1:
+        raise ValueError(
+            f"threads must include 1: speedups are measured against one thread, got {threads!r}"
+        )
+    return tuple(counts)
+
+
+def _workload(
+    workload: str | Callable[[], Any], matmul_size: int, python_steps: int
+) -> tuple[str, Callable[[], Any]]:
+    if callable(workload):
+        return getattr(workload, "__name__", "workload"), workload
+    if workload not in WORKLOADS:
+        raise ValueError(
+            f"workload must be a callable or one of {', '.join(map(repr, WORKLOADS))}, "
+            f"got {workload!r}"
+        )
+    n = check_positive_int("matmul_size", matmul_size)
+    steps = check_positive_int("python_steps", python_steps)
+    torch = import_optional("torch", "measuring thread scaling")
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(n, n, generator=generator)
+    b = torch.randn(n, n, generator=generator)
+    c = torch.empty(n, n)
+
+    def parallel_part() -> Any:
+        return torch.matmul(a, b, out=c)
+
+    if workload == "matmul":
+        return workload, parallel_part
+
+    def serial_then_parallel() -> Any:
+        _python_serial_step(steps)  # one core, whatever torch's thread count
+        return parallel_part()
+
+    return workload, serial_then_parallel
+
+
+def _python_serial_step(steps: int) -> int:
+    total = 0
+    for i in range(steps):
+        total += i * i
+    return total

@@ -1,0 +1,106 @@
+"""Plots for notebook 01: throughput against size (with the crossover), and Amdahl's curve."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from labkit.core.validate import check_ax, check_str
+from labkit.plotting import device_name, plain_log_ticks, pyplot, style_axes
+
+
+def plot_size_sweep(
+    sweep: Any, *, ax: Any = None, slow: str = "torch-all-threads", fast: str = "torch-cuda"
+) -> Any:
+    """Throughput against problem size, one line per backend (log-log), with the GPU crossover.
+
+    On the left every backend is dominated by fixed costs (interpreter
+    overhead, kernel launches, waking threads), so throughput grows with the
+    size; each line flattens where that backend's hardware is saturated.
+    When the sweep has both ``slow`` and ``fast`` (by default all CPU threads
+    and CUDA), a dashed line marks the size from which ``fast`` stays faster.
+    """
+    from labkit.core.units import round3
+    from labkit.parallelism.sweep import SizeSweep
+
+    if not isinstance(sweep, SizeSweep):
+        raise TypeError(
+            f"Expected an instance of SizeSweep for sweep, got {type(sweep).__name__} instead; pass the "
+            "result of labkit.parallelism.sweep.sweep_add() or sweep_matmul()"
+        )
+    check_ax(ax)
+    check_str("slow", slow)
+    check_str("fast", fast)
+    plt = pyplot()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.5))
+    for result in sweep.backends:
+        if result.points:
+            values = [getattr(point, sweep.metric) for point in result.points]
+            ax.plot(result.sizes, values, marker="o", ms=3, label=result.label)
+    if sweep.has_backend(slow) and sweep.has_backend(fast):
+        size = sweep.crossover(slow, fast)
+        if size is not None:
+            ax.axvline(size, color="0.3", ls="--", lw=1, label=f"crossover: n ≈ {round3(size):,}")
+    ax.legend(fontsize="small")
+    if sweep.op == "add":
+        xlabel, what = "n (elements per vector)", "c = a + b"
+    else:
+        xlabel, what = "n (n×n matrices)", "n×n matmul"
+    devices = ["cpu"] + sorted({b.device for b in sweep.backends} - {"cpu"})
+    names = " and ".join(device_name(d) for d in devices)
+    return style_axes(
+        ax,
+        xlabel=xlabel,
+        ylabel=f"throughput ({sweep.metric_unit})",
+        title=f"{what} ({sweep.dtype}): throughput by size\non {names}",
+        logx=True,
+        logy=True,
+    )
+
+
+def plot_amdahl(scaling: Any, *, ax: Any = None, max_threads: int = 64) -> Any:
+    """Measured speedups, Amdahl's curve for the measured serial fraction, and the ideal line.
+
+    The curve extends the few thread counts a laptop has to ``max_threads``:
+    with a serial fraction f the speedup flattens towards 1/f (the dashed
+    line) long before the ideal S(n) = n, which is the lesson of the law.
+    """
+    from labkit.parallelism.amdahl import ThreadScaling, amdahl_speedup
+
+    if not isinstance(scaling, ThreadScaling):
+        raise TypeError(
+            f"Expected an instance of ThreadScaling for scaling, got {type(scaling).__name__} "
+            "instead; pass the result of labkit.parallelism.amdahl.measure_thread_scaling()"
+        )
+    if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 2:
+        raise ValueError(f"max_threads must be an integer >= 2, got {max_threads!r}")
+    if max_threads > 2**20:
+        raise ValueError(f"max_threads must be at most {2**20} to draw a curve, got {max_threads!r}")
+    check_ax(ax)
+    plt = pyplot()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.5, 4.5))
+    top = max(max_threads, *(p.threads for p in scaling.points))
+    ns = [top ** (i / 100) for i in range(101)]
+    ax.plot(ns, ns, ls=":", color="0.5", label="ideal: S(n) = n")
+    f = scaling.serial_fraction
+    if f is not None:
+        ax.plot(ns, [amdahl_speedup(f, n) for n in ns], color="C1",
+                label=f"Amdahl, measured f = {f:.3f}")  # fmt: skip
+        if f > 0:
+            ax.axhline(1 / f, color="C1", ls="--", lw=1, label=f"limit 1/f = {1 / f:.3g}×")
+    ax.plot([p.threads for p in scaling.points], [p.speedup for p in scaling.points], "o",
+            color="C0", ms=7, zorder=3, label="measured")  # fmt: skip
+    ax.legend(fontsize="small", loc="upper left")
+    style_axes(
+        ax,
+        xlabel="threads n",
+        ylabel="speedup S(n) = T(1) / T(n) (×)",
+        title=f"Amdahl's law: {scaling.workload}",
+        device=scaling.device,
+    )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    plain_log_ticks(ax.xaxis)
+    plain_log_ticks(ax.yaxis)
+    return ax

@@ -1,0 +1,358 @@
+"""The roofline model: is an operation limited by arithmetic or by memory traffic?
+
+A kernel does some floating-point work (FLOPs) and must move some bytes
+between DRAM and the chip. Its *arithmetic intensity* (AI) is the ratio,
+FLOP/byte. A device can do at most P FLOP/s and move at most B bytes/s, so a
+kernel of intensity AI can reach at most min(P, AI × B): the "roofline"
+(Williams, Waterman and Patterson, CACM 2009). Below the *ridge point*
+AI = P / B the memory roof binds ("memory-bound": a faster ALU would not
+help), above it the compute roof does ("compute-bound").
+
+This module counts FLOPs and minimum bytes for the course's operations
+(:class:`OpCost`) and holds a :class:`Roofline` with its pure questions
+(ridge point, attainable rate, which roof binds). Measuring the roofs and
+real operations with torch is in :mod:`labkit.roofline.measure`, which
+imports this module (never the other way round).
+
+Byte counts are the *minimum* DRAM traffic: every input read once, the
+output written once, as if the caches were perfect. Real kernels move at
+least this much, so a measured point can sit below its roof for that reason
+alone.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from labkit.core.units import format_count, three_digits
+
+#: Bytes per element of each storage dtype the course uses.
+DTYPE_BYTES: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+
+#: The kinds of operation :class:`OpCost` describes.
+OP_KINDS: tuple[str, ...] = ("add", "matmul", "conv2d", "sum")
+
+MEMORY_BOUND = "memory-bound"
+COMPUTE_BOUND = "compute-bound"
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def dtype_bytes(dtype: Any) -> int:
+    """Bytes per element of a dtype given by name ("float32") or as a torch/numpy dtype."""
+    name = _dtype_name(dtype)
+    return DTYPE_BYTES[name]
+
+
+def _dtype_name(dtype: Any) -> str:
+    text = dtype if isinstance(dtype, str) else str(dtype)
+    name = text.removeprefix("torch.").strip().lower()
+    if name not in DTYPE_BYTES:
+        raise ValueError(
+            f"dtype must be one of {', '.join(map(repr, DTYPE_BYTES))}, got {dtype!r} "
+            "(TF32 is a GPU compute mode, not a storage type: its tensors are float32)"
+        )
+    return name
+
+
+def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} ({value!r})")
+    if value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _check_name(name: Any) -> None:
+    if name is not None and (not isinstance(name, str) or not name):
+        raise TypeError(f"name must be a non-empty string or None, got {name!r}")
+
+
+# --------------------------------------------------------------------------- op costs
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """The floating-point work and the minimum memory traffic of one operation.
+
+    ``flops`` counts additions and multiplications (a multiply-add is 2);
+    ``bytes`` is the minimum DRAM traffic (inputs read once, output written
+    once). ``kind`` and ``dims`` say exactly which operation this is, so
+    :func:`labkit.roofline.measure.measure_op` can run it.
+    """
+
+    name: str
+    flops: int
+    bytes: int
+    dtype: str
+    kind: str
+    dims: tuple[tuple[str, int], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"name must be a non-empty string, got {self.name!r}")
+        if not isinstance(self.kind, str) or self.kind not in OP_KINDS:
+            raise ValueError(f"kind must be one of {', '.join(map(repr, OP_KINDS))}, got {self.kind!r}")
+        _dtype_name(self.dtype)
+        _positive_int("flops", self.flops, minimum=0)
+        _positive_int("bytes", self.bytes)
+        if not isinstance(self.dims, tuple) or not all(
+            isinstance(d, tuple) and len(d) == 2 and isinstance(d[0], str) for d in self.dims
+        ):
+            raise TypeError(f"dims must be a tuple of (name, size) pairs, got {self.dims!r}")
+        for key, value in self.dims:
+            _positive_int(f"dims[{key!r}]", value, minimum=0)
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """FLOP per byte of minimum memory traffic."""
+        return self.flops / self.bytes
+
+    def dim(self, name: str) -> int:
+        """One of the op's dimensions by name (``op.dim("k")``)."""
+        for key, value in self.dims:
+            if key == name:
+                return value
+        raise ValueError(f"{self.name} has no dimension {name!r}; it has {[k for k, _ in self.dims]}")
+
+    def __str__(self) -> str:
+        return (
+            f"{self.name} ({self.dtype}): {format_count(self.flops, 'FLOP')}, "
+            f"{format_count(self.bytes, 'B')} moved at least, "
+            f"{three_digits(self.arithmetic_intensity)} FLOP/byte"
+        )
+
+
+def add_cost(n: int, dtype: str = "float32", *, name: str | None = None) -> OpCost:
+    """``c = a + b`` on n elements: n FLOPs, 3n elements moved (read a and b, write c).
+
+    float32, n = 1,000,000: 1e6 FLOPs and 12e6 bytes, so AI = 1/12 ≈ 0.083
+    FLOP/byte, far below any ridge point: memory-bound everywhere.
+    """
+    n = _positive_int("n", n)
+    size = dtype_bytes(dtype)
+    _check_name(name)
+    return OpCost(
+        name=name or f"add {n:,}", flops=n, bytes=3 * n * size, dtype=_dtype_name(dtype),
+        kind="add", dims=(("n", n),),
+    )  # fmt: skip
+
+
+def matmul_cost(m: int, n: int, k: int, dtype: str = "float32", *, name: str | None = None) -> OpCost:
+    """``C = A @ B`` with A m×k, B k×n, C m×n: 2·m·n·k FLOPs, (mk + kn + mn) elements moved.
+
+    Each of the m·n outputs is a dot product of length k: k multiplies and k
+    adds. float32, m = n = k = 1024: 2.15e9 FLOPs and 3 · 1024² · 4 =
+    12.6e6 bytes, AI = 2·1024/12 ≈ 171 FLOP/byte. AI grows with the size,
+    which is why big matmuls are compute-bound.
+    """
+    m, n, k = _positive_int("m", m), _positive_int("n", n), _positive_int("k", k)
+    size = dtype_bytes(dtype)
+    _check_name(name)
+    return OpCost(
+        name=name or f"matmul {m}×{k} @ {k}×{n}",
+        flops=2 * m * n * k,
+        bytes=(m * k + k * n + m * n) * size,
+        dtype=_dtype_name(dtype),
+        kind="matmul",
+        dims=(("m", m), ("n", n), ("k", k)),
+    )
+
+
+def conv2d_output_size(
+    H: int, W: int, R: int, S: int, stride: int = 1, padding: int = 0
+) -> tuple[int, int]:
+    """Output height and width of a 2-D convolution (no dilation).
+
+    Ho = (H + 2·padding − R) // stride + 1, and the same for W with S.
+    Example: H = W = 224, a 7×7 filter, stride 2, padding 3 gives
+    (224 + 6 − 7) // 2 + 1 = 112.
+    """
+    H, W = _positive_int("H", H), _positive_int("W", W)
+    R, S = _positive_int("R", R), _positive_int("S", S)
+    stride = _positive_int("stride", stride)
+    padding = _positive_int("padding", padding, minimum=0)
+    if R > H + 2 * padding or S > W + 2 * padding:
+        raise ValueError(
+            f"R={R}, S={S}: the filter is larger than the padded {H + 2 * padding}×"
+            f"{W + 2 * padding} input (H, W plus 2 × padding): increase padding or use a "
+            "smaller filter"
+        )
+    return (H + 2 * padding - R) // stride + 1, (W + 2 * padding - S) // stride + 1
+
+
+def conv2d_cost(
+    N: int, C: int, H: int, W: int, K: int, R: int, S: int,
+    stride: int = 1, padding: int = 0, dtype: str = "float32", *, name: str | None = None,
+) -> OpCost:  # fmt: skip
+    """A 2-D convolution in cuDNN's notation, without bias: input N×C×H×W, K filters of C×R×S.
+
+    FLOPs = 2·N·K·Ho·Wo·C·R·S: each of the N·K·Ho·Wo outputs is a dot
+    product of length C·R·S. Elements moved: the input N·C·H·W, the weights
+    K·C·R·S and the output N·K·Ho·Wo. Example (float32): N=1, C=K=64,
+    H=W=56, 3×3, stride 1, padding 1 gives Ho=Wo=56, 2·64·56²·64·9 =
+    231,211,008 FLOPs and (200,704 + 36,864 + 200,704)·4 = 1,753,088 bytes:
+    AI ≈ 132 FLOP/byte.
+    """
+    N, C, K = _positive_int("N", N), _positive_int("C", C), _positive_int("K", K)
+    Ho, Wo = conv2d_output_size(H, W, R, S, stride, padding)
+    size = dtype_bytes(dtype)
+    _check_name(name)
+    elements = N * C * H * W + K * C * R * S + N * K * Ho * Wo
+    label = f"conv2d {N}×{C}×{H}×{W} * {K}×{C}×{R}×{S}"
+    if stride != 1 or padding != 0:
+        label += f" (stride {stride}, padding {padding})"
+    return OpCost(
+        name=name or label,
+        flops=2 * N * K * Ho * Wo * C * R * S,
+        bytes=elements * size,
+        dtype=_dtype_name(dtype),
+        kind="conv2d",
+        dims=(("N", N), ("C", C), ("H", H), ("W", W), ("K", K), ("R", R), ("S", S),
+              ("stride", stride), ("padding", padding)),
+    )  # fmt: skip
+
+
+def sum_cost(n: int, dtype: str = "float32", *, name: str | None = None) -> OpCost:
+    """The sum of n elements: n FLOPs (each element added to a running total), n + 1 elements moved.
+
+    (Starting the total from the first element saves one addition, n − 1;
+    the difference vanishes for the sizes worth measuring.) float32, n =
+    1,000,000: 1e6 FLOPs, 4,000,004 bytes, AI ≈ 0.25 FLOP/byte.
+    """
+    n = _positive_int("n", n)
+    size = dtype_bytes(dtype)
+    _check_name(name)
+    return OpCost(
+        name=name or f"sum {n:,}", flops=n, bytes=(n + 1) * size, dtype=_dtype_name(dtype),
+        kind="sum", dims=(("n", n),),
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- the roofline
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """A device's roofs: peak compute per dtype (GFLOP/s) and peak memory bandwidth (GB/s).
+
+    Units fit together: GB/s × FLOP/byte = GFLOP/s. Compute dtypes are the
+    storage dtypes plus "tf32" (float32 tensors on NVIDIA tensor cores).
+    Methods that take ``dtype=None`` use "float32" when it is present, else
+    the first dtype given.
+    """
+
+    device: str
+    peak_gflop_per_s: Mapping[str, float]
+    peak_gb_per_s: float
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.device, str) or not self.device:
+            raise TypeError(f"device must be a non-empty string such as 'cpu', got {self.device!r}")
+        if not isinstance(self.peak_gflop_per_s, Mapping) or not self.peak_gflop_per_s:
+            raise ValueError(
+                "peak_gflop_per_s must be a non-empty mapping of dtype to GFLOP/s, e.g. "
+                f"{{'float32': 180.0}}, got {self.peak_gflop_per_s!r}"
+            )
+        peaks = {}
+        for dtype, value in self.peak_gflop_per_s.items():
+            if dtype not in (*DTYPE_BYTES, "tf32"):
+                raise ValueError(
+                    f"peak_gflop_per_s has an unknown dtype {dtype!r}; use "
+                    f"{', '.join(map(repr, (*DTYPE_BYTES, 'tf32')))}"
+                )
+            peaks[dtype] = _positive_real(f"peak_gflop_per_s[{dtype!r}]", value)
+        object.__setattr__(self, "peak_gflop_per_s", types.MappingProxyType(peaks))
+        object.__setattr__(
+            self, "peak_gb_per_s", _positive_real("peak_gb_per_s", self.peak_gb_per_s)
+        )
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        return tuple(self.peak_gflop_per_s)
+
+    @property
+    def default_dtype(self) -> str:
+        return "float32" if "float32" in self.peak_gflop_per_s else self.dtypes[0]
+
+    def peak(self, dtype: str | None = None) -> float:
+        """The compute roof of ``dtype`` in GFLOP/s."""
+        key = self.default_dtype if dtype is None else dtype
+        if not isinstance(key, str) or key not in self.peak_gflop_per_s:
+            raise ValueError(
+                f"dtype={key!r} has no measured peak on this roofline; it has "
+                f"{', '.join(map(repr, self.dtypes))}"
+            )
+        return self.peak_gflop_per_s[key]
+
+    def ridge_point(self, dtype: str | None = None) -> float:
+        """The intensity (FLOP/byte) where the memory roof meets the compute roof: peak / bandwidth.
+
+        With 180 GFLOP/s and 30 GB/s it is 6 FLOP/byte: an op needs 6 FLOPs
+        per byte it moves before the arithmetic, not the memory, limits it.
+        """
+        return self.peak(dtype) / self.peak_gb_per_s
+
+    def attainable_gflop_per_s(self, ai: float, dtype: str | None = None) -> float:
+        """The best rate an op of intensity ``ai`` (FLOP/byte) can reach: min(peak, ai × GB/s)."""
+        intensity = _positive_real("ai", ai)
+        return min(self.peak(dtype), intensity * self.peak_gb_per_s)
+
+    def bound(self, op: OpCost, dtype: str | None = None) -> str:
+        """"memory-bound" when ``op``'s intensity is below the ridge point, else "compute-bound".
+
+        ``dtype`` picks the compute roof; by default the op's own dtype
+        (pass "tf32" to ask about a float32 op on tensor cores).
+        """
+        if not isinstance(op, OpCost):
+            raise TypeError(
+                f"Expected an instance of OpCost for op, got {type(op).__name__} instead; build one with "
+                "labkit.roofline.model.matmul_cost(...) or a sibling"
+            )
+        key = op.dtype if dtype is None else dtype
+        if op.arithmetic_intensity < self.ridge_point(key):
+            return MEMORY_BOUND
+        return COMPUTE_BOUND
+
+    def __str__(self) -> str:
+        from labkit.core.units import format_gflop_per_s
+
+        lines = [f"Roofline of {self.device}: memory roof {three_digits(self.peak_gb_per_s)} GB/s"]
+        for dtype, peak in self.peak_gflop_per_s.items():
+            lines.append(
+                f"  {dtype:>8}: compute roof {format_gflop_per_s(peak)}, "
+                f"ridge point {three_digits(self.ridge_point(dtype))} FLOP/byte"
+            )
+        return "\n".join(lines)
+
+
+def _positive_real(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} ({value!r})")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def predict_bound(op_cost: OpCost, roofline: Roofline, dtype: str | None = None) -> str:
+    """Which roof limits ``op_cost`` on ``roofline``: "memory-bound" or "compute-bound".
+
+    The exercise's reference answer: compare the op's arithmetic intensity
+    with the ridge point of the roof for its dtype (or ``dtype``).
+    """
+    if not isinstance(roofline, Roofline):
+        raise TypeError(
+            f"Expected an instance of Roofline for roofline, got {type(roofline).__name__} instead"
+        )
+    if not isinstance(op_cost, OpCost):
+        raise TypeError(
+            f"Expected an instance of OpCost for op_cost, got {type(op_cost).__name__} instead; "
+            "build one with labkit.roofline.model.matmul_cost(...) or a sibling"
+        )
+    return roofline.bound(op_cost, dtype)

@@ -1,0 +1,457 @@
+"""Run torchrun from a notebook cell and read back what its workers measured.
+
+A notebook kernel is one process; data parallelism needs several. So each
+experiment here starts ``python -m torch.distributed.run`` in a subprocess
+(``sys.executable``, not a ``torchrun`` found on the PATH, which may belong
+to another Python), waits for it, and reads the JSON that rank 0 wrote:
+
+- :func:`run_ddp` trains an MLP with DistributedDataParallel
+  (:mod:`labkit.scaling.train_ddp`) and returns a :class:`DdpRun`;
+- :func:`scaling_efficiency` runs it with 1, 2, ... processes at the same
+  batch per process (weak scaling) and returns a :class:`Scaling`;
+- :func:`allreduce_cost` times all-reduces of growing messages
+  (:mod:`labkit.scaling.allreduce`) and returns an :class:`AllreduceCost`;
+- :func:`allreduce_vs_model_size` relates the all-reduce time in a training
+  step to the parameter count (:class:`ModelSizeComm`);
+- :func:`launch_command` builds the multi-node torchrun command that
+  ``labkit/scaling/slurm/train_ddp.sbatch`` runs on every node.
+
+Fair comparisons on a small machine: every process gets ``threads_per_proc``
+torch threads (1 by default, through ``OMP_NUM_THREADS`` and the workers'
+``--threads``), so one process with one thread is compared with N processes
+of one thread each. Without that, one process would use every core and N
+processes would fight over them, and the comparison would measure
+oversubscription instead of data parallelism. On a 2-core machine, 2
+processes of 1 thread fill it.
+
+Robust subprocesses (:mod:`labkit.scaling.process`): every run has a
+timeout, after which the whole tree (torchrun and its workers, which
+torchrun starts in sessions of their own) is stopped, SIGTERM first and
+SIGKILL after a grace period; an interrupted cell stops it too. A worker
+that fails raises :class:`DistRunError` quoting the worker's own error, from
+torchrun's report. The result classes live in :mod:`labkit.scaling.results`
+and are importable from here too.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from labkit.core.units import round3
+from labkit.core.validate import check_positive_int, check_real
+from labkit.scaling.process import (
+    GRACE_S,
+    DistRunError,
+    DistTimeoutError,
+    ProcessOutput,
+    check_script_args,
+    python_executable,
+    run_process,
+    run_torchrun,
+    standalone_command,
+    worker_error,
+)
+from labkit.scaling.results import (
+    AllreduceCost,
+    AllreduceRow,
+    DdpRun,
+    ModelSizeComm,
+    Scaling,
+    ScalingRow,
+    bus_bandwidth_factor,
+    plural,
+)
+from labkit.scaling.train_ddp import DEPTH, IN_FEATURES, OUT_FEATURES, mlp_parameter_count
+
+__all__ = [
+    "DEFAULT_ALLREDUCE_SIZES", "DEFAULT_WIDTHS", "GRACE_S", "AllreduceCost", "AllreduceRow",
+    "DdpRun", "DistRunError", "DistTimeoutError", "ModelSizeComm", "ProcessOutput", "Scaling",
+    "ScalingRow", "allreduce_cost", "allreduce_vs_model_size", "bus_bandwidth_factor",
+    "launch_command", "plot_allreduce", "plot_model_size", "plot_scaling", "run_ddp",
+    "run_process", "run_torchrun", "scaling_efficiency", "standalone_command", "worker_error",
+]  # fmt: skip
+
+#: Message sizes :func:`allreduce_cost` sweeps by default: 1 KiB to 64 MiB, ×4 each step.
+DEFAULT_ALLREDUCE_SIZES: tuple[int, ...] = tuple(1024 * 4**k for k in range(9))
+
+#: MLP widths :func:`allreduce_vs_model_size` compares by default (20 k to 4.3 M parameters).
+DEFAULT_WIDTHS: tuple[int, ...] = (128, 512, 2048)
+
+_BACKENDS = ("auto", "gloo", "nccl")
+
+_ENDPOINT = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.-]+)(:(\d{1,5}))?$")
+
+
+def launch_command(
+    nnodes: int,
+    nproc_per_node: int | str,
+    rdzv_endpoint: str,
+    *,
+    rdzv_id: str = "labkit-ddp",
+    rdzv_backend: str = "c10d",
+    module: str = "labkit.scaling.train_ddp",
+    script_args: Sequence[str] = (),
+    python: str | None = None,
+) -> list[str]:
+    """The torchrun command to run on *every* node of a multi-node job (as a list of arguments).
+
+    Each node runs the same command; the c10d rendezvous at ``rdzv_endpoint``
+    (``host:port`` of one of the nodes, usually the first) gathers
+    ``nnodes`` torchrun agents whose ``rdzv_id`` matches (use the job id, so
+    two jobs never merge), assigns node and global ranks, and each agent
+    starts ``nproc_per_node`` workers (an int, or torchrun's "gpu", "cpu",
+    "auto"). ``labkit/scaling/slurm/train_ddp.sbatch`` builds exactly this
+    command; ``docs/multinode.md`` explains each part.
+    """
+    nnodes = check_positive_int("nnodes", nnodes)
+    if isinstance(nproc_per_node, str):
+        if nproc_per_node not in ("gpu", "cpu", "auto", "xpu"):
+            raise ValueError(
+                "nproc_per_node must be a positive integer or one of 'gpu', 'cpu', 'auto', "
+                f"'xpu', got {nproc_per_node!r}"
+            )
+    else:
+        nproc_per_node = check_positive_int("nproc_per_node", nproc_per_node)
+    if not isinstance(rdzv_endpoint, str) or not _ENDPOINT.match(rdzv_endpoint):
+        raise ValueError(
+            "rdzv_endpoint must be 'host:port' (the port is optional, torchrun's default is "
+            f"29400), e.g. 'node001:29500', got {rdzv_endpoint!r}"
+        )
+    match = _ENDPOINT.match(rdzv_endpoint)
+    if match and match.group(3) is not None and int(match.group(3)) > 65535:
+        raise ValueError(f"rdzv_endpoint's port must be 0..65535, got {rdzv_endpoint!r}")
+    for name, value in (("rdzv_id", rdzv_id), ("rdzv_backend", rdzv_backend), ("module", module)):
+        if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+            raise ValueError(f"{name} must be a non-empty string without spaces, got {value!r}")
+    return [
+        python_executable(python), "-m", "torch.distributed.run",
+        f"--nnodes={nnodes}",
+        f"--nproc-per-node={nproc_per_node}",
+        f"--rdzv-id={rdzv_id}",
+        f"--rdzv-backend={rdzv_backend}",
+        f"--rdzv-endpoint={rdzv_endpoint}",
+        "-m", module,
+        *check_script_args(script_args),
+    ]  # fmt: skip
+
+
+def _check_backend(backend: Any) -> str:
+    if backend not in _BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(_BACKENDS)}, got {backend!r}")
+    return backend
+
+
+def _ddp_bytes_per_proc(width: int, depth: int, batch_per_rank: int) -> int:
+    """Host memory one worker needs beyond torch itself: parameters, gradients, DDP's buckets,
+    the all-reduce buffer and the snapshot (5 copies), plus activations of a micro-batch."""
+    params = mlp_parameter_count(width, depth=depth)
+    activations = batch_per_rank * (IN_FEATURES + 2 * depth * width + OUT_FEATURES) * 4 * 2
+    pool = 8 * batch_per_rank * (IN_FEATURES + OUT_FEATURES) * 4
+    return 5 * params * 4 + activations + pool
+
+
+def run_ddp(
+    nproc: int = 2,
+    *,
+    width: int = 512,
+    depth: int = DEPTH,
+    steps: int = 20,
+    warmup_steps: int = 3,
+    batch_per_rank: int = 64,
+    accum_steps: int = 1,
+    allreduce_reps: int = 10,
+    threads_per_proc: int = 1,
+    backend: str = "auto",
+    timeout_s: float = 120,
+    env: Mapping[str, str] | None = None,
+) -> DdpRun:
+    """Train with DDP on ``nproc`` processes of ``threads_per_proc`` threads; time it and check it.
+
+    Starts ``python -m torch.distributed.run --standalone`` (gloo on CPUs,
+    NCCL on GPUs with ``backend="auto"``) with :mod:`labkit.scaling.train_ddp`.
+    A run takes a few seconds beyond its steps: each process imports torch
+    and joins the rendezvous first (``DdpRun.wall_s`` includes that).
+    """
+    nproc = check_positive_int("nproc", nproc)
+    width = check_positive_int("width", width)
+    depth = check_positive_int("depth", depth)
+    steps = check_positive_int("steps", steps)
+    batch_per_rank = check_positive_int("batch_per_rank", batch_per_rank)
+    accum_steps = check_positive_int("accum_steps", accum_steps)
+    allreduce_reps = check_positive_int("allreduce_reps", allreduce_reps)
+    threads_per_proc = check_positive_int("threads_per_proc", threads_per_proc)
+    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+        raise ValueError(f"warmup_steps must be an integer >= 0, got {warmup_steps!r}")
+    backend = _check_backend(backend)
+    check_real("timeout_s", timeout_s, low=0, low_open=True)
+    from labkit.machine.memory import check_fits
+
+    check_fits(_ddp_bytes_per_proc(width, depth, batch_per_rank), arrays=nproc,
+               what=f"DDP training of an MLP of width {width} on {nproc} processes",
+               name="width or batch_per_rank")  # fmt: skip
+    args = [
+        "--width", str(width), "--depth", str(depth), "--steps", str(steps),
+        "--warmup-steps", str(warmup_steps), "--batch-per-rank", str(batch_per_rank),
+        "--accum-steps", str(accum_steps), "--allreduce-reps", str(allreduce_reps),
+        "--threads", str(threads_per_proc), "--backend", backend,
+    ]  # fmt: skip
+    data, output, cmd = run_torchrun(
+        "labkit.scaling.train_ddp", args, nproc=nproc, threads_per_proc=threads_per_proc,
+        timeout_s=timeout_s, env=env, what=f"DDP training on {nproc} processes",
+    )  # fmt: skip
+    return DdpRun.from_dict(data, wall_s=output.wall_s, command=shlex.join(cmd))
+
+
+def scaling_efficiency(
+    nprocs: Sequence[int] = (1, 2),
+    *,
+    width: int = 512,
+    steps: int = 20,
+    batch_per_rank: int = 64,
+    accum_steps: int = 1,
+    threads_per_proc: int = 1,
+    backend: str = "auto",
+    timeout_s: float = 120,
+    env: Mapping[str, str] | None = None,
+) -> Scaling:
+    """Run :func:`run_ddp` for each process count at the same batch per process (weak scaling).
+
+    Each process has ``threads_per_proc`` threads, so the machine's cores
+    are shared the same way in every run (see the module docstring).
+    """
+    from labkit.core.validate import check_sizes
+
+    counts = check_sizes(nprocs, "nprocs")
+    runs = [run_ddp(n, width=width, steps=steps, batch_per_rank=batch_per_rank,
+                    accum_steps=accum_steps, threads_per_proc=threads_per_proc, backend=backend,
+                    timeout_s=timeout_s, env=env) for n in counts]  # fmt: skip
+    return Scaling.from_runs(runs)
+
+
+def allreduce_cost(
+    sizes_bytes: Sequence[int] = DEFAULT_ALLREDUCE_SIZES,
+    *,
+    nproc: int = 2,
+    reps: int = 20,
+    warmup: int = 3,
+    threads_per_proc: int = 1,
+    backend: str = "auto",
+    timeout_s: float = 120,
+    env: Mapping[str, str] | None = None,
+) -> AllreduceCost:
+    """Time an all-reduce of each message size across ``nproc`` torchrun workers.
+
+    Small messages cost a fixed latency whatever their size; large ones cost
+    size ÷ bandwidth, which is where busbw flattens at what the link (here
+    the loopback and memory of one machine, on a GPU server NVLink or the
+    network) can carry. Sizes that do not fit the memory budget are skipped
+    and listed.
+    """
+    from labkit.core.validate import check_sizes
+    from labkit.machine.memory import fit_sizes
+
+    sizes = check_sizes(sizes_bytes, "sizes_bytes")
+    for i, size in enumerate(sizes):
+        if size % 4:
+            raise ValueError(
+                f"sizes_bytes[{i}] must be a multiple of 4 (float32 elements), got {size}"
+            )
+    nproc = check_positive_int("nproc", nproc)
+    reps = check_positive_int("reps", reps)
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
+    threads_per_proc = check_positive_int("threads_per_proc", threads_per_proc)
+    backend = _check_backend(backend)
+    check_real("timeout_s", timeout_s, low=0, low_open=True)
+    # each rank's buffer and gloo's copies; none fitting (or one beyond the machine's whole
+    # memory) raises MemoryBudgetError naming sizes_bytes, before any process starts
+    kept, dropped = fit_sizes(sizes, arrays=3 * nproc, name="sizes_bytes")
+    args = ["--sizes", ",".join(str(s) for s in kept), "--reps", str(reps), "--warmup",
+            str(warmup), "--threads", str(threads_per_proc), "--backend", backend]  # fmt: skip
+    data, _output, _cmd = run_torchrun(
+        "labkit.scaling.allreduce", args, nproc=nproc, threads_per_proc=threads_per_proc,
+        timeout_s=timeout_s, env=env, what=f"all-reduce timing on {nproc} processes",
+    )  # fmt: skip
+    return AllreduceCost.from_dict(data, skipped_bytes=dropped)
+
+
+def allreduce_vs_model_size(
+    widths: Sequence[int] = DEFAULT_WIDTHS,
+    *,
+    nproc: int = 2,
+    steps: int = 10,
+    batch_per_rank: int = 64,
+    threads_per_proc: int = 1,
+    backend: str = "auto",
+    timeout_s: float = 120,
+    env: Mapping[str, str] | None = None,
+) -> ModelSizeComm:
+    """One DDP run per width: per-step all-reduce time against the parameter count.
+
+    The all-reduce moves every gradient, 4 bytes per parameter, whatever the
+    batch; the compute grows with the batch. So a large model with a small
+    batch per GPU spends the biggest share of its step communicating.
+    """
+    from labkit.core.validate import check_sizes
+
+    checked = check_sizes(widths, "widths")
+    runs = tuple(run_ddp(nproc, width=w, steps=steps, batch_per_rank=batch_per_rank,
+                         threads_per_proc=threads_per_proc, backend=backend, timeout_s=timeout_s,
+                         env=env) for w in checked)  # fmt: skip
+    return ModelSizeComm(runs)
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def plot_scaling(scaling: Scaling, ax: Any = None) -> Any:
+    """Measured samples/s against the number of processes, with the ideal N× line.
+
+    The gap between the points and the dashed line is what communication
+    (and, on a small CPU, processes sharing memory bandwidth) costs.
+    """
+    from labkit.core.validate import check_ax
+
+    check_ax(ax)
+    from labkit.plotting import pyplot, style_axes
+
+    if not isinstance(scaling, Scaling):
+        raise TypeError(f"Expected an instance of Scaling as scaling, got {type(scaling).__name__} instead; "
+                        "pass the result of labkit.scaling.launch.scaling_efficiency()")  # fmt: skip
+    plt = pyplot()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 4))
+    base = scaling.baseline
+    ns = [r.nproc for r in scaling.rows]
+    ideal = [base.samples_per_s * n / base.nproc for n in ns]
+    ax.plot(ns, ideal, ls="--", color="0.5", label="ideal: N × one process")
+    ax.plot(ns, [r.run.samples_per_s for r in scaling.rows], "o-", color="C0", label="measured")
+    for r in scaling.rows:
+        ax.annotate(f"{r.efficiency:.0%}", (r.nproc, r.run.samples_per_s),
+                    textcoords="offset points", xytext=(6, -12), fontsize="small")  # fmt: skip
+    ax.set_xticks(ns)
+    ax.set_xlim(min(ns) - 0.3, max(ns) + 0.3)
+    ax.set_ylim(0, max(ideal + [r.run.samples_per_s for r in scaling.rows]) * 1.15)
+    ax.legend(fontsize="small", loc="upper left")
+    return style_axes(
+        ax, xlabel="processes N (same batch per process)", ylabel="throughput (samples/s)",
+        title=f"Weak scaling of DDP ({base.backend}), efficiency at each point",
+        device=base.device,
+    )  # fmt: skip
+
+
+def plot_allreduce(cost: AllreduceCost, ax: Any = None) -> Any:
+    """All-reduce time (left axis) and bus bandwidth (right axis) against message size, log-log.
+
+    Flat time on the left is latency; on the right time grows with size and
+    busbw levels off at what the link delivers.
+    """
+    from labkit.core.validate import check_ax
+
+    check_ax(ax)
+    from labkit.plotting import bytes_ticks, pyplot, style_axes
+
+    if not isinstance(cost, AllreduceCost):
+        raise TypeError(f"Expected an instance of AllreduceCost as cost, got {type(cost).__name__} "
+                        "instead; pass the result of labkit.scaling.launch.allreduce_cost()")  # fmt: skip
+    plt = pyplot()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.5))
+    sizes = [r.size_bytes for r in cost.rows]
+    ax.plot(sizes, [r.median_ms for r in cost.rows], "o-", color="C0", label="time (median)")
+    style_axes(ax, xlabel="message size (bytes per rank)", ylabel="time per all-reduce (ms)",
+               title=f"All-reduce on {plural(cost.nproc, 'process')} ({cost.backend})",
+               device=cost.device, logx=True, logy=True)  # fmt: skip
+    low, high = min(sizes) / 1.5, max(sizes) * 1.5
+    ax.set_xlim(low, high)
+    bytes_ticks(ax.xaxis, low, high)
+    if cost.nproc > 1:
+        right = ax.twinx()
+        right.plot(sizes, [r.busbw_gb_per_s for r in cost.rows], "s--", color="C1",
+                   label="bus bandwidth")  # fmt: skip
+        right.set_yscale("log")
+        right.set_ylabel("bus bandwidth (GB/s)")
+        handles = ax.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
+        ax.legend(handles, [h.get_label() for h in handles], fontsize="small", loc="upper left")
+    else:
+        ax.legend(fontsize="small", loc="upper left")
+    return ax
+
+
+def plot_model_size(result: ModelSizeComm, ax: Any = None) -> Any:
+    """Per width: the step with and without the all-reduce, and one all-reduce of all gradients.
+
+    Grouped bars on a log axis (stacked bars would distort on it): the gap
+    between the first two bars is the communication DDP did not hide; the
+    third is what communication would cost with no overlap at all.
+    """
+    from labkit.core.validate import check_ax
+
+    check_ax(ax)
+    from labkit.plotting import pyplot, style_axes
+
+    if not isinstance(result, ModelSizeComm):
+        raise TypeError(f"Expected an instance of ModelSizeComm as result, got {type(result).__name__} "
+                        "instead; pass the result of allreduce_vs_model_size()")  # fmt: skip
+    plt = pyplot()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4))
+    labels = [f"width {r.width}\n{round3(r.parameter_count):,} params" for r in result.runs]
+    bars = [
+        ("step with all-reduce", [r.step.median_ms for r in result.runs], "C3"),
+        ("step without (no_sync)", [r.local_step.median_ms for r in result.runs], "C0"),
+        ("one all-reduce of all gradients", [r.allreduce.median_ms for r in result.runs], "C2"),
+    ]
+    width = 0.8 / len(bars)
+    for i, (name, values, color) in enumerate(bars):
+        xs = [x + (i - 1) * width for x in range(len(labels))]
+        ax.bar(xs, values, width=width, color=color, label=name)
+    ax.set_xticks(list(range(len(labels))), labels)
+    ax.legend(fontsize="small", loc="upper left")
+    return style_axes(ax, xlabel="model", ylabel="time (ms, medians)", logy=True,
+                      title="DDP step time and all-reduce cost, by model size",
+                      device=result.runs[0].device)  # fmt: skip
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m labkit.scaling.launch NNODES NPROC_PER_NODE HOST:PORT [-- ARGS]``: print the command.
+
+    ARGS after ``--`` go to :mod:`labkit.scaling.train_ddp`.
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m labkit.scaling.launch",
+        description="Print the torchrun command each node of a multi-node job runs; "
+        "arguments after -- go to labkit.scaling.train_ddp.",
+    )
+    parser.add_argument("nnodes", type=int)
+    parser.add_argument("nproc_per_node")
+    parser.add_argument("rdzv_endpoint", help="host:port of the first node")
+    parser.add_argument("--rdzv-id", default="labkit-ddp", help="a job id shared by all nodes")
+    parser.add_argument("--python", default="python", help="the interpreter on the nodes")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:split])
+    extra = argv[split + 1 :]
+    nproc: int | str = (
+        int(args.nproc_per_node) if args.nproc_per_node.isdigit() else args.nproc_per_node
+    )
+    try:
+        cmd = launch_command(args.nnodes, nproc, args.rdzv_endpoint, rdzv_id=args.rdzv_id,
+                             script_args=extra, python=args.python)  # fmt: skip
+    except (TypeError, ValueError) as exc:
+        parser.error(str(exc))
+    print(shlex.join(cmd))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,516 @@
+"""Time a function correctly on a CPU or a GPU: :func:`bench` returns a :class:`Timing`.
+
+Timing GPU code with a bare host clock measures how long it took to *queue*
+the work, because GPU calls return before the GPU has run them. ``bench``
+does what the references do (triton's ``do_bench``, torch.utils.benchmark):
+
+1. it synchronizes every device the work may run on before it reads a clock,
+   and on CUDA it times each call with device events instead;
+2. it calls ``fn`` once on its own (lazy initialisation, compilation, cuDNN
+   autotuning) and keeps that call out of the samples (``first_call_ms``);
+3. it warms up and repeats for a *time budget* in ms, not a fixed count, so a
+   1 µs kernel and a 1 s training step both get a sensible number of samples;
+4. it keeps every sample and reports the median and the IQR, and warns when
+   the spread says the measurement is unreliable.
+
+This module imports no framework and not even numpy: the statistics are pure
+Python (linear-interpolation quantiles, numpy's default method).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import time
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from labkit.timing import sync as _sync
+
+#: A timing whose IQR exceeds this fraction of its median is flagged as noisy.
+#: torch.utils.benchmark uses the same threshold.
+NOISY_THRESHOLD = 0.10
+
+
+class NoisyTimingWarning(UserWarning):
+    """The samples of a timing spread so widely that its median is unreliable."""
+
+
+# --------------------------------------------------------------------------- formatting
+
+_UNITS_MS: tuple[tuple[str, float], ...] = (("s", 1e3), ("ms", 1.0), ("µs", 1e-3), ("ns", 1e-6))
+
+
+def format_duration(ms: float, unit: str | None = None) -> str:
+    """A duration given in ms as text with 3 significant digits: "812 µs", "1.23 ms", "2.05 s".
+
+    The unit is chosen so the number is at least 1 (ns below 1 µs), and there is
+    always a space before it, so notebooks print stable, greppable text. Pass
+    ``unit`` ("ns", "µs", "ms" or "s") to write several values in one unit, so
+    a reader can compare them digit by digit (``Timing.__str__`` does this).
+    """
+    if isinstance(ms, bool) or not isinstance(ms, numbers.Real):
+        raise TypeError(f"ms must be a number of milliseconds, got {type(ms).__name__} instead")
+    ms = float(ms)
+    if not math.isfinite(ms):
+        raise ValueError(f"ms must be a finite number of milliseconds, got {ms!r}")
+    scales = dict(_UNITS_MS)
+    if unit is not None and (not isinstance(unit, str) or unit not in scales):
+        raise ValueError(f"unit must be one of {', '.join(scales)} or None, got {unit!r}")
+    if ms == 0:
+        return f"0 {unit or 'ns'}"
+    rounded = float(f"{ms:.3g}")  # round first: 999.6 µs must become "1.00 ms"
+    if unit is None:
+        unit = next((name for name, scale in _UNITS_MS if abs(rounded) >= scale), "ns")
+    value = ms / scales[unit]
+    if not math.isfinite(value):
+        raise ValueError(f"ms={ms!r} is too large to write in {unit}; use a larger unit")
+    # The decimal exponent after rounding to 3 digits, read from the text: float(f"{v:.3g}")
+    # overflows to inf for values near the largest float.
+    digits = max(0, 2 - int(f"{value:.2e}".rsplit("e", 1)[1]))
+    return f"{value:.{digits}f} {unit}"
+
+
+def duration_unit(ms: float) -> str:
+    """The unit :func:`format_duration` picks for ``ms`` ("ns", "µs", "ms" or "s")."""
+    return format_duration(ms).rsplit(" ", 1)[1]
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def quantile(sorted_values: Sequence[float], q: float) -> float:
+    """The q-quantile of already-sorted values by linear interpolation (numpy's default).
+
+    Position ``(n - 1) * q`` between the two nearest order statistics. The
+    result is clamped between them, so rounding can never put a quartile
+    outside the samples or out of order.
+    """
+    if isinstance(sorted_values, (str, bytes)) or not isinstance(sorted_values, Sequence):
+        raise TypeError(
+            f"sorted_values must be a sorted sequence of numbers, got {type(sorted_values).__name__}"
+        )
+    n = len(sorted_values)
+    if n == 0:
+        raise ValueError("sorted_values is empty: quantile() needs at least one value")
+    if isinstance(q, bool) or not isinstance(q, numbers.Real):
+        raise TypeError(f"q must be a number between 0 and 1, got {type(q).__name__} ({q!r})")
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"q must be between 0 and 1, got {q!r}")
+    position = (n - 1) * q
+    lower = math.floor(position)
+    upper = min(lower + 1, n - 1)
+    a, b = sorted_values[lower], sorted_values[upper]
+    for value in (a, b):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"sorted_values must hold numbers, got {type(value).__name__}")
+    a, b = float(a), float(b)
+    t = position - lower
+    value = a + (b - a) * t if t < 0.5 else b - (b - a) * (1.0 - t)
+    return min(max(value, a), b)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Every sample of one measurement and the statistics that summarise them.
+
+    All durations are in milliseconds (``_ms``). The median and the
+    interquartile range (IQR, from ``q1_ms`` to ``q3_ms``) describe the
+    typical call without being dragged by the odd slow one (a context switch,
+    a page fault); ``min_ms`` is the best the hardware managed. The
+    derived fields are computed from ``samples_ms`` when the object is made.
+
+    ``device`` names where the work ran (with any other device that was
+    drained, e.g. "cpu (+ synced cuda:0)"); ``method`` is "device events" or
+    "host clock"; ``warmup_calls`` counts the calls between the first call
+    (``first_call_ms``, not a sample) and the samples. ``relative_spread``
+    is IQR / median; above 0.10 the timing is ``noisy``.
+    """
+
+    samples_ms: tuple[float, ...]
+    label: str | None = None
+    device: str = "cpu"
+    warmup_calls: int = 0
+    first_call_ms: float | None = None
+    method: str = "host clock"
+    n: int = field(init=False)
+    median_ms: float = field(init=False)
+    q1_ms: float = field(init=False)
+    q3_ms: float = field(init=False)
+    iqr_ms: float = field(init=False)
+    min_ms: float = field(init=False)
+    max_ms: float = field(init=False)
+    mean_ms: float = field(init=False)
+    relative_spread: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        samples = _check_samples(self.samples_ms)
+        if self.label is not None and not isinstance(self.label, str):
+            raise TypeError(f"label must be a string or None, got {type(self.label).__name__}")
+        for name in ("device", "method"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(
+                    f"{name} must be a string, got {type(getattr(self, name)).__name__}"
+                )
+        if isinstance(self.warmup_calls, bool) or not isinstance(self.warmup_calls, numbers.Integral):
+            raise TypeError(
+                f"warmup_calls must be an integer, got {type(self.warmup_calls).__name__}"
+            )
+        if self.warmup_calls < 0:
+            raise ValueError(f"warmup_calls must be >= 0, got {self.warmup_calls!r}")
+        first = self.first_call_ms
+        if first is not None and (isinstance(first, bool) or not isinstance(first, numbers.Real)):
+            raise TypeError(
+                f"first_call_ms must be a duration in ms or None, got {type(first).__name__}"
+            )
+        if first is not None and not (math.isfinite(first) and first >= 0):
+            raise ValueError(f"first_call_ms must be a finite duration >= 0 ms, got {first!r}")
+        ordered = sorted(samples)
+        q1, median, q3 = (quantile(ordered, q) for q in (0.25, 0.5, 0.75))
+        iqr = q3 - q1
+        if median > 0:
+            spread = iqr / median
+        else:
+            spread = 0.0 if iqr == 0 else math.inf
+        values = {
+            "samples_ms": samples,
+            "n": len(samples),
+            "median_ms": median,
+            "q1_ms": q1,
+            "q3_ms": q3,
+            "iqr_ms": iqr,
+            "min_ms": ordered[0],
+            "max_ms": ordered[-1],
+            "mean_ms": min(max(math.fsum(samples) / len(samples), ordered[0]), ordered[-1]),
+            "relative_spread": spread,
+        }
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    @property
+    def noisy(self) -> bool:
+        """Whether the IQR is more than 10% of the median (see :class:`NoisyTimingWarning`)."""
+        return self.relative_spread > NOISY_THRESHOLD
+
+    def __str__(self) -> str:
+        unit = duration_unit(self.median_ms)
+        head = f"{self.label}: " if self.label else ""
+        text = (
+            f"{head}median {format_duration(self.median_ms)} "
+            f"(IQR {format_duration(self.iqr_ms, unit)}, min {format_duration(self.min_ms, unit)}, "
+            f"n={self.n}) on {self.device}"
+        )
+        if self.noisy:
+            text += f" [noisy: IQR is {_percent(self.relative_spread)} of the median]"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field (samples as a list) for JSON; ``noisy`` is included."""
+        return {
+            "label": self.label,
+            "device": self.device,
+            "method": self.method,
+            "n": self.n,
+            "median_ms": self.median_ms,
+            "q1_ms": self.q1_ms,
+            "q3_ms": self.q3_ms,
+            "iqr_ms": self.iqr_ms,
+            "min_ms": self.min_ms,
+            "max_ms": self.max_ms,
+            "mean_ms": self.mean_ms,
+            "relative_spread": self.relative_spread,
+            "noisy": self.noisy,
+            "warmup_calls": self.warmup_calls,
+            "first_call_ms": self.first_call_ms,
+            "samples_ms": list(self.samples_ms),
+        }
+
+
+def _percent(fraction: float) -> str:
+    return "more than 100%" if math.isinf(fraction) else f"{fraction * 100:.0f}%"
+
+
+def _check_samples(samples: Any) -> tuple[float, ...]:
+    if isinstance(samples, (str, bytes)) or not isinstance(samples, Iterable):
+        raise TypeError(
+            f"samples_ms must be a sequence of durations in ms, got {type(samples).__name__}"
+        )
+    values = tuple(samples)
+    if not values:
+        raise ValueError("samples_ms is empty: a Timing needs at least one sample")
+    checked = []
+    for i, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"samples_ms[{i}] must be a number, got {type(value).__name__}")
+        value = float(value)
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"samples_ms[{i}] must be a finite duration >= 0 ms, got {value!r}")
+        checked.append(value)
+    return tuple(checked)
+
+
+def noisy_message(timing: Timing) -> str:
+    """The text of the :class:`NoisyTimingWarning` for ``timing``: causes and what to do."""
+    if not isinstance(timing, Timing):
+        raise TypeError(f"timing must be a Timing from labkit.bench, got {type(timing).__name__}")
+    name = f"{timing.label!r}" if timing.label else "this timing"
+    return (
+        f"{name}: IQR is {_percent(timing.relative_spread)} of the median "
+        f"({format_duration(timing.iqr_ms)} around {format_duration(timing.median_ms)}, "
+        f"n={timing.n}), so the median is unreliable. Likely causes: other processes using "
+        "the CPU or GPU, frequency scaling (turbo, power saving, thermal throttling), or work "
+        "too short to time (under ~10 µs, clock and launch overhead dominate). Close other "
+        "programs, time more work per call, or raise rep_ms; compare medians, not single runs."
+    )
+
+
+# --------------------------------------------------------------------------- bench
+
+
+def bench(
+    fn: Callable[..., Any],
+    *args: Any,
+    warmup_ms: float = 25.0,
+    rep_ms: float = 100.0,
+    min_reps: int = 5,
+    max_reps: int = 100_000,
+    device: str | _sync.Synchronizer | None = None,
+    flush_l2: bool = False,
+    grad_to_none: Iterable[Any] | None = None,
+    label: str | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    warn: bool = True,
+    **kwargs: Any,
+) -> Timing:
+    """Time ``fn(*args, **kwargs)`` and return every sample with its statistics.
+
+    Args:
+        fn: the work to time. Its result is discarded.
+        *args, **kwargs: passed to ``fn``. Because keyword arguments go to
+            ``fn``, bench's own options below cannot be passed through to it;
+            wrap ``fn`` with :func:`functools.partial` (or a lambda) if it has
+            a parameter with one of those names.
+        warmup_ms: time budget in ms for warm-up calls after the first call
+            (caches, clocks and allocators settle). 0 skips warm-up.
+        rep_ms: time budget in ms for the measured calls. Calls stop at the
+            first sample that takes the total to ``rep_ms`` or beyond, so each
+            budget is overrun by at most one call.
+        min_reps: at least this many samples, however long a call takes.
+        max_reps: at most this many warm-up calls and at most this many
+            samples (keeps sub-µs functions from building huge lists).
+        device: where the work runs. None infers it from the arguments and
+            the first call's result (torch tensors and modules, CuPy arrays,
+            TensorFlow tensors) and also drains any framework already running
+            a GPU context. A string ("cpu", "cuda", "cuda:1", "mps", "xpu",
+            "cupy", "tf") or a synchronizer object is used as given.
+        flush_l2: overwrite a buffer of twice the device's L2 (on the CPU: of
+            twice the last-level cache read from /sys, 64 MiB if unknown)
+            before every call, outside the timed region, so each call reads its
+            inputs from memory rather than from cache.
+        grad_to_none: tensors whose ``.grad`` is set to None before each call,
+            so a timed backward pass allocates gradients as in training instead
+            of accumulating into old ones.
+        label: a name for the result (default: ``fn.__name__``).
+        clock: a host clock in seconds (tests pass a fake one).
+        warn: emit a :class:`NoisyTimingWarning` when the IQR exceeds 10% of
+            the median.
+
+    On CUDA (torch or CuPy data) every measured call is bracketed by device
+    events and the device is synchronized once per batch of calls; elsewhere
+    the device is synchronized before every clock read.
+    """
+    check_bench_args(fn, warmup_ms, rep_ms, min_reps, max_reps, flush_l2, label, clock, warn)
+    grads = _check_grads(grad_to_none)
+    if label is None:
+        name = getattr(fn, "__name__", None)
+        label = name if isinstance(name, str) and name.isidentifier() else None
+
+    group = _sync.group_for(device, [*args, *kwargs.values()])
+
+    def prepare() -> None:
+        for tensor in grads:
+            tensor.grad = None
+
+    # 1. The first call, timed on its own: it may include compilation.
+    prepare()
+    group.synchronize()
+    start = clock()
+    result = fn(*args, **kwargs)
+    if device is None:
+        group = _sync.refine(group, result)
+    del result
+    group.synchronize()
+    first_call_ms = (clock() - start) * 1e3
+
+    flush = _flusher(group) if flush_l2 else None
+
+    def prepare_and_flush() -> None:
+        prepare()
+        if flush is not None:
+            flush()
+
+    def timed_call() -> float:
+        prepare_and_flush()
+        group.synchronize()
+        begin = clock()
+        fn(*args, **kwargs)
+        group.synchronize()
+        return (clock() - begin) * 1e3
+
+    # 2. Warm-up, by time: also measures the per-call time that sizes event batches.
+    warmup_samples: list[float] = []
+    warmup_total_ms = 0.0
+    while warmup_total_ms < warmup_ms and len(warmup_samples) < max_reps:
+        elapsed = timed_call()
+        warmup_samples.append(elapsed)
+        warmup_total_ms += elapsed
+
+    # 3. The measured calls, by time.
+    events = group.event_timer
+    if events is None:
+        samples: list[float] = []
+        total_ms = 0.0
+        while (total_ms < rep_ms or len(samples) < min_reps) and len(samples) < max_reps:
+            elapsed = timed_call()
+            samples.append(elapsed)
+            total_ms += elapsed
+        method = "host clock"
+    else:
+        estimate_ms = _median(warmup_samples[-5:]) if warmup_samples else first_call_ms
+        samples = _event_samples(
+            fn, args, kwargs, group, events, prepare_and_flush, estimate_ms,
+            rep_ms, min_reps, max_reps,
+        )  # fmt: skip
+        method = "device events"
+
+    timing = Timing(
+        samples_ms=tuple(samples),
+        label=label,
+        device=group.name,
+        warmup_calls=len(warmup_samples),
+        first_call_ms=first_call_ms,
+        method=method,
+    )
+    if warn and timing.noisy:
+        warnings.warn(noisy_message(timing), NoisyTimingWarning, stacklevel=2)
+    return timing
+
+
+def _event_samples(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    group: _sync.SyncGroup,
+    events: _sync.EventSynchronizer,
+    prepare: Callable[[], None],
+    estimate_ms: float,
+    rep_ms: float,
+    min_reps: int,
+    max_reps: int,
+) -> list[float]:
+    """Time calls with device events in batches sized from the per-call estimate.
+
+    Within a batch the host never waits: start and end events are queued
+    around each call and the device is synchronized once at the end (triton's
+    scheme). Each batch is sized to fill the rest of the budget from the
+    latest estimate, so a host-side estimate that was too high (it includes
+    a synchronize) only costs another batch, never an overrun.
+    """
+    samples: list[float] = []
+    total_ms = 0.0
+    while (total_ms < rep_ms or len(samples) < min_reps) and len(samples) < max_reps:
+        wanted = math.ceil((rep_ms - total_ms) / estimate_ms) if estimate_ms > 0 else min_reps
+        count = max(wanted, min_reps - len(samples), 1)
+        count = min(count, max_reps - len(samples))
+        pairs = [(events.create_event(), events.create_event()) for _ in range(count)]
+        for begin, end in pairs:
+            prepare()
+            begin.record()
+            fn(*args, **kwargs)
+            end.record()
+        group.synchronize()
+        batch = [max(0.0, float(events.elapsed_ms(begin, end))) for begin, end in pairs]
+        samples.extend(batch)
+        total_ms += math.fsum(batch)
+        estimate_ms = _median(batch)
+    return samples
+
+
+def _median(values: Sequence[float]) -> float:
+    return quantile(sorted(values), 0.5)
+
+
+def _flusher(group: _sync.SyncGroup) -> Callable[[], None]:
+    make = getattr(group.primary, "cache_flusher", None)
+    if not callable(make):
+        raise ValueError(
+            f"flush_l2=True, but device {group.primary.name!r} has no cache_flusher(): "
+            "labkit cannot flush its cache. Use flush_l2=False for this device."
+        )
+    return make()
+
+
+def check_bench_args(
+    fn: Any,
+    warmup_ms: Any,
+    rep_ms: Any,
+    min_reps: Any,
+    max_reps: Any,
+    flush_l2: Any,
+    label: Any,
+    clock: Any,
+    warn: Any,
+) -> None:
+    if not callable(fn):
+        raise TypeError(
+            f"fn must be callable (a function, lambda or object with __call__), got "
+            f"{type(fn).__name__} instead. Pass the function itself, not its result: "
+            "bench(f, x), not bench(f(x))."
+        )
+    _check_ms("warmup_ms", warmup_ms, allow_zero=True)
+    _check_ms("rep_ms", rep_ms, allow_zero=False)
+    if isinstance(min_reps, bool) or not isinstance(min_reps, numbers.Integral) or min_reps < 1:
+        raise ValueError(f"min_reps must be a positive integer, got {min_reps!r}")
+    if isinstance(max_reps, bool) or not isinstance(max_reps, numbers.Integral):
+        raise TypeError(f"max_reps must be an integer, got {type(max_reps).__name__} instead")
+    if max_reps < min_reps:
+        raise ValueError(f"max_reps must be >= min_reps ({min_reps}), got {max_reps!r}")
+    for name, value in (("flush_l2", flush_l2), ("warn", warn)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False, got {type(value).__name__} instead")
+    if label is not None and not isinstance(label, str):
+        raise TypeError(f"label must be a string or None, got {type(label).__name__} instead")
+    if not callable(clock):
+        raise TypeError(
+            f"clock must be a callable returning seconds (like time.perf_counter), got "
+            f"{type(clock).__name__} instead"
+        )
+
+
+def _check_ms(name: str, value: Any, *, allow_zero: bool) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number of milliseconds, got {type(value).__name__}")
+    value = float(value)
+    bound = ">= 0" if allow_zero else "> 0"
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{name} must be a finite number of milliseconds {bound}, got {value!r}")
+
+
+def _check_grads(grad_to_none: Any) -> tuple[Any, ...]:
+    if grad_to_none is None:
+        return ()
+    if isinstance(grad_to_none, (str, bytes)) or not isinstance(grad_to_none, Iterable):
+        raise TypeError(
+            "grad_to_none must be an iterable of tensors (e.g. model.parameters()), got "
+            f"{type(grad_to_none).__name__} instead"
+        )
+    tensors = tuple(grad_to_none)
+    for i, tensor in enumerate(tensors):
+        if not hasattr(tensor, "grad"):
+            raise TypeError(
+                f"grad_to_none[{i}] has no .grad attribute ({type(tensor).__name__}); "
+                "pass tensors that require gradients, such as model.parameters()"
+            )
+    return tensors

@@ -1,0 +1,378 @@
+"""The naive-timing pitfall: a bare host clock around GPU work times the launch, not the work.
+
+``naive_timing`` measures the same function twice: once the way most first
+attempts do (``t0 = time.perf_counter(); for ...: fn(); t1 = ...``, with no
+synchronization) and once with :func:`labkit.bench`. On the CPU the two agree,
+because a CPU call has finished when it returns. On a GPU the naive number is
+the time to *queue* kernels, often a hundred times too small.
+
+``labkit bench timing`` (:func:`run_timing_benchmark`) runs this on every
+device here; with ``--record`` on a GPU machine it stores the GPU result as
+the recording that CPU-only learners see in notebook 00.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from labkit.core.optional import MissingPackageError, import_optional, is_installed
+from labkit.core.validate import check_bool, check_torch_device
+from labkit.machine import reference as _reference
+from labkit.machine.memory import check_memory_fits
+from labkit.machine.report import resolve_torch_device
+from labkit.timing import sync as _sync
+from labkit.timing.bench import Timing, bench, check_bench_args, format_duration
+from labkit.timing.compare import format_speedup
+
+#: The name of the recording that ``labkit bench timing --record`` writes.
+REFERENCE_NAME = "naive_timing"
+
+#: Matrix sizes per device: big enough that the work dwarfs launch overhead on
+#: a GPU, small enough that the CPU row takes well under a second on 2 cores.
+CPU_MATMUL_N = 256
+GPU_MATMUL_N = 2048
+NAIVE_REPS = 20
+
+
+@dataclass(frozen=True)
+class NaiveVsSynced:
+    """The same work timed with a naive host clock and with :func:`labkit.bench`."""
+
+    label: str
+    device: str
+    naive_ms: float
+    naive_reps: int
+    synced: Timing
+
+    @property
+    def ratio(self) -> float:
+        """Synchronized median / naive per-call time: how much the naive clock under-reports."""
+        if self.naive_ms > 0:
+            return self.synced.median_ms / self.naive_ms
+        return 1.0 if self.synced.median_ms == 0 else math.inf
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether the work ran on an accelerator (asynchronously)."""
+        return not _sync.is_host_device(self.device)
+
+    def summary(self) -> str:
+        """One line: both measurements and their ratio."""
+        return (
+            f"{self.label} on {self.device}: naive clock {format_duration(self.naive_ms)} per call, "
+            f"synchronized median {format_duration(self.synced.median_ms)} "
+            f"(synchronized/naive = {format_speedup(self.ratio)})"
+        )
+
+    def explanation(self) -> str:
+        """What the ratio means on this device, in one sentence."""
+        if not self.on_gpu:
+            return (
+                "On the CPU both agree: CPU work is synchronous, so each call has finished "
+                "when it returns and the clock is read."
+            )
+        if self.ratio >= 2:
+            return (
+                "The naive clock stopped when the work was queued, not when the GPU finished "
+                "it: GPU calls are asynchronous. Synchronize before reading a clock "
+                "(labkit.bench does)."
+            )
+        return (
+            "Here the two are close, because the host had to wait anyway (a full launch "
+            "queue, or a result copied back to the host). Do not rely on that: synchronize "
+            "before reading a clock (labkit.bench does)."
+        )
+
+    def __str__(self) -> str:
+        return f"{self.summary()}\n{self.explanation()}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "device": self.device,
+            "naive_ms": self.naive_ms,
+            "naive_reps": self.naive_reps,
+            "ratio": self.ratio,
+            "on_gpu": self.on_gpu,
+            "synced": self.synced.to_dict(),
+        }
+
+
+def naive_timing(
+    fn: Callable[..., Any],
+    *args: Any,
+    reps: int = NAIVE_REPS,
+    warmup_ms: float = 25.0,
+    rep_ms: float = 100.0,
+    device: str | _sync.Synchronizer | None = None,
+    label: str | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    warn: bool = True,
+    **kwargs: Any,
+) -> NaiveVsSynced:
+    """Time ``fn(*args, **kwargs)`` naively and with :func:`labkit.bench`.
+
+    The naive measurement calls ``fn`` once untimed (so compilation is not the
+    difference), then reads ``clock`` around ``reps`` calls with no
+    synchronization at all and divides by ``reps``. Afterwards it drains the
+    device, so the work it left queued does not leak into the ``bench`` run.
+    ``warmup_ms``, ``rep_ms``, ``device``, ``label``, ``clock`` and ``warn``
+    are passed to ``bench``; other keyword arguments go to ``fn``.
+    """
+    if isinstance(reps, bool) or not isinstance(reps, numbers.Integral) or reps < 1:
+        raise ValueError(f"reps must be a positive integer number of naive calls, got {reps!r}")
+    # bench's own checks, before the naive loop runs: a bad rep_ms must not cost a measurement
+    check_bench_args(fn, warmup_ms, rep_ms, 5, 100_000, False, label, clock, warn)
+    if label is None:
+        name = getattr(fn, "__name__", None)
+        label = name if isinstance(name, str) and name.isidentifier() else "fn"
+    group = _sync.group_for(device, [*args, *kwargs.values()])
+    result = fn(*args, **kwargs)
+    if device is None:
+        group = _sync.refine(group, result)
+    del result
+    group.synchronize()
+
+    start = clock()
+    for _ in range(reps):
+        fn(*args, **kwargs)
+    naive_ms = (clock() - start) * 1e3 / reps
+    group.synchronize()  # drain what the naive loop left queued, after the clock read
+
+    synced = bench(
+        fn, *args, warmup_ms=warmup_ms, rep_ms=rep_ms, device=device, label=label,
+        clock=clock, warn=warn, **kwargs,
+    )  # fmt: skip
+    return NaiveVsSynced(
+        label=label,
+        device=group.primary.name,
+        naive_ms=max(naive_ms, 0.0),
+        naive_reps=int(reps),
+        synced=synced,
+    )
+
+
+def matmul_workload(n: int, device: str = "cpu") -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """``(fn, args)`` for an n×n float32 matrix product on ``device``.
+
+    ``device`` is a torch device ("cpu", "cuda", "cuda:1", "mps") or "cupy"
+    (CuPy on its current GPU). The inputs are random and made once, so a
+    timing measures only the product.
+    """
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 1 <= n <= 32768:
+        raise ValueError(f"n must be an integer matrix size from 1 to 32768, got {n!r}")
+    if not isinstance(device, str):
+        raise TypeError(f"device must be a string such as 'cpu' or 'cuda', got {device!r}")
+    if device != "cupy":
+        try:  # only 'cpu', 'cuda', 'cuda:N', 'mps', 'xpu': torch knows more types than it can run
+            check_torch_device(device, allow_none=False)
+        except ValueError:
+            raise ValueError(
+                f"device={device!r} is not a torch device ('cpu', 'cuda', 'cuda:1', 'mps') "
+                "or 'cupy'"
+            ) from None
+    n = int(n)
+    check_memory_fits(2 * 4 * n * n, arrays=1, what=f"matmul_workload(n={n}) (two float32 inputs)")
+    if device == "cupy":
+        cupy = import_optional("cupy", "the CuPy matmul workload")
+        rng = cupy.random.default_rng(0)
+        a = rng.random((n, n), dtype=cupy.float32)
+        b = rng.random((n, n), dtype=cupy.float32)
+        return cupy.matmul, (a, b)
+    torch = import_optional("torch", "the matmul workload")
+    try:
+        where = torch.device(device)
+    except RuntimeError as exc:
+        raise ValueError(
+            f"device={device!r} is not a torch device ('cpu', 'cuda', 'cuda:1', 'mps') or 'cupy'"
+        ) from exc
+    if where.type != "cpu":  # a GPU that is not here: say so, not a CUDA assertion from torch
+        resolve_torch_device(where, "device")
+    generator = torch.Generator().manual_seed(0)
+    a = torch.rand(n, n, generator=generator, dtype=torch.float32).to(where)
+    b = torch.rand(n, n, generator=generator, dtype=torch.float32).to(where)
+    return torch.matmul, (a, b)
+
+
+# --------------------------------------------------------------------------- the CLI benchmark
+
+
+def available_devices() -> list[tuple[str, int]]:
+    """(device, matmul size) for every device ``labkit bench timing`` runs on here."""
+    torch = import_optional("torch", "labkit bench timing")
+    cases = [("cpu", CPU_MATMUL_N)]
+    if torch.cuda.is_available():
+        cases.append(("cuda", GPU_MATMUL_N))
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        cases.append(("mps", GPU_MATMUL_N))
+    if is_installed("cupy"):
+        try:
+            cupy = import_optional("cupy", "labkit bench timing")
+            if cupy.is_available():
+                cases.append(("cupy", GPU_MATMUL_N))
+        except Exception:  # a CuPy that cannot load is "no CuPy device"
+            pass
+    return cases
+
+
+def run_timing_benchmark(as_json: bool = False, record: bool = False) -> int:
+    """``labkit bench timing``: naive versus synchronized timing on every device here.
+
+    Prints a table (or JSON with ``as_json``) and returns the exit code.
+    With ``record`` on a machine with a CUDA GPU, stores the GPU rows as the
+    ``naive_timing`` recording. Without a GPU, ``record`` prints one line
+    saying a GPU is needed, measures nothing, writes nothing and returns 0:
+    asking is not an error, there is just nothing to record. Without torch
+    it prints the install command and returns 1, since nothing was measured.
+    """
+    from labkit import __version__
+    from labkit.machine.gpu import has_gpu
+
+    check_bool("as_json", as_json)
+    check_bool("record", record)
+    try:
+        cases = available_devices()
+    except MissingPackageError as exc:
+        print(f"labkit: {exc}", file=sys.stderr)
+        return 1
+    if record and not has_gpu():
+        print(
+            "labkit bench timing --record needs a CUDA GPU and this machine has none, so "
+            "nothing was recorded; run it on a GPU machine (`labkit doctor` shows what is here)."
+        )
+        return 0
+
+    results: list[NaiveVsSynced] = []
+    for device, n in cases:
+        fn, args = matmul_workload(n, device)
+        results.append(naive_timing(fn, *args, label=f"matmul {n}²", warn=False))
+
+    recorded_path = None
+    if record:
+        recorded_path = _record(results)
+
+    if as_json:
+        payload = {
+            "benchmark": "timing",
+            "labkit_version": __version__,
+            "results": [json_safe(r.to_dict()) for r in results],
+            "recorded": None if recorded_path is None else str(recorded_path),
+        }
+        print(json.dumps(payload, indent=2, allow_nan=False))
+        return 0
+    print(format_results(results))
+    if recorded_path is not None:
+        print(f"\nRecorded the GPU rows to {recorded_path}")
+    return 0
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with non-finite floats (an infinite ratio, say) replaced by None, for strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item) for item in value]
+    return value
+
+
+def format_results(results: list[NaiveVsSynced]) -> str:
+    """The table ``labkit bench timing`` prints, then one explanation per kind of device."""
+    if isinstance(results, (str, bytes)) or not isinstance(results, Sequence) or not all(
+        isinstance(r, NaiveVsSynced) for r in results
+    ):
+        raise TypeError(f"results must be a list of NaiveVsSynced, got {results!r:.80}")
+    header = ["device", "work", "naive clock", "synchronized", "IQR", "n", "synced/naive"]
+    table = [header]
+    for r in results:
+        table.append(
+            [
+                r.device,
+                r.label,
+                f"{format_duration(r.naive_ms)}/call",
+                format_duration(r.synced.median_ms),
+                format_duration(r.synced.iqr_ms),
+                f"n={r.synced.n}",
+                format_speedup(r.ratio),
+            ]
+        )
+    widths = [max(len(row[col]) for row in table) for col in range(len(header))]
+    lines = ["Same work, timed with a bare host clock and with labkit.bench (median):", ""]
+    flags = [False] + [r.synced.noisy for r in results]
+    for row, noisy in zip(table, flags, strict=True):
+        cells = [
+            cell.ljust(width) if col < 2 else cell.rjust(width)
+            for col, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip() + ("  *" if noisy else ""))
+    if any(r.synced.noisy for r in results):
+        lines.append("* noisy: IQR is more than 10% of the median")
+    lines.append("")
+    explained: set[str] = set()
+    for r in results:
+        text = r.explanation()
+        if text not in explained:
+            explained.add(text)
+            lines.append(f"{r.device}: {text}")
+    return "\n".join(lines)
+
+
+def _record(results: list[NaiveVsSynced]) -> Any:
+    """Store the GPU rows as the ``naive_timing`` recording; None when there are none."""
+    gpu_rows = [r for r in results if r.on_gpu]
+    if not gpu_rows:
+        return None
+    identity = gpu_identity()
+    results_json = {
+        "summary": [r.summary() for r in gpu_rows],
+        "measurements": [json_safe(r.to_dict()) for r in gpu_rows],
+    }
+    return _reference.record(REFERENCE_NAME, results_json, **identity)
+
+
+def gpu_identity() -> dict[str, str | None]:
+    """The GPU's name and the driver, CUDA and torch versions, for a recording's label."""
+    torch = import_optional("torch", "recording the GPU result")
+    identity: dict[str, str | None] = {
+        "torch": torch.__version__,
+        "cuda": None,
+        "driver": _driver_version(),
+    }
+    if torch.cuda.is_available():
+        identity["gpu_name"] = torch.cuda.get_device_name(0)
+        identity["cuda"] = torch.version.cuda or getattr(torch.version, "hip", None)
+    else:
+        identity["gpu_name"] = _cupy_device_name(import_optional("cupy", "recording"))
+    return identity
+
+
+def _cupy_device_name(cupy: Any) -> str:
+    name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def _driver_version() -> str | None:
+    """The NVIDIA driver version from nvidia-smi, or None when it cannot be read."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    first = out.strip().splitlines()[0].strip() if out.strip() else ""
+    return first or None
