@@ -59,10 +59,10 @@ from labkit.bandwidth import stream as bandwidth
 from labkit.bandwidth import sweep as stream_sweep
 from labkit.cli import doctor as doctor_cli
 from labkit.cli.bench import cstream
-from labkit.cli.bench.run import check_record_flags
 from labkit.core import optional as _optional
 from labkit.core import progress
 from labkit.core import units as rates
+from labkit.core.results import json_safe
 from labkit.machine import cpu, diagnose, frameworks, gpu, nvidia, reference
 from labkit.machine import report as device
 from labkit.models import plots as models_plots
@@ -683,13 +683,6 @@ CASES: list[Case] = [
          {"n": st.one_of(not_numbers, st.integers(max_value=0), st.integers(min_value=32769)),
           "device": st.one_of(bad_device, st.sampled_from(["cuda:x", "gpu", "hip", "xla",
                                                            "ipu", "hpu", "lazy", "vulkan"]))}),
-    case("pitfalls.run_timing_benchmark", pitfalls.run_timing_benchmark,
-         {"as_json": False, "record": False},
-         {"as_json": not_bools, "record": not_bools},
-         guards=("labkit.timing.pitfalls.available_devices",), run_valid=False),
-    case("pitfalls.format_results", pitfalls.format_results, {"results": []},
-         {"results": st.one_of(st.none(), st.integers(), st.text(min_size=1),
-                               st.lists(st.integers(), min_size=1, max_size=2))}),
     # ----------------------------------------------------------------- plots
     case("plots.device_name", plotting.device_name, {"device": "/GPU:0"},
          {"device": st.one_of(st.none(), st.integers(), st.just(""))}),
@@ -838,9 +831,6 @@ CASES: list[Case] = [
          {"package": "x", "purpose": None},
          {"package": st.one_of(st.none(), st.integers(), st.just("")),
           "purpose": st.one_of(st.integers(), st.lists(st.text()))}),
-    case("_bench_cli.check_record_flags", check_record_flags,
-         {"command": "labkit bench x", "record": False, "quick": False},
-         {"record": not_bools, "quick": not_bools}),
 ]
 
 PAIRS = [pytest.param(c, p, id=f"{c.name}-{p}") for c in CASES for p in c.bad]
@@ -1225,7 +1215,7 @@ def test_balance_repeats_stays_between_one_and_the_limit(copy_ms, pass_ms, limit
                             st.dictionaries(st.text(max_size=3), inner, max_size=3)),
     max_leaves=10))  # fmt: skip
 def test_json_safe_output_is_strict_json(value: Any) -> None:
-    json.dumps(pitfalls.json_safe(value), allow_nan=False)
+    json.dumps(json_safe(value), allow_nan=False)
 
 
 @PROPERTY_SETTINGS

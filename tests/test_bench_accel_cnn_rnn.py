@@ -223,12 +223,12 @@ def test_fake_summaries_read_well() -> None:
 def test_record_with_a_gpu_stores_a_recording_learners_can_read(
     name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import labkit.timing.pitfalls
+    import labkit.machine.reference
 
     module, fake = FAKES[name]
     monkeypatch.setattr(gpu, "has_gpu", lambda: True)
     monkeypatch.setattr(module, "measure", lambda quick=False: fake())
-    monkeypatch.setattr(labkit.timing.pitfalls, "gpu_identity", lambda: {
+    monkeypatch.setattr(labkit.machine.reference, "gpu_identity", lambda: {
         "gpu_name": "Test GPU", "driver": "1.0", "cuda": "12.4", "torch": "2.13.0"})  # fmt: skip
     assert main(["bench", name, "--record"]) == 0
     assert "Recorded the GPU results to" in capsys.readouterr().out

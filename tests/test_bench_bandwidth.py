@@ -226,12 +226,12 @@ def _fake_gpu_parts() -> dict:
 def test_record_with_a_gpu_stores_a_recording_learners_can_read(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import labkit.timing.pitfalls
+    import labkit.machine.reference
 
     monkeypatch.setattr(gpu, "has_gpu", lambda: True)
     monkeypatch.setattr(bench_bandwidth, "_torch_sees_cuda", lambda: True)
     monkeypatch.setattr(bench_bandwidth, "run_gpu", lambda max_bytes=None: _fake_gpu_parts())
-    monkeypatch.setattr(labkit.timing.pitfalls, "gpu_identity", lambda: {
+    monkeypatch.setattr(labkit.machine.reference, "gpu_identity", lambda: {
         "gpu_name": "Test GPU", "driver": "1.0", "cuda": "12.4", "torch": "2.13.0"})  # fmt: skip
     assert main(["bench", "bandwidth", "--record", "--max-bytes", str(TINY), "--rounds", "1"]) == 0
     out = capsys.readouterr().out

@@ -154,12 +154,10 @@ def test_fake_summary_reads_well() -> None:
 def test_record_with_a_gpu_stores_a_recording_learners_can_read(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import labkit.timing.pitfalls
-
     monkeypatch.setattr(gpu, "has_gpu", lambda: True)
     monkeypatch.setattr(bench_batching, "measure", lambda quick=False: fake_results())
     monkeypatch.setattr(
-        labkit.timing.pitfalls,
+        reference,
         "gpu_identity",
         lambda: {"gpu_name": "Test GPU", "driver": "1.0", "cuda": "12.4", "torch": "2.13.0"},
     )

@@ -167,9 +167,9 @@ def test_one_failing_part_does_not_stop_the_others(
 def test_record_writes_the_recording_and_the_tuner_caches(fake_gpu: FakeCupy, monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str],
                                                           _private_reference_dir: Path) -> None:  # fmt: skip
-    from labkit.timing import pitfalls
+    from labkit.machine import reference
 
-    monkeypatch.setattr(pitfalls, "gpu_identity", lambda: {"gpu_name": "Fake GPU 9000", "driver": None,
+    monkeypatch.setattr(reference, "gpu_identity", lambda: {"gpu_name": "Fake GPU 9000", "driver": None,
                                                              "cuda": None, "torch": None})  # fmt: skip
     real_measure = bench_kernels.measure
     monkeypatch.setattr(bench_kernels, "measure", lambda quick=False: real_measure(quick=True))

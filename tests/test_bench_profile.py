@@ -195,11 +195,11 @@ def test_fake_summary_reads_well() -> None:
 def test_record_with_a_gpu_stores_a_recording_learners_can_read(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import labkit.timing.pitfalls
+    import labkit.machine.reference
 
     monkeypatch.setattr(gpu, "has_gpu", lambda: True)
     monkeypatch.setattr(bench_profile, "measure", lambda quick=False: fake_results())
-    monkeypatch.setattr(labkit.timing.pitfalls, "gpu_identity", lambda: {
+    monkeypatch.setattr(labkit.machine.reference, "gpu_identity", lambda: {
         "gpu_name": "Test GPU", "driver": "1.0", "cuda": "12.4", "torch": "2.13.0"})  # fmt: skip
     assert bench_profile.run_profile_benchmark(record=True) == 0
     out = capsys.readouterr().out

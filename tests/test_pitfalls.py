@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from labkit.cli.bench import timing as timing_cli
 from labkit.cli.main import main
+from labkit.core.results import json_safe
 from labkit.machine import gpu, reference
 from labkit.timing import pitfalls
 from labkit.timing.bench import Timing
@@ -150,7 +152,7 @@ def small_cpu(monkeypatch, tmp_path):
 
 def test_run_timing_benchmark_prints_a_table(small_cpu, capsys):
     pytest.importorskip("torch")
-    assert pitfalls.run_timing_benchmark(as_json=False, record=False) == 0
+    assert timing_cli.run_timing_benchmark(as_json=False, record=False) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0] == "Same work, timed with a bare host clock and with labkit.bench (median):"
@@ -162,7 +164,7 @@ def test_run_timing_benchmark_prints_a_table(small_cpu, capsys):
 
 def test_run_timing_benchmark_prints_valid_json(small_cpu, capsys):
     pytest.importorskip("torch")
-    assert pitfalls.run_timing_benchmark(as_json=True, record=False) == 0
+    assert timing_cli.run_timing_benchmark(as_json=True, record=False) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["benchmark"] == "timing" and data["recorded"] is None
     cpu = data["results"][0]
@@ -175,7 +177,7 @@ def test_record_without_a_gpu_writes_nothing(small_cpu, monkeypatch, capsys):
     monkeypatch.setattr(gpu, "has_gpu", lambda: False)
     package_dir = Path(reference.__file__).resolve().parents[1] / "reference"
     shipped = sorted(package_dir.iterdir())
-    assert pitfalls.run_timing_benchmark(as_json=False, record=True) == 0
+    assert timing_cli.run_timing_benchmark(as_json=False, record=True) == 0
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and "needs a CUDA GPU" in out and "nothing was recorded" in out
     assert list(small_cpu.iterdir()) == []
@@ -190,7 +192,7 @@ def test_cli_dispatches_to_the_benchmark(small_cpu, capsys):
 
 def test_missing_torch_is_a_message_not_a_traceback(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "torch", None)  # how Python marks a module as missing
-    assert pitfalls.run_timing_benchmark(as_json=False, record=False) == 1
+    assert timing_cli.run_timing_benchmark(as_json=False, record=False) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "torch is not installed" in captured.err and "pip install torch" in captured.err
@@ -198,13 +200,13 @@ def test_missing_torch_is_a_message_not_a_traceback(monkeypatch, capsys):
 
 def test_recording_stores_gpu_rows_that_require_gpu_then_prints(small_cpu, monkeypatch, capsys):
     """The whole path a CPU-only learner sees, with a recording made by the recording code."""
-    monkeypatch.setattr(pitfalls, "gpu_identity", lambda: {
+    monkeypatch.setattr(reference, "gpu_identity", lambda: {
         "gpu_name": "Test GPU", "driver": None, "cuda": "12.4", "torch": "2.13.0"})  # fmt: skip
     gpu_row = pitfalls.NaiveVsSynced(
         "matmul 2048²", "cuda:0", 0.01, 20, Timing((0.5, 0.5, 0.5), device="cuda:0")
     )
     cpu_row = pitfalls.NaiveVsSynced("matmul 256²", "cpu", 0.2, 20, Timing((0.2, 0.2, 0.2)))
-    path = pitfalls._record([cpu_row, gpu_row])
+    path = timing_cli._record([cpu_row, gpu_row])
     assert path == small_cpu / "naive_timing.json"
     saved = reference.load("naive_timing")
     assert saved is not None and saved.gpu == "Test GPU" and saved.cuda == "12.4"
@@ -224,11 +226,11 @@ def test_recording_stores_gpu_rows_that_require_gpu_then_prints(small_cpu, monke
 
 def test_nothing_is_recorded_without_gpu_rows(small_cpu):
     cpu_row = pitfalls.NaiveVsSynced("m", "cpu", 0.2, 20, Timing((0.2,)))
-    assert pitfalls._record([cpu_row]) is None
+    assert timing_cli._record([cpu_row]) is None
     assert list(small_cpu.iterdir()) == []
 
 
 def test_json_safe_replaces_non_finite_numbers():
     data = {"ratio": math.inf, "xs": [1.0, math.nan, (2, -math.inf)], "s": "x"}
-    assert pitfalls.json_safe(data) == {"ratio": None, "xs": [1.0, None, [2, None]], "s": "x"}
-    json.dumps(pitfalls.json_safe(data), allow_nan=False)
+    assert json_safe(data) == {"ratio": None, "xs": [1.0, None, [2, None]], "s": "x"}
+    json.dumps(json_safe(data), allow_nan=False)

@@ -29,8 +29,8 @@ _SUBPROCESS = {"run", "Popen", "call", "check_call", "check_output"}
 #: The only dynamic imports, each of a module name labkit chose, not a user:
 #: (file, the module-name expression as written).
 _DYNAMIC_IMPORTS = {
-    # `labkit bench NAME`: NAME is one of argparse's subcommands, a fixed list.
-    ("labkit/cli/main.py", 'f"labkit.cli.bench.{args.bench}"'),
+    # `labkit bench NAME`: NAME is a row of labkit.cli.bench.registry, a fixed table.
+    ("labkit/cli/bench/registry.py", "self.module"),
     # TensorFlow's xplane protobuf module: a fixed tuple of candidate names.
     ("labkit/profiling/tf_profile.py", "name"),
     # try_import("tensorflow"): the calling code names the package, as an import statement would.

@@ -23,10 +23,14 @@ import datetime
 import json
 import os
 import re
+import shutil
+import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from labkit.core.optional import import_optional
 
 #: Set this to a directory to read and write recordings there instead of in the package.
 ENV_VAR = "LABKIT_REFERENCE_DIR"
@@ -270,3 +274,43 @@ def format_reference(reference: Reference) -> str:
             for key, value in sorted(reference.results.items())
         ]
     return "\n".join([head, *(f"  {line}" for line in body)])
+
+
+# --------------------------------------------------------------------------- the GPU a recording came from
+
+
+def gpu_identity() -> dict[str, str | None]:
+    """The GPU's name and the driver, CUDA and torch versions, for a recording's label."""
+    torch = import_optional("torch", "recording the GPU result")
+    identity: dict[str, str | None] = {
+        "torch": torch.__version__,
+        "cuda": None,
+        "driver": _driver_version(),
+    }
+    if torch.cuda.is_available():
+        identity["gpu_name"] = torch.cuda.get_device_name(0)
+        identity["cuda"] = torch.version.cuda or getattr(torch.version, "hip", None)
+    else:
+        identity["gpu_name"] = _cupy_device_name(import_optional("cupy", "recording"))
+    return identity
+
+
+def _cupy_device_name(cupy: Any) -> str:
+    name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def _driver_version() -> str | None:
+    """The NVIDIA driver version from nvidia-smi, or None when it cannot be read."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    first = out.strip().splitlines()[0].strip() if out.strip() else ""
+    return first or None

@@ -6,27 +6,22 @@ synchronization) and once with :func:`labkit.bench`. On the CPU the two agree,
 because a CPU call has finished when it returns. On a GPU the naive number is
 the time to *queue* kernels, often a hundred times too small.
 
-``labkit bench timing`` (:func:`run_timing_benchmark`) runs this on every
+``labkit bench timing`` (:mod:`labkit.cli.bench.timing`) runs this on every
 device here; with ``--record`` on a GPU machine it stores the GPU result as
 the recording that CPU-only learners see in notebook 00.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
-import shutil
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.core.optional import MissingPackageError, import_optional, is_installed
-from labkit.core.validate import check_bool, check_torch_device
-from labkit.machine import reference as _reference
+from labkit.core.optional import import_optional, is_installed
+from labkit.core.validate import check_torch_device
 from labkit.machine.memory import check_memory_fits
 from labkit.machine.report import resolve_torch_device
 from labkit.timing import sync as _sync
@@ -223,156 +218,3 @@ def available_devices() -> list[tuple[str, int]]:
         except Exception:  # a CuPy that cannot load is "no CuPy device"
             pass
     return cases
-
-
-def run_timing_benchmark(as_json: bool = False, record: bool = False) -> int:
-    """``labkit bench timing``: naive versus synchronized timing on every device here.
-
-    Prints a table (or JSON with ``as_json``) and returns the exit code.
-    With ``record`` on a machine with a CUDA GPU, stores the GPU rows as the
-    ``naive_timing`` recording. Without a GPU, ``record`` prints one line
-    saying a GPU is needed, measures nothing, writes nothing and returns 0:
-    asking is not an error, there is just nothing to record. Without torch
-    it prints the install command and returns 1, since nothing was measured.
-    """
-    from labkit import __version__
-    from labkit.machine.gpu import has_gpu
-
-    check_bool("as_json", as_json)
-    check_bool("record", record)
-    try:
-        cases = available_devices()
-    except MissingPackageError as exc:
-        print(f"labkit: {exc}", file=sys.stderr)
-        return 1
-    if record and not has_gpu():
-        print(
-            "labkit bench timing --record needs a CUDA GPU and this machine has none, so "
-            "nothing was recorded; run it on a GPU machine (`labkit doctor` shows what is here)."
-        )
-        return 0
-
-    results: list[NaiveVsSynced] = []
-    for device, n in cases:
-        fn, args = matmul_workload(n, device)
-        results.append(naive_timing(fn, *args, label=f"matmul {n}²", warn=False))
-
-    recorded_path = None
-    if record:
-        recorded_path = _record(results)
-
-    if as_json:
-        payload = {
-            "benchmark": "timing",
-            "labkit_version": __version__,
-            "results": [json_safe(r.to_dict()) for r in results],
-            "recorded": None if recorded_path is None else str(recorded_path),
-        }
-        print(json.dumps(payload, indent=2, allow_nan=False))
-        return 0
-    print(format_results(results))
-    if recorded_path is not None:
-        print(f"\nRecorded the GPU rows to {recorded_path}")
-    return 0
-
-
-def json_safe(value: Any) -> Any:
-    """``value`` with non-finite floats (an infinite ratio, say) replaced by None, for strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: json_safe(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(item) for item in value]
-    return value
-
-
-def format_results(results: list[NaiveVsSynced]) -> str:
-    """The table ``labkit bench timing`` prints, then one explanation per kind of device."""
-    if isinstance(results, (str, bytes)) or not isinstance(results, Sequence) or not all(
-        isinstance(r, NaiveVsSynced) for r in results
-    ):
-        raise TypeError(f"results must be a list of NaiveVsSynced, got {results!r:.80}")
-    header = ["device", "work", "naive clock", "synchronized", "IQR", "n", "synced/naive"]
-    table = [header]
-    for r in results:
-        table.append(
-            [
-                r.device,
-                r.label,
-                f"{format_duration(r.naive_ms)}/call",
-                format_duration(r.synced.median_ms),
-                format_duration(r.synced.iqr_ms),
-                f"n={r.synced.n}",
-                format_speedup(r.ratio),
-            ]
-        )
-    widths = [max(len(row[col]) for row in table) for col in range(len(header))]
-    lines = ["Same work, timed with a bare host clock and with labkit.bench (median):", ""]
-    flags = [False] + [r.synced.noisy for r in results]
-    for row, noisy in zip(table, flags, strict=True):
-        cells = [
-            cell.ljust(width) if col < 2 else cell.rjust(width)
-            for col, (cell, width) in enumerate(zip(row, widths, strict=True))
-        ]
-        lines.append("  ".join(cells).rstrip() + ("  *" if noisy else ""))
-    if any(r.synced.noisy for r in results):
-        lines.append("* noisy: IQR is more than 10% of the median")
-    lines.append("")
-    explained: set[str] = set()
-    for r in results:
-        text = r.explanation()
-        if text not in explained:
-            explained.add(text)
-            lines.append(f"{r.device}: {text}")
-    return "\n".join(lines)
-
-
-def _record(results: list[NaiveVsSynced]) -> Any:
-    """Store the GPU rows as the ``naive_timing`` recording; None when there are none."""
-    gpu_rows = [r for r in results if r.on_gpu]
-    if not gpu_rows:
-        return None
-    identity = gpu_identity()
-    results_json = {
-        "summary": [r.summary() for r in gpu_rows],
-        "measurements": [json_safe(r.to_dict()) for r in gpu_rows],
-    }
-    return _reference.record(REFERENCE_NAME, results_json, **identity)
-
-
-def gpu_identity() -> dict[str, str | None]:
-    """The GPU's name and the driver, CUDA and torch versions, for a recording's label."""
-    torch = import_optional("torch", "recording the GPU result")
-    identity: dict[str, str | None] = {
-        "torch": torch.__version__,
-        "cuda": None,
-        "driver": _driver_version(),
-    }
-    if torch.cuda.is_available():
-        identity["gpu_name"] = torch.cuda.get_device_name(0)
-        identity["cuda"] = torch.version.cuda or getattr(torch.version, "hip", None)
-    else:
-        identity["gpu_name"] = _cupy_device_name(import_optional("cupy", "recording"))
-    return identity
-
-
-def _cupy_device_name(cupy: Any) -> str:
-    name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
-    return name.decode() if isinstance(name, bytes) else str(name)
-
-
-def _driver_version() -> str | None:
-    """The NVIDIA driver version from nvidia-smi, or None when it cannot be read."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
-    try:
-        out = subprocess.run(
-            [exe, "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10, check=True,
-        ).stdout  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return None
-    first = out.strip().splitlines()[0].strip() if out.strip() else ""
-    return first or None

@@ -394,8 +394,9 @@ def run_bandwidth_benchmark(
         check_int("max_bytes", max_bytes, minimum=4096)
     check_int("rounds", rounds, minimum=1)
     from labkit import __version__
+    from labkit.core.results import json_safe
     from labkit.machine.gpu import has_gpu
-    from labkit.timing.pitfalls import gpu_identity, json_safe
+    from labkit.machine.reference import gpu_identity
 
     gpu_here = has_gpu() and _torch_sees_cuda()
     if record and not gpu_here:

@@ -271,7 +271,8 @@ def run_roofline_benchmark(as_json: bool = False, record: bool = False, quick: b
     check_flags(as_json=as_json, record=record, quick=quick)
     from labkit import __version__
     from labkit.cli.bench.run import preflight
-    from labkit.timing.pitfalls import gpu_identity, json_safe
+    from labkit.core.results import json_safe
+    from labkit.machine.reference import gpu_identity
 
     early = preflight("labkit bench roofline", record=record, quick=quick)
     if early is not None:

@@ -9,12 +9,14 @@ from typing import Any
 from labkit.core.optional import MissingPackageError, import_optional
 
 
+class UsageError(ValueError):
+    """A command line that cannot work: the CLI prints it as one line and exits with code 2."""
+
+
 def check_record_flags(command: str, *, record: bool, quick: bool) -> None:
-    """``--record --quick`` is a ValueError: a recording made at toy sizes would mislead learners."""
-    if not isinstance(record, bool) or not isinstance(quick, bool):
-        raise TypeError(f"record and quick must be True or False, got {record!r} and {quick!r}")
+    """``--record --quick`` is refused: a recording made at toy sizes would mislead learners."""
     if record and quick:
-        raise ValueError(
+        raise UsageError(
             f"--record cannot be combined with --quick: a recording must use the full sizes "
             f"(run `{command} --record`)"
         )
@@ -23,7 +25,7 @@ def check_record_flags(command: str, *, record: bool, quick: bool) -> None:
 def preflight(command: str, *, record: bool, quick: bool = False, gpu_here: bool | None = None) -> int | None:
     """An exit code to return at once, or None when the benchmark should run.
 
-    - ``--record --quick`` is refused (ValueError, exit 2): a recording made
+    - ``--record --quick`` is refused (:class:`UsageError`, exit 2): a recording made
       at toy sizes would mislead the learners who read it.
     - Missing torch: one line naming the install command, exit 1, since
       nothing can be measured.
@@ -56,8 +58,9 @@ def record_and_report(
     recorded (a GPU ran it); this only writes and reports.
     """
     from labkit import __version__
+    from labkit.core.results import json_safe
     from labkit.machine import reference as _reference
-    from labkit.timing.pitfalls import gpu_identity, json_safe
+    from labkit.machine.reference import gpu_identity
 
     recorded = None
     if record:
