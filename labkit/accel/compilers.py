@@ -136,7 +136,7 @@ def torch_compile_benchmark(
         compiler = torch.compile
     else:
         name = getattr(compiler, "__name__", "custom compiler")
-    opts = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "warn": False}
+    opts: dict[str, Any] = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "warn": False}
     eager = bench(fn, *args, label="eager", **opts)
     torch._dynamo.reset()
     compiled_fn = compiler(fn)
@@ -220,7 +220,7 @@ def tf_xla_benchmark(
         diff = float(abs(out.numpy() - expected).max())
         if diff > 1e-5:
             raise AssertionError(f"{name} result differs from eager by {diff}")
-    opts = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "warn": False}
+    opts: dict[str, Any] = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "warn": False}
     return XlaResult(
         elements=size,
         eager=bench(chain, x, y, label="tf eager", **opts),

@@ -273,7 +273,7 @@ def mixed_precision_torch(
         with torch.no_grad(), autocast():
             return base(x)
 
-    opts = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "warn": False}
+    opts: dict[str, Any] = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "warn": False}
     _, step32 = make_step(False)
     _, step_mixed = make_step(True)
     return MixedPrecisionResult(
@@ -363,7 +363,7 @@ def mixed_precision_keras(
             for _ in range(steps):
                 loss = model.train_on_batch(x, y)
             losses.append(float(loss))
-        opts = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "warn": False}
+        opts: dict[str, Any] = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "warn": False}
         fwd32 = bench(lambda: model32(x), label="forward float32", **opts)
         fwd_mixed = bench(lambda: model_mixed(x), label=f"forward {policy}", **opts)
         train32 = bench(lambda: model32.train_on_batch(x, y), label="train step float32", **opts)

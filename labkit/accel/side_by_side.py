@@ -166,6 +166,6 @@ def mlp_side_by_side(
         loss = steps[variant]()
         value = float(loss.item() if hasattr(loss, "item") else loss)
         first_losses[variant] = _check_loss(variant, value)
-    opts = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "warn": False}
+    opts: dict[str, Any] = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "warn": False}
     timings = tuple(bench(steps[v], label=v, **opts) for v in variants)
     return SideBySide(timings=timings, first_losses=first_losses, batch=batch, sizes=sizes)

@@ -187,7 +187,7 @@ def pipeline_breakdown(
         x_dev.copy_(x_host, non_blocking=pin)
         y_host.copy_(compute(), non_blocking=pin)
 
-    kw = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "device": device, "warn": False}
+    kw: dict[str, Any] = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "device": device, "warn": False}
     timings = {key: bench(f, label=key, **kw) for key, f in
                (("copy_in", copy_in), ("compute", compute), ("copy_back", copy_back),
                 ("total", whole))}  # fmt: skip

@@ -651,9 +651,9 @@ def largest_batch_cpu(
         budget_bytes=budget,
     )
     predicted = fit.largest_batch_under(budget)
-    capped = max_batch is not None and predicted > max_batch
-    if capped:
-        predicted = max_batch
+    capped = False
+    if max_batch is not None and predicted > max_batch:
+        predicted, capped = max_batch, True
     verification = None
     if verify and predicted >= 1:
         verification = step_memory(

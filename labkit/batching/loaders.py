@@ -116,7 +116,8 @@ def decode_sample(
     index = _check_int("index", index, 0)
     if _check_int("decode_px", decode_px, 8) % 8:
         raise ValueError(f"decode_px must be a multiple of 8 (8×8 blocks), got {decode_px!r}")
-    io_ms, python_ms = _check_ms("io_ms", io_ms), _check_ms("python_ms", python_ms)
+    io_ms = _check_ms("io_ms", io_ms) or 0.0  # never None here: allow_none is off
+    python_ms = _check_ms("python_ms", python_ms) or 0.0
     num_classes = _check_int("num_classes", num_classes, 1)
     seed = _check_int("seed", seed, 0)
     if io_ms > 0:
@@ -394,7 +395,7 @@ def thread_scaling(
         for i in indices:
             dataset[i]
 
-    opts = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "min_reps": 3, "device": "cpu", "warn": False}
+    opts: dict[str, Any] = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "min_reps": 3, "device": "cpu", "warn": False}
     with ThreadPoolExecutor(threads) as pool:
 
         def threaded() -> None:

@@ -429,10 +429,10 @@ def batch_sweep(
     torch.manual_seed(seed)
     net = model_fn().to(dev)
     opt = make_optimizer(net, optimizer)
-    budget_kw = {"warmup_ms": float(warmup_ms), "rep_ms": float(rep_ms), "min_reps": min_reps}
+    budget_kw: dict[str, Any] = {"warmup_ms": float(warmup_ms), "rep_ms": float(rep_ms), "min_reps": min_reps}
     curves = []
     for mode in modes:
-        points = []
+        points: list[BatchPoint] = []
         for b in kept:
             timing = None
             try:
@@ -552,7 +552,7 @@ def plot_batch_sweep(result: BatchSweep, ax: Any = None) -> Any:
             ms=4,
             label=f"{c.mode}: samples/s",
         )
-        knee = c.at(c.knee_batch)
+        knee = c.points[c.batch_sizes.index(c.knee_batch)]
         ax.plot([knee.batch_size], [knee.samples_per_s], "o", ms=13, mfc="none", mec=color, mew=2)
         ax.annotate(
             f"knee: {knee.batch_size}",

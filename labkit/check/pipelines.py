@@ -140,7 +140,7 @@ def largest_batch(answer: Any) -> CheckResult:
             "confirm the estimate by trying it: catch torch.cuda.OutOfMemoryError, free memory "
             "and step back, as labkit.batching.largest does.",
         )
-    slips = {
+    slips: dict[float, str] = {
         (GPU_BYTES - RESERVED_BYTES - PARAMS * 4)
         // ACTIVATION_BYTES_PER_SAMPLE: "Adam keeps gradients and two moments: 16 bytes per parameter, not 4.",
         (GPU_BYTES - PARAMS * BYTES_PER_PARAM_ADAM)

@@ -31,6 +31,7 @@ def peak_bandwidth(answer_gb_per_s: Any) -> CheckResult:
         )
     value = as_number(answer_gb_per_s, "answer_gb_per_s")
     ref = theoretical_bandwidth_gb_per_s(H100_MEMORY_CLOCK_KHZ, H100_BUS_WIDTH_BITS)
+    assert ref is not None  # both inputs are constants
     if close_to(value, ref, 0.01):
         return CheckResult(
             exercise,

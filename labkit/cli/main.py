@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from labkit.cli.bench.registry import BENCHMARKS, BY_NAME
 from labkit.cli.bench.run import UsageError, check_record_flags
@@ -22,7 +23,7 @@ def _one_line(text: str) -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's own errors: one line, exit 2
+    def error(self, message: str) -> NoReturn:  # argparse's own errors: one line, exit 2
         self.exit(2, f"labkit: error: {_one_line(message)} (see `labkit --help`)\n")
 
 

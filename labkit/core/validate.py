@@ -56,10 +56,11 @@ def check_int(name: str, value: Any, *, minimum: int = 0, maximum: int | None = 
     """``value`` as an int from ``minimum`` to ``maximum`` (inclusive), or an error naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an integer, got {type(value).__name__} ({value!r})")
-    if value < minimum or (maximum is not None and value > maximum):
-        bound = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+    number = int(value)
+    if number < minimum or (maximum is not None and number > maximum):
+        bound = f">= {minimum}" if maximum is None else f"from {minimum:,} to {maximum:,}"
         raise ValueError(f"{name} must be an integer {bound}, got {value!r}")
-    return int(value)
+    return number
 
 
 def check_seed(name: str, value: Any) -> int:

@@ -35,6 +35,7 @@ from typing import Any
 
 from labkit.bandwidth.stream import format_gb_per_s
 from labkit.core.units import format_gflop_per_s
+from labkit.core.validate import check_int
 from labkit.kernels.sources import compile_options, kernel_source, kernel_spec
 from labkit.machine import memory as _memory
 from labkit.timing.bench import Timing, bench, format_duration
@@ -182,14 +183,6 @@ class Launch:
 # --------------------------------------------------------------------------- argument checks
 
 
-def check_int_range(name: str, value: Any, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} instead")
-    if not low <= value <= high:
-        raise ValueError(f"{name} must be between {low:,} and {high:,}, got {value!r}")
-    return int(value)
-
-
 def _check_ms(name: str, value: Any, *, allow_zero: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number of milliseconds, got {type(value).__name__}")
@@ -199,7 +192,7 @@ def _check_ms(name: str, value: Any, *, allow_zero: bool) -> float:
     return value
 
 
-def _budget(warmup_ms: Any, rep_ms: Any) -> dict[str, float]:
+def _budget(warmup_ms: Any, rep_ms: Any) -> dict[str, Any]:
     return {"warmup_ms": _check_ms("warmup_ms", warmup_ms, allow_zero=True),
             "rep_ms": _check_ms("rep_ms", rep_ms, allow_zero=False)}  # fmt: skip
 
@@ -214,7 +207,7 @@ def _check_early(quick: Any, **sizes: tuple[Any, int]) -> None:
     check_bool("quick", quick)
     for name, (value, high) in sizes.items():
         if value is not None:
-            check_int_range(name, value, 1, high)
+            check_int(name, value, minimum=1, maximum=high)
 
 
 def _check_versions(versions: Any, choices: Sequence[str]) -> list[str]:
@@ -284,7 +277,7 @@ def _check_aligned(name: str, x: Any) -> None:
 
 
 def _check_block_size(value: Any, *, power_of_two: bool = False, name: str = "block_size") -> int:
-    block = check_int_range(name, value, 32, 1024)
+    block = check_int(name, value, minimum=32, maximum=1024)
     if block % 32:
         raise ValueError(
             f"{name} must be a multiple of 32 (a whole number of warps), got {block}"
@@ -306,9 +299,9 @@ def _i32(value: int) -> Any:
 def _plan_strided_copy(cupy: Any, x: Any, stride: Any, out: Any, block_size: Any,
                        items_per_thread: Any) -> Launch:  # fmt: skip
     _check_array("x", x, cupy)
-    stride = check_int_range("stride", stride, 1, 65535)
-    block = check_int_range("block_size", block_size, 1, 1024)
-    items = check_int_range("items_per_thread", items_per_thread, 1, 64)
+    stride = check_int("stride", stride, minimum=1, maximum=65535)
+    block = check_int("block_size", block_size, minimum=1, maximum=1024)
+    items = check_int("items_per_thread", items_per_thread, minimum=1, maximum=64)
     n = int(x.size)
     if n % stride:
         raise ValueError(
@@ -332,9 +325,9 @@ def strided_copy(x: Any, stride: int, *, out: Any = None, block_size: int = 256,
     access pattern changes (see ``strided_copy.cu``). ``x.size`` must be a
     multiple of ``stride``. Returns ``out`` (launched, not yet finished).
     """
-    check_int_range("stride", stride, 1, 65535)
-    check_int_range("block_size", block_size, 1, 1024)
-    check_int_range("items_per_thread", items_per_thread, 1, 64)
+    check_int("stride", stride, minimum=1, maximum=65535)
+    check_int("block_size", block_size, minimum=1, maximum=1024)
+    check_int("items_per_thread", items_per_thread, minimum=1, maximum=64)
     _check_on_gpu("x", x)
     cupy = require_cupy("strided_copy")
     launch = _plan_strided_copy(cupy, x, stride, out, block_size, items_per_thread)
@@ -349,8 +342,8 @@ def expected_strided_copy(x: Any, stride: int) -> Any:
 
 
 def _check_tile(tile_dim: Any, block_rows: Any) -> tuple[int, int]:
-    tile = check_int_range("tile_dim", tile_dim, 1, 1024)
-    rows = check_int_range("block_rows", block_rows, 1, 1024)
+    tile = check_int("tile_dim", tile_dim, minimum=1, maximum=1024)
+    rows = check_int("block_rows", block_rows, minimum=1, maximum=1024)
     if tile % rows:
         raise ValueError(f"tile_dim ({tile}) must be a multiple of block_rows ({rows})")
     if tile * rows > 1024:
@@ -449,7 +442,7 @@ def _plan_sgemm(
         from labkit.kernels.sources import macros_for
 
         settings = macros_for(name, **macros)
-        tile = check_int_range("TILE_SIZE", settings["TILE_SIZE"], 1, 32)
+        tile = check_int("TILE_SIZE", settings["TILE_SIZE"], minimum=1, maximum=32)
         block, grid = (tile, tile, 1), (math.ceil(n / tile), math.ceil(m / tile), 1)
     else:
         from labkit.kernels.sources import macros_for
@@ -498,7 +491,7 @@ def _plan_reduce(cupy: Any, x: Any, version: Any, out: Any, block_size: Any) -> 
     n = int(x.size)
     name = f"reduce_{version}"
     if version == "atomic":
-        block = check_int_range("block_size", block_size, 1, 1024)
+        block = check_int("block_size", block_size, minimum=1, maximum=1024)
         grid, settings = (math.ceil(n / block), 1, 1), {}
     elif version == "shared":
         block = _check_block_size(block_size, power_of_two=True)
@@ -733,7 +726,7 @@ def _free(cupy: Any) -> None:
 def _elements(requested: int | None, *, arrays: int, multiple: int, what: str, quick: bool) -> int:
     """float32 elements per array: the requested count (checked to fit), or the default shrunk to fit."""
     if requested is not None:
-        n = check_int_range("n_elements", requested, 1, _INT32_MAX)
+        n = check_int("n_elements", requested, minimum=1, maximum=_INT32_MAX)
         _memory.check_fits(4 * n, device="cuda", arrays=arrays, what=what)
         if n % multiple:
             raise ValueError(f"n_elements must be a multiple of {multiple:,} here, got {n:,}")
@@ -783,11 +776,11 @@ def run_and_verify(
 
 
 def _verified(launch: Callable[[], Any], check: Callable[[], float], label: str,
-              budget: dict[str, float], reset: Any = None) -> tuple[Timing, float]:  # fmt: skip
+              budget: dict[str, Any], reset: Any = None) -> tuple[Timing, float]:  # fmt: skip
     return run_and_verify(launch, check, label=label, reset=reset, **budget)
 
 
-def _copy_ceiling(cupy: Any, src: Any, dst: Any, budget: dict[str, float]) -> Ceiling:
+def _copy_ceiling(cupy: Any, src: Any, dst: Any, budget: dict[str, Any]) -> Ceiling:
     cupy.copyto(dst, src)
     check_equal("cupy.copyto", dst, src)
     timing = bench(cupy.copyto, dst, src, device="cupy", label="cupy.copyto", warn=False, **budget)
@@ -810,10 +803,10 @@ def stride_sweep(strides: Iterable[int] = DEFAULT_STRIDES, *, n_elements: int | 
     """
     if isinstance(strides, (str, bytes)) or not isinstance(strides, Iterable):
         raise TypeError(f"strides must be a sequence of integers, got {type(strides).__name__}")
-    values = sorted({check_int_range("strides[...]", s, 1, 65535) for s in strides})
+    values = sorted({check_int("strides[...]", s, minimum=1, maximum=65535) for s in strides})
     if not values:
         raise ValueError("strides is empty: give at least one stride, e.g. (1, 2, 4, 8)")
-    block = check_int_range("block_size", block_size, 1, 1024)
+    block = check_int("block_size", block_size, minimum=1, maximum=1024)
     budget = _budget(warmup_ms, rep_ms)
     _check_early(quick, n_elements=(n_elements, _INT32_MAX))
     cupy = require_cupy("the stride sweep")
@@ -856,7 +849,7 @@ def _check_strided(out: Any, x: Any, stride: int) -> float:
 def _square_side(requested: int | None, *, arrays: int, quick: bool, what: str) -> int:
     """The side of the square matrices: as requested (checked to fit), or 1 GiB each shrunk to fit."""
     if requested is not None:
-        n = check_int_range("n", requested, 1, 46340)
+        n = check_int("n", requested, minimum=1, maximum=46340)
         _memory.check_fits(4 * n * n, device="cuda", arrays=arrays, what=what)
         return n
     target = (4 << 20) if quick else DEFAULT_ARRAY_BYTES
@@ -970,7 +963,7 @@ def sgemm_vs_cublas(n: int = 4096, *, versions: Sequence[str] = SGEMM_VERSIONS,
     (dicts of BM, BN, BK, TM, TN). n must be a multiple of the tiled
     kernel's BM, BN and BK (4096 is).
     """
-    side = check_int_range("n", n, 1, 32768)
+    side = check_int("n", n, minimum=1, maximum=32768)
     chosen = _check_versions(versions, SGEMM_VERSIONS)
     configs = [dict(c) for c in tiled_configs]
     for config in configs:
@@ -999,7 +992,8 @@ def sgemm_vs_cublas(n: int = 4096, *, versions: Sequence[str] = SGEMM_VERSIONS,
                            **budget)  # fmt: skip
         ceiling = Ceiling(f"cuBLAS SGEMM (cupy.matmul, {mode})",
                           flop / (timing.median_ms * 1e6), "GFLOP/s", timing)  # fmt: skip
-        plans = [(v, {}) for v in chosen] + [("tiled", cfg) for cfg in configs]
+        plans: list[tuple[str, dict[str, int]]] = [(v, {}) for v in chosen]
+        plans += [("tiled", cfg) for cfg in configs]
         runs = []
         for version, macros in plans:
             launch = _plan_sgemm(cupy, a, b, version, c, macros)
@@ -1036,7 +1030,7 @@ def reduction_versions(n_elements: int | None = None, *, versions: Sequence[str]
     chosen = _check_versions(versions, REDUCE_VERSIONS)
     if not chosen:
         raise ValueError("versions is empty")
-    atomic_n = check_int_range("atomic_elements", atomic_elements, 1, _INT32_MAX)
+    atomic_n = check_int("atomic_elements", atomic_elements, minimum=1, maximum=_INT32_MAX)
     block = _check_block_size(block_size, power_of_two=True)
     budget = _budget(warmup_ms, rep_ms)
     _check_early(quick, n_elements=(n_elements, _INT32_MAX))

@@ -281,7 +281,7 @@ def _check_timeout(timeout_s: Any) -> float:
     if (
         isinstance(timeout_s, bool)
         or not isinstance(timeout_s, numbers.Real)
-        or not 0 < timeout_s < math.inf
+        or not 0 < float(timeout_s) < math.inf
     ):
         raise ValueError(f"timeout_s must be a finite number of seconds > 0, got {timeout_s!r}")
     return float(timeout_s)

@@ -406,7 +406,7 @@ class SimulatedRun:
         head = f"{name}, {self.size}, {_threads_text(self.kernel, self.block)}"
         if not self.simulated:
             return f"{head}: {self.note}"
-        if self.kernel.startswith("reduce") and self.output is not None:
+        if self.kernel.startswith("reduce") and self.output is not None and self.expected is not None:
             got, want = float(self.output.ravel()[0]), float(self.expected.ravel()[0])
             wrong = f"sum {got:,.0f}, NumPy's {want:,.0f}"
         else:
@@ -734,7 +734,7 @@ def simulate(
 def _check_timeout(timeout_s: Any) -> float:
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real):
         raise TypeError(f"timeout_s must be a number of seconds, got {type(timeout_s).__name__}")
-    if not (math.isfinite(timeout_s) and timeout_s > 0):
+    if not (math.isfinite(timeout_s) and float(timeout_s) > 0):
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
     return float(timeout_s)
 

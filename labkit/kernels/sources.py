@@ -158,7 +158,7 @@ def macros_for(name: str, **overrides: Any) -> dict[str, int]:
             raise ValueError(f"kernel {name!r} takes {takes}; got {key}={value!r}")
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise TypeError(f"{key} must be an integer, got {type(value).__name__} instead")
-        if not 1 <= value <= _MACRO_MAX:
+        if not 1 <= int(value) <= _MACRO_MAX:
             raise ValueError(f"{key} must be between 1 and {_MACRO_MAX}, got {value!r}")
         values[key] = int(value)
     return values

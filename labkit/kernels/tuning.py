@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labkit.core.validate import check_int
 from labkit.timing.bench import format_duration
 
 #: The file name a recorded cache gets in the reference directory.
@@ -279,7 +280,8 @@ def _simulate(path: Path, data: Mapping[str, Any]) -> dict[str, float]:
     """
     import kernel_tuner
 
-    labkit = data.get("labkit") if isinstance(data.get("labkit"), dict) else {}
+    meta = data.get("labkit")
+    labkit = meta if isinstance(meta, dict) else {}
     names = labkit.get("block_size_names") or None
     with tempfile.TemporaryDirectory(prefix="labkit-kt-") as folder:
         copy = Path(folder) / "cache.json"
@@ -336,7 +338,8 @@ def replay(
                     f"Kernel Tuner's replay of {path} disagrees with the file at {key}"
                 )
         method = "replayed with Kernel Tuner's simulation mode: times from the cache, no GPU used"
-    label = data.get("labkit") if isinstance(data.get("labkit"), dict) else {}
+    meta = data.get("labkit")
+    label = meta if isinstance(meta, dict) else {}
     size = data.get("problem_size")
     size = (size,) if isinstance(size, int) else tuple(size) if isinstance(size, list) else ()
     return TuningReplay(
@@ -466,16 +469,14 @@ def _tune(
 
 
 def _check_iterations(iterations: Any) -> int:
-    from labkit.kernels.cupy_run import check_int_range
 
-    return check_int_range("iterations", iterations, 1, 1000)
+    return check_int("iterations", iterations, minimum=1, maximum=1000)
 
 
 def _check_tune_args(
     tune_params: Any, defaults: Mapping[str, Sequence[int]], cache_path: Any, quiet: Any
 ) -> dict[str, list[int]]:
     """``tune_params`` as {name: [values]}, with the same names as ``defaults`` and int values."""
-    from labkit.kernels.cupy_run import check_int_range
 
     params = defaults if tune_params is None else tune_params
     if not isinstance(params, Mapping):
@@ -488,7 +489,7 @@ def _check_tune_args(
     for key, values in params.items():
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
             raise TypeError(f"tune_params[{key!r}] must be a non-empty list of ints, got {values!r}")
-        checked[key] = [check_int_range(f"tune_params[{key!r}]", v, 1, 4096) for v in values]
+        checked[key] = [check_int(f"tune_params[{key!r}]", v, minimum=1, maximum=4096) for v in values]
     if cache_path is not None and not isinstance(cache_path, (str, os.PathLike)):
         raise TypeError(f"cache_path must be a file path or None, got {type(cache_path).__name__}")
     if not isinstance(quiet, bool):
@@ -532,9 +533,9 @@ def tune_transpose(
     file (a temporary copy unless ``cache_path`` is given, in which case an
     existing cache for this GPU and kernel is continued, not re-measured).
     """
-    from labkit.kernels.cupy_run import check_int_range, require_cupy
+    from labkit.kernels.cupy_run import require_cupy
 
-    side = check_int_range("n", n, 16, 32768)
+    side = check_int("n", n, minimum=16, maximum=32768)
     iterations = _check_iterations(iterations)
     params = _check_tune_args(tune_params, TRANSPOSE_TUNE_PARAMS, cache_path, quiet)
     cupy = require_cupy("tuning the transpose")
@@ -569,9 +570,9 @@ def tune_sgemm(
     at most 5e-5 of the largest value) before it is timed. n must be a
     multiple of every BM, BN and BK searched (the default 2048 is).
     """
-    from labkit.kernels.cupy_run import SGEMM_RTOL, check_int_range, require_cupy
+    from labkit.kernels.cupy_run import SGEMM_RTOL, require_cupy
 
-    side = check_int_range("n", n, 64, 16384)
+    side = check_int("n", n, minimum=64, maximum=16384)
     iterations = _check_iterations(iterations)
     params = _check_tune_args(tune_params, SGEMM_TUNE_PARAMS, cache_path, quiet)
     for key in ("BM", "BN", "BK"):

@@ -228,10 +228,11 @@ def shared_last_level_cache_bytes(cpus: Iterable[int] | None = None) -> int | No
         for index in (_SYS_CPU / f"cpu{cpu}" / "cache").glob("index*"):
             if (_read(index / "type") or "").strip() == "Instruction":
                 continue
-            level = (_read(index / "level") or "").strip()
+            level_text = (_read(index / "level") or "").strip()
             size = parse_cache_size(_read(index / "size") or "")
-            if level.isdigit() and size is not None:
-                levels.append((int(level), (_read(index / "shared_cpu_list") or "").strip(), size))
+            if level_text.isdigit() and size is not None:
+                shared_cpus = (_read(index / "shared_cpu_list") or "").strip()
+                levels.append((int(level_text), shared_cpus, size))
         if not levels:
             continue
         level, shared, size = max(levels)
@@ -260,9 +261,10 @@ def _numpy_simd() -> tuple[str, ...] | None:
         from numpy._core._multiarray_umath import __cpu_features__ as features
     except ImportError:
         try:  # numpy < 2.0
-            from numpy.core._multiarray_umath import __cpu_features__ as features
+            from numpy.core._multiarray_umath import __cpu_features__ as features_v1
         except ImportError:
             return None
+        return simd_from_numpy(features_v1)
     return simd_from_numpy(features)
 
 

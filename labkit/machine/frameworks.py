@@ -99,7 +99,7 @@ def _all_distributions() -> dict[str, list[str]]:
     # Scans every installed distribution (~0.1 s), so once per report.
     import importlib.metadata  # ~25 ms to import: only when a report is made
 
-    return importlib.metadata.packages_distributions()
+    return dict(importlib.metadata.packages_distributions())
 
 
 def clear_distribution_cache() -> None:

@@ -534,5 +534,5 @@ def check_memory_fits(
     """
     kind = getattr(device, "type", None) or str(device).partition(":")[0]
     where = str(device) if kind == "cuda" else "cpu"
-    named = {} if name is None else {"name": name}
+    named: dict[str, Any] = {} if name is None else {"name": name}
     return check_fits(max(int(nbytes), 1), device=where, arrays=arrays, what=what, **named)

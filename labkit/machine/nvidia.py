@@ -327,8 +327,9 @@ def nvidia_info() -> NvidiaInfo:
     "spawn", not "fork", if they use CUDA. Under a profile that hides GPUs
     (:mod:`labkit.machine.profile`) nothing is probed and no hardware is reported.
     """
-    if _profile.hides_gpu():  # the reference profile plays a machine without a GPU
-        hidden = f"not probed: the {_profile.ENV_VAR}={_profile.active().name} profile hides GPUs"
+    profile = _profile.active()
+    if profile is not None and profile.hide_gpu:  # the reference profile plays a machine without a GPU
+        hidden = f"not probed: the {_profile.ENV_VAR}={profile.name} profile hides GPUs"
         return NvidiaInfo(
             library=None, library_error=hidden, init_error=None, init_error_code=None,
             cuda_driver_version=None, driver_version=None, devices=(), smi_gpus=(),

@@ -279,10 +279,10 @@ def format_reference(reference: Reference) -> str:
 # --------------------------------------------------------------------------- the GPU a recording came from
 
 
-def gpu_identity() -> dict[str, str | None]:
+def gpu_identity() -> dict[str, Any]:
     """The GPU's name and the driver, CUDA and torch versions, for a recording's label."""
     torch = import_optional("torch", "recording the GPU result")
-    identity: dict[str, str | None] = {
+    identity: dict[str, Any] = {
         "torch": torch.__version__,
         "cuda": None,
         "driver": _driver_version(),

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from labkit.core.optional import import_optional
 
-torch = import_optional("torch", "labkit.models.cnn")
-nn = torch.nn
+import_optional("torch", "labkit.models.cnn")  # without torch: one line that names the install command
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
 
 #: Features the seed's fc1 expects: 32 channels × 32 × 32, i.e. a 64×64 input after pooling.
 SEED_FLAT_FEATURES = 32 * 32 * 32

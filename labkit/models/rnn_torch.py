@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from labkit.core.optional import import_optional
 
-torch = import_optional("torch", "labkit.models.rnn_torch")
-nn = torch.nn
+import_optional("torch", "labkit.models.rnn_torch")  # without torch: one line that names the install command
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
 
 
 class TorchRNN(nn.Module):

@@ -79,7 +79,7 @@ def _shape_of(value: Any) -> OutputShape:
     if shape is not None:
         return tuple(int(d) for d in shape)
     if isinstance(value, (tuple, list)):
-        return tuple(_shape_of(v) for v in value if hasattr(v, "shape"))  # type: ignore[misc]
+        return tuple(_shape_of(v) for v in value if hasattr(v, "shape"))  # type: ignore[misc,return-value]
     return ()
 
 

@@ -214,11 +214,11 @@ class SizeSweep:
         lines = [f"{what} ({self.dtype}), throughput by size"]
         lines += ["  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)) for r in rows]
         if self.has_backend("torch-cuda") and self.has_backend("torch-all-threads"):
-            size = self.crossover()
+            crossover = self.crossover()
             lines.append(
                 "The GPU is not faster at any size measured here."
-                if size is None
-                else f"The GPU is faster than the CPU (all threads) from n ≈ {round3(size):,} on."
+                if crossover is None
+                else f"The GPU is faster than the CPU (all threads) from n ≈ {round3(crossover):,} on."
             )
         return "\n".join(lines)
 

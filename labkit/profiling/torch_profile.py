@@ -721,7 +721,7 @@ def plot_phases(*profiles: TorchProfile, ax: Any = None) -> Any:
     own_figure = ax is None
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4.5))
-    series = []
+    series: list[tuple[str, list[float], str | None]] = []
     for p in profiles:
         series.append((f"host, {p.loop}", [ph.cpu_ms_per_step for ph in p.phases], None))
         if p.device_timeline:

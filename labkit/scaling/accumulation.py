@@ -203,7 +203,7 @@ def accumulate_equivalence(
                      for a, b in zip(params_accum, params_direct, strict=True))  # fmt: skip
     model.load_state_dict(start)
 
-    opts = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "min_reps": min_reps, "device": str(dev),
+    opts: dict[str, Any] = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "min_reps": min_reps, "device": str(dev),
             "warn": False}  # fmt: skip
     accumulated = bench(
         accumulated_step, label=f"{accum_steps} × {micro_batch} accumulated", **opts

@@ -22,6 +22,7 @@ busbw as nccl-tests define them (doc/PERFORMANCE.md in NVIDIA/nccl-tests).
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from typing import Any
 
@@ -78,7 +79,7 @@ def measure(ctx: Any, sizes: list[int], *, reps: int, warmup: int) -> dict[str, 
                 f"from {expected:g}"
             )
         buffer.zero_()
-        samples = timed_samples(ctx, lambda b=buffer: dist.all_reduce(b), reps=reps,
+        samples = timed_samples(ctx, functools.partial(dist.all_reduce, buffer), reps=reps,
                                 warmup=warmup)  # fmt: skip
         rows.append({"size_bytes": size, "samples_ms": slowest(ctx, samples)})
         del buffer
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; torch's ``record`` puts a failing rank's traceback in torchrun's summary."""
     from torch.distributed.elastic.multiprocessing.errors import record
 
-    return record(_main)(argv)
+    return int(record(_main)(argv) or 0)
 
 
 if __name__ == "__main__":

@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; torch's ``record`` puts a failing rank's traceback in torchrun's summary."""
     from torch.distributed.elastic.multiprocessing.errors import record
 
-    return record(_main)(argv)
+    return int(record(_main)(argv) or 0)
 
 
 if __name__ == "__main__":

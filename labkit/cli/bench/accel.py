@@ -191,7 +191,7 @@ def measure(quick: bool = False) -> AccelResults:
 
     on_gpu = has_gpu()
     device = "cuda" if on_gpu else "cpu"
-    budget = {"warmup_ms": 1.0, "rep_ms": 5.0} if quick else {}
+    budget: dict[str, Any] = {"warmup_ms": 1.0, "rep_ms": 5.0} if quick else {}
     failed: list[tuple[str, str]] = []
 
     launch = async_launch_demo(**({"size": 256, "repeats": 3} if quick else {})) if on_gpu else None

@@ -216,21 +216,21 @@ def run_cpu(max_bytes: int | None = None, rounds: int = 4) -> CpuBandwidth:
             c_ref = CReference("skipped", "the C reference computed wrong values", compiler)
         if c_ref.status != "ok":
             samples = {k: v for k, v in samples.items() if not k.startswith("c ")}
-    calls = {k: prepared[k].calls_per_sample for k in _KERNELS}
+    calls_by_kernel = {k: prepared[k].calls_per_sample for k in _KERNELS}
     labkit = {k: prepared[k].result(Timing(tuple(samples[f"labkit {k}"]), label=k, device="cpu"))
               for k in _KERNELS}  # fmt: skip
     threads = proc.threads if proc is not None else None
     refs: dict[str, list[_bandwidth.BandwidthResult]] = {"copy": [], "triad": []}
     refs["copy"].append(_stream_result("copy", n, samples["numpy copy"], "NumPy np.copyto(a, b)",
-                                       1, calls["copy"]))  # fmt: skip
-    info = []
+                                       1, calls_by_kernel["copy"]))  # fmt: skip
+    info: list[_bandwidth.BandwidthResult] = []
     for kernel in _cstream.KERNELS:
         if f"c {kernel}" in samples:
             text = _cstream.DESCRIPTIONS[kernel]
             if kernel != "memcpy":
                 text += f" ({c_ref.note.removeprefix('compiled with ')})"
             row = _stream_result(kernel, n, samples[f"c {kernel}"], text, threads,
-                                 calls["copy"])  # fmt: skip
+                                 calls_by_kernel["copy"])  # fmt: skip
             (info if kernel == "memcpy" else refs[kernel]).append(row)
     return CpuBandwidth(
         bytes_per_array=size, rounds=rounds, labkit=labkit,
@@ -335,9 +335,9 @@ def format_cpu(cpu: CpuBandwidth) -> str:
         f"array, bytes counted as STREAM does; medians over {cpu.rounds} rounds of turns",
         "",
     ]
-    for row in table:
+    for cells_in in table:
         cells = [c.ljust(w) if i < 2 else c.rjust(w)
-                 for i, (c, w) in enumerate(zip(row, widths, strict=True))]  # fmt: skip
+                 for i, (c, w) in enumerate(zip(cells_in, widths, strict=True))]  # fmt: skip
         lines.append("  ".join(cells).rstrip())
     lines.append("")
     parts = []

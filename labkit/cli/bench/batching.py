@@ -73,6 +73,7 @@ def measure(quick: bool = False) -> BatchingResults:
     from labkit.models.cnn import CNN
 
     device = "cuda" if has_gpu() else "cpu"
+    largest: largest_batch.CudaBatchSearch | largest_batch.CpuBatchFit
     if quick:
         sweep = batching.batch_sweep(
             "mlp", batch_sizes=QUICK_BATCHES, device=device, warmup_ms=0.0, rep_ms=2.0, min_reps=2

@@ -51,7 +51,8 @@ class VariantCurve:
     def peak(self) -> Any:
         return max(self.points, key=lambda p: p.images_per_s)
 
-    def at(self, batch: int) -> Any | None:
+    def at(self, batch: int) -> Any:
+        """The point at ``batch`` (None when it was not measured)."""
         return next((p for p in self.points if p.batch_size == batch), None)
 
 
@@ -78,8 +79,9 @@ class CnnResults:
         batch = self.largest_common_batch()
         if batch is None or not self.curves or self.curves[0].name != VARIANTS[0][0]:
             return {}
-        base = self.curves[0].at(batch).images_per_s
-        return {c.name: c.at(batch).images_per_s / base for c in self.curves[1:]}
+        at = {c.name: c.at(batch) for c in self.curves}
+        base = at[self.curves[0].name].images_per_s  # the largest common batch is in every curve
+        return {c.name: at[c.name].images_per_s / base for c in self.curves[1:]}
 
     def summary(self) -> list[str]:
         dev, px = self.device, self.image_size
@@ -151,11 +153,12 @@ def measure(quick: bool = False) -> CnnResults:
 
     on_gpu = has_gpu()
     device = "cuda" if on_gpu else "cpu"
+    batches: tuple[int, ...]
     if quick:
         batches, image = QUICK_BATCHES, QUICK_IMAGE
     else:
         batches, image = (GPU_BATCHES, GPU_IMAGE) if on_gpu else (CPU_BATCHES, CPU_IMAGE)
-    budget = {"warmup_ms": 0.0, "rep_ms": 5.0} if quick else {}
+    budget: dict[str, Any] = {"warmup_ms": 0.0, "rep_ms": 5.0} if quick else {}
     curves, failed = [], []
     for name, channels_last, amp, gpu_only in VARIANTS:
         if gpu_only and not on_gpu:

@@ -193,8 +193,8 @@ def measure(quick: bool = False, *, tune: bool = True) -> tuple[KernelsBenchResu
     from labkit.kernels import tuning
 
     start = time.monotonic()
-    budget = {"warmup_ms": 1.0, "rep_ms": 5.0, "quick": True} if quick else dict(FULL_BUDGET)
-    sgemm_budget = {k: v for k, v in budget.items() if k != "quick"}
+    budget: dict[str, Any] = {"warmup_ms": 1.0, "rep_ms": 5.0, "quick": True} if quick else dict(FULL_BUDGET)
+    sgemm_budget: dict[str, Any] = {k: v for k, v in budget.items() if k != "quick"}
     parts: dict[str, Callable[[], Any]] = {
         "stride sweep": lambda: run.stride_sweep(**budget),
         "transposes": lambda: run.transpose_versions(padded_configs=PADDED_CONFIGS, **budget),

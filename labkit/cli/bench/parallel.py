@@ -167,7 +167,8 @@ def measure(quick: bool = False, show_progress: bool | None = None) -> ParallelR
                           **options)  # fmt: skip
     launch = None
     if has_gpu():
-        launch = launch_overhead(**({"warmup_ms": 1.0, "rep_ms": 5.0} if quick else {}))
+        quick_budget: dict[str, Any] = {"warmup_ms": 1.0, "rep_ms": 5.0}
+        launch = launch_overhead(**(quick_budget if quick else {}))
     return ParallelResults(add=add, matmul=matmul, launch=launch, quick=quick)
 
 

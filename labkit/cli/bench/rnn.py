@@ -103,7 +103,7 @@ class RnnResults:
         return "\n".join(lines)
 
 
-def _measure_keras(shape: dict[str, int], budget: dict[str, float]) -> RnnResults:
+def _measure_keras(shape: dict[str, Any], budget: dict[str, Any]) -> RnnResults:
     from labkit.models.rnn_keras import time_keras_rnns
 
     timings = time_keras_rnns(**shape, kinds=KERAS_KINDS, **budget)
@@ -138,7 +138,7 @@ def _measure_torch(shape: dict[str, int], budget: dict[str, float], device: str)
                 outs.append(h)
             return torch.stack(outs, dim=1)
 
-    opts = {"device": str(dev), "warn": False, **budget}
+    opts: dict[str, Any] = {"device": str(dev), "warn": False, **budget}
     medians = {
         "nn.RNN": bench(layer, rnn, label="nn.RNN", **opts).median_ms,
         "nn.LSTM": bench(layer, lstm, label="nn.LSTM", **opts).median_ms,

@@ -221,9 +221,8 @@ def measure_device(device: str, quick: bool = False, show_progress: bool | None 
         dtypes = sorted({s.roof_dtype for s in specs}, key=("float32", "tf32", "bfloat16",
                                                              "float16").index)  # fmt: skip
     peaks = measure_peak_compute(device, dtypes, show_progress=show_progress, **options)
-    memory = peak_bandwidth(
-        device, **({"bytes_per_array": 1024**2, "warmup_ms": 1.0, "rep_ms": 5.0} if quick else {})
-    )
+    quick_memory: dict[str, Any] = {"bytes_per_array": 1024**2, "warmup_ms": 1.0, "rep_ms": 5.0}
+    memory = peak_bandwidth(device, **(quick_memory if quick else {}))
     roofline = Roofline(
         device=device,
         peak_gflop_per_s={d: p.gflop_per_s for d, p in peaks.items()},
@@ -231,7 +230,7 @@ def measure_device(device: str, quick: bool = False, show_progress: bool | None 
     )
     placed: list[PlacedOp] = []
     failed: list[tuple[str, str]] = []
-    budgets = {"warmup_ms": 0.0, "rep_ms": 5.0} if quick else {}
+    budgets: dict[str, Any] = {"warmup_ms": 0.0, "rep_ms": 5.0} if quick else {}
     for spec in specs:
         try:
             check_fits(spec.op.bytes, device=device, what=f"the roofline point {spec.op.name}")
