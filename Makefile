@@ -65,6 +65,7 @@ lab-student: student
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
 check-notebooks: $(STAMP)

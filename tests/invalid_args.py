@@ -44,8 +44,10 @@ not_callables = st.one_of(
 unknown_devices = st.one_of(
     st.sampled_from(["gpu", "tpu", "cuda:-1", "cuda:x", "metal", "", " ", "cpu:0:1", "CUDA 0"]),
     st.text(alphabet="abcdefghijklmnopqrstuvwxyz:0123456789", min_size=1, max_size=8).filter(
-        lambda s: s.strip().lower() not in {"cpu", "cuda", "mps", "xpu", "meta"}
-        and not s.startswith(("cpu:", "cuda", "mps", "xpu"))
+        lambda s: (
+            s.strip().lower() not in {"cpu", "cuda", "mps", "xpu", "meta"}
+            and not s.startswith(("cpu:", "cuda", "mps", "xpu"))
+        )
     ),
 )
 
@@ -65,7 +67,6 @@ def assert_rejects(
         call()
     message = str(info.value)
     assert argument in message, (
-        f"the error does not name the argument {argument!r}: "
-        f"{type(info.value).__name__}: {message}"
+        f"the error does not name the argument {argument!r}: {type(info.value).__name__}: {message}"
     )
     return info.value

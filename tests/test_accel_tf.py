@@ -60,8 +60,9 @@ def test_soft_placement_cpu_request_does_not_fall_back() -> None:
     assert r.strict_device is not None and r.strict_device.endswith("CPU:0")
 
 
-@pytest.mark.parametrize(("kwargs", "name"), [({"requested_device": ""}, "requested_device"),
-                                              ({"size": 0}, "size")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("kwargs", "name"), [({"requested_device": ""}, "requested_device"), ({"size": 0}, "size")]
+)
 def test_soft_placement_validates(kwargs: dict, name: str) -> None:
     with pytest.raises(ValueError, match=name):
         tf_soft_placement_demo(**kwargs)
@@ -96,8 +97,9 @@ def test_mixed_precision_keras_runs_and_restores_policy() -> None:
 
 
 def test_mixed_precision_keras_float16_uses_loss_scaling() -> None:
-    r = mixed_precision_keras("mixed_float16", batch=16, features=4, hidden=8, classes=3,
-                              steps=1, **FAST)  # fmt: skip
+    r = mixed_precision_keras(
+        "mixed_float16", batch=16, features=4, hidden=8, classes=3, steps=1, **FAST
+    )
     assert r.used_loss_scaling and r.max_abs_error > 0
 
 
@@ -114,8 +116,10 @@ def test_mixed_precision_keras_restores_policy_on_error(monkeypatch: pytest.Monk
     assert keras.mixed_precision.global_policy().name == before
 
 
-@pytest.mark.parametrize(("kwargs", "name"), [({"policy": "float32"}, "policy"),
-                                              ({"batch": 0}, "batch"), ({"seed": 1.5}, "seed")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [({"policy": "float32"}, "policy"), ({"batch": 0}, "batch"), ({"seed": 1.5}, "seed")],
+)
 def test_mixed_precision_keras_validates(kwargs: dict, name: str) -> None:
     with pytest.raises((ValueError, TypeError), match=name):
         mixed_precision_keras(**kwargs)

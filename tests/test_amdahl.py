@@ -107,9 +107,13 @@ def test_measure_thread_scaling_structure(workload: str) -> None:
 
 def test_measure_thread_scaling_pools_rounds() -> None:
     result = amdahl.measure_thread_scaling(
-        lambda: sum(range(50)), threads=[1], rounds=3, warmup_ms=0, rep_ms=0.1,
+        lambda: sum(range(50)),
+        threads=[1],
+        rounds=3,
+        warmup_ms=0,
+        rep_ms=0.1,
         show_progress=False,
-    )  # fmt: skip
+    )
     assert result.points[0].timing.n >= 15  # >= 5 samples from each of 3 rounds
     assert result.serial_fraction is None
     assert "cannot be measured" in str(result)

@@ -94,7 +94,8 @@ def test_nothing_imports_the_cli(modules) -> None:
         f"{src} imports {dst}"
         for src, targets in graph.items()
         for dst in targets
-        if dst.startswith("labkit.cli") and not src.startswith("labkit.cli")
+        if dst.startswith("labkit.cli")
+        and not src.startswith("labkit.cli")
         and src != "labkit.__main__"
     )
     assert offenders == []

@@ -129,8 +129,10 @@ bad_real = st.one_of(not_numbers, non_finite)
 bad_name = st.one_of(st.integers(), st.lists(st.text(max_size=2), max_size=2), st.just(""))
 #: Device strings nobody has; the ones that exist on some machine (tf, cupy) are left out.
 no_devices = unknown_devices.filter(
-    lambda s: s.strip().lower() not in {"tf", "tensorflow", "cupy"}
-    and not s.strip().lower().startswith("cupy")
+    lambda s: (
+        s.strip().lower() not in {"tf", "tensorflow", "cupy"}
+        and not s.strip().lower().startswith("cupy")
+    )
 )
 bad_device = st.one_of(no_devices, st.integers(), st.lists(st.integers(), max_size=1))
 #: Sequences that are no list of positive sizes: not a sequence, empty, or holding bad sizes.
@@ -158,8 +160,9 @@ def bad_choice(choices: tuple[str, ...]) -> st.SearchStrategy[Any]:
 def bad_choices(choices: tuple[str, ...]) -> st.SearchStrategy[Any]:
     """Not a non-empty selection from ``choices`` (a single valid name is a valid selection)."""
     other = st.text(max_size=6).filter(lambda s: s not in choices)
-    return st.one_of(st.just(()), st.integers(), st.none(), other,
-                     st.lists(other, min_size=1, max_size=2))  # fmt: skip
+    return st.one_of(
+        st.just(()), st.integers(), st.none(), other, st.lists(other, min_size=1, max_size=2)
+    )
 
 
 # --------------------------------------------------------------------------- fixtures for calls
@@ -188,13 +191,17 @@ BUFFERS = None  # torch tensors for prepare_kernel, made on first use
 def _buffers() -> list[Any]:
     import torch
 
-    return [torch.zeros(16, dtype=torch.float64), torch.full((16,), 2.0, dtype=torch.float64),
-            torch.full((16,), 1.0, dtype=torch.float64)]  # fmt: skip
+    return [
+        torch.zeros(16, dtype=torch.float64),
+        torch.full((16,), 2.0, dtype=torch.float64),
+        torch.full((16,), 1.0, dtype=torch.float64),
+    ]
 
 
 def _size_sweep() -> parallel.SizeSweep:
-    point = parallel.SweepPoint(size=4, median_ms=1.0, elements_per_s=4e3, gflop_per_s=4e-6,
-                                timing=T)  # fmt: skip
+    point = parallel.SweepPoint(
+        size=4, median_ms=1.0, elements_per_s=4e3, gflop_per_s=4e-6, timing=T
+    )
     backend = parallel.BackendSweep("numpy", "NumPy", "cpu", (point,))
     return parallel.SizeSweep(op="add", dtype="float32", sizes=(4,), backends=(backend,))
 
@@ -209,26 +216,46 @@ def _roofline() -> roofline.Roofline:
 
 
 def _bandwidth_row() -> bandwidth.BandwidthResult:
-    return bandwidth.BandwidthResult(kernel="copy", device="cpu", dtype="float64", n_elements=512,
-                                     bytes_per_array=4096, bytes_per_call=8192, calls_per_sample=1,
-                                     timing=T, implementation="a.copy_(b)")  # fmt: skip
+    return bandwidth.BandwidthResult(
+        kernel="copy",
+        device="cpu",
+        dtype="float64",
+        n_elements=512,
+        bytes_per_array=4096,
+        bytes_per_call=8192,
+        calls_per_sample=1,
+        timing=T,
+        implementation="a.copy_(b)",
+    )
 
 
 def _stream_sweep() -> stream_sweep.StreamSweep:
-    return stream_sweep.StreamSweep(rows=(_bandwidth_row(),), device="cpu", dtype="float64",
-                                    caches=(("L1d", 32768),))  # fmt: skip
+    return stream_sweep.StreamSweep(
+        rows=(_bandwidth_row(),), device="cpu", dtype="float64", caches=(("L1d", 32768),)
+    )
 
 
 def _strided() -> strided.StridedResult:
-    row = strided.StridedRow(stride=1, n_elements=1024, useful_bytes=4096, span_bytes=4096,
-                             timing=T, slowdown=1.0)  # fmt: skip
-    return strided.StridedResult(rows=(row,), device="cpu", dtype="float32", itemsize_bytes=4,
-                                 line_bytes=64, flushed=False)  # fmt: skip
+    row = strided.StridedRow(
+        stride=1, n_elements=1024, useful_bytes=4096, span_bytes=4096, timing=T, slowdown=1.0
+    )
+    return strided.StridedResult(
+        rows=(row,), device="cpu", dtype="float32", itemsize_bytes=4, line_bytes=64, flushed=False
+    )
 
 
 def _breakdown() -> pipeline.PipelineBreakdown:
-    return pipeline.PipelineBreakdown(device="cpu", op="scale", n_bytes=4096, host_memory="pageable",
-                                      copy_in=T, compute=T, copy_back=T, total=T, note="")  # fmt: skip
+    return pipeline.PipelineBreakdown(
+        device="cpu",
+        op="scale",
+        n_bytes=4096,
+        host_memory="pageable",
+        copy_in=T,
+        compute=T,
+        copy_back=T,
+        total=T,
+        note="",
+    )
 
 
 _REPORT: list[device.DeviceReport] = []
@@ -249,8 +276,9 @@ def _gpu_device() -> frameworks.GpuDevice:
 
 
 def _reference_obj() -> reference.Reference:
-    return reference.Reference(name="x", gpu="G", recorded="2026-01-01", labkit_version="0",
-                               results={"summary": ["a"]})  # fmt: skip
+    return reference.Reference(
+        name="x", gpu="G", recorded="2026-01-01", labkit_version="0", results={"summary": ["a"]}
+    )
 
 
 def _workdir() -> Path:
@@ -289,8 +317,15 @@ class Case:
         return {k: (v() if k in self.lazy else v) for k, v in self.valid.items()}
 
 
-def case(name: str, fn: Callable[..., Any], valid: dict[str, Any], bad: dict[str, Any],
-         guards: tuple[str, ...] = (), run_valid: bool = True, lazy: tuple[str, ...] = ()) -> Case:  # fmt: skip
+def case(
+    name: str,
+    fn: Callable[..., Any],
+    valid: dict[str, Any],
+    bad: dict[str, Any],
+    guards: tuple[str, ...] = (),
+    run_valid: bool = True,
+    lazy: tuple[str, ...] = (),
+) -> Case:
     return Case(name, fn, valid, bad, guards, run_valid, frozenset(lazy))
 
 
@@ -299,538 +334,1406 @@ SEVERITIES = ("error", "warning", "info")
 
 CASES: list[Case] = [
     # ----------------------------------------------------------------- timing
-    case("timing.format_duration", timing.format_duration, {"ms": 1.5, "unit": None},
-         {"ms": bad_real, "unit": bad_choice(("ns", "µs", "ms", "s")).filter(_no(None))}),
+    case(
+        "timing.format_duration",
+        timing.format_duration,
+        {"ms": 1.5, "unit": None},
+        {"ms": bad_real, "unit": bad_choice(("ns", "µs", "ms", "s")).filter(_no(None))},
+    ),
     case("timing.duration_unit", timing.duration_unit, {"ms": 1.5}, {"ms": bad_real}),
-    case("timing.quantile", timing.quantile, {"sorted_values": [1.0, 2.0], "q": 0.5},
-         {"sorted_values": st.one_of(not_a_sequence, st.text(min_size=1), st.just([]),
-                                     st.lists(st.text(min_size=1), min_size=1, max_size=2)),
-          "q": st.one_of(bad_real, st.floats(min_value=1.0001, max_value=1e9),
-                         st.floats(max_value=-1e-9, allow_nan=False))}),
-    case("timing.Timing", timing.Timing,
-         {"samples_ms": (1.0, 2.0), "label": None, "device": "cpu", "warmup_calls": 0,
-          "first_call_ms": None, "method": "host clock"},
-         {"samples_ms": st.one_of(not_a_sequence, st.text(min_size=1), st.just(()),
-                                  st.lists(st.one_of(non_finite, negative_floats, st.text()),
-                                           min_size=1, max_size=3)),
-          "label": st.one_of(st.integers(), st.lists(st.text(), max_size=1)),
-          "device": bad_text_param, "method": bad_text_param,
-          "warmup_calls": st.one_of(st.integers(max_value=-1), st.floats(), st.text()),
-          "first_call_ms": st.one_of(non_finite, negative_floats, st.text())}),
+    case(
+        "timing.quantile",
+        timing.quantile,
+        {"sorted_values": [1.0, 2.0], "q": 0.5},
+        {
+            "sorted_values": st.one_of(
+                not_a_sequence,
+                st.text(min_size=1),
+                st.just([]),
+                st.lists(st.text(min_size=1), min_size=1, max_size=2),
+            ),
+            "q": st.one_of(
+                bad_real,
+                st.floats(min_value=1.0001, max_value=1e9),
+                st.floats(max_value=-1e-9, allow_nan=False),
+            ),
+        },
+    ),
+    case(
+        "timing.Timing",
+        timing.Timing,
+        {
+            "samples_ms": (1.0, 2.0),
+            "label": None,
+            "device": "cpu",
+            "warmup_calls": 0,
+            "first_call_ms": None,
+            "method": "host clock",
+        },
+        {
+            "samples_ms": st.one_of(
+                not_a_sequence,
+                st.text(min_size=1),
+                st.just(()),
+                st.lists(st.one_of(non_finite, negative_floats, st.text()), min_size=1, max_size=3),
+            ),
+            "label": st.one_of(st.integers(), st.lists(st.text(), max_size=1)),
+            "device": bad_text_param,
+            "method": bad_text_param,
+            "warmup_calls": st.one_of(st.integers(max_value=-1), st.floats(), st.text()),
+            "first_call_ms": st.one_of(non_finite, negative_floats, st.text()),
+        },
+    ),
     case("timing.noisy_message", timing.noisy_message, {"timing": T}, {"timing": not_numbers}),
-    case("timing.bench", timing.bench,
-         {"fn": noop, **FAST, "min_reps": 1, "max_reps": 3, "device": None, "flush_l2": False,
-          "grad_to_none": None, "label": None, "warn": False},
-         {"fn": not_callables, "warmup_ms": bad_ms_or_zero, "rep_ms": bad_ms,
-          "min_reps": bad_positive_int, "max_reps": st.one_of(not_numbers, non_positive_ints),
-          "device": bad_device, "flush_l2": not_bools,
-          "grad_to_none": st.one_of(st.integers(), st.text(min_size=1),
-                                    st.lists(st.integers(), min_size=1, max_size=2)),
-          "label": st.one_of(st.integers(), st.lists(st.text(), max_size=1)),
-          "clock": not_callables, "warn": not_bools}),
+    case(
+        "timing.bench",
+        timing.bench,
+        {
+            "fn": noop,
+            **FAST,
+            "min_reps": 1,
+            "max_reps": 3,
+            "device": None,
+            "flush_l2": False,
+            "grad_to_none": None,
+            "label": None,
+            "warn": False,
+        },
+        {
+            "fn": not_callables,
+            "warmup_ms": bad_ms_or_zero,
+            "rep_ms": bad_ms,
+            "min_reps": bad_positive_int,
+            "max_reps": st.one_of(not_numbers, non_positive_ints),
+            "device": bad_device,
+            "flush_l2": not_bools,
+            "grad_to_none": st.one_of(
+                st.integers(), st.text(min_size=1), st.lists(st.integers(), min_size=1, max_size=2)
+            ),
+            "label": st.one_of(st.integers(), st.lists(st.text(), max_size=1)),
+            "clock": not_callables,
+            "warn": not_bools,
+        },
+    ),
     # ----------------------------------------------------------------- compare
-    case("compare.format_speedup", compare.format_speedup, {"speedup": 2.0},
-         {"speedup": st.one_of(not_numbers, st.just(math.nan), negative_floats)}),
-    case("compare.compare", compare.compare, {"timings": [T], "baseline": None},
-         {"timings": st.one_of(not_a_sequence, st.text(min_size=1), st.just([]),
-                               st.lists(st.integers(), min_size=1, max_size=2)),
-          "baseline": st.one_of(st.integers().filter(lambda i: i not in (0, -1)),
-                                st.text().filter(lambda s: s != "t"), st.floats(),
-                                st.booleans())}),
+    case(
+        "compare.format_speedup",
+        compare.format_speedup,
+        {"speedup": 2.0},
+        {"speedup": st.one_of(not_numbers, st.just(math.nan), negative_floats)},
+    ),
+    case(
+        "compare.compare",
+        compare.compare,
+        {"timings": [T], "baseline": None},
+        {
+            "timings": st.one_of(
+                not_a_sequence,
+                st.text(min_size=1),
+                st.just([]),
+                st.lists(st.integers(), min_size=1, max_size=2),
+            ),
+            "baseline": st.one_of(
+                st.integers().filter(lambda i: i not in (0, -1)),
+                st.text().filter(lambda s: s != "t"),
+                st.floats(),
+                st.booleans(),
+            ),
+        },
+    ),
     # ----------------------------------------------------------------- device, gpu
-    case("device.device_report", device.device_report, {"frameworks": ()},
-         {"frameworks": st.one_of(not_a_sequence, st.text(min_size=1),
-                                  st.lists(st.text(max_size=6).filter(
-                                      lambda s: s not in ("torch", "tensorflow", "cupy")),
-                                      min_size=1, max_size=2),
-                                  st.lists(st.integers(), min_size=1, max_size=2))}),
-    case("device.pick_device", device.pick_device, {"framework": "torch"},
-         {"framework": bad_choice(device.PICKABLE)}),
-    case("gpu.require_gpu", gpu.require_gpu, {"what": "the demo", "reference": None},
-         {"what": st.one_of(st.none(), st.integers(), st.just(""), st.just("  ")),
-          "reference": st.one_of(st.integers(), st.text().filter(
-              lambda s: not re.fullmatch(r"[A-Za-z0-9_-]+", s)))}),
-    case("gpu.no_gpu_lines", gpu.no_gpu_lines, {"what": "the demo", "reference": None},
-         {"what": st.one_of(st.none(), st.integers(), st.just(""), st.just("  ")),
-          "reference": st.one_of(st.integers(), st.just("../x"), st.just("a b"))}),
+    case(
+        "device.device_report",
+        device.device_report,
+        {"frameworks": ()},
+        {
+            "frameworks": st.one_of(
+                not_a_sequence,
+                st.text(min_size=1),
+                st.lists(
+                    st.text(max_size=6).filter(lambda s: s not in ("torch", "tensorflow", "cupy")),
+                    min_size=1,
+                    max_size=2,
+                ),
+                st.lists(st.integers(), min_size=1, max_size=2),
+            )
+        },
+    ),
+    case(
+        "device.pick_device",
+        device.pick_device,
+        {"framework": "torch"},
+        {"framework": bad_choice(device.PICKABLE)},
+    ),
+    case(
+        "gpu.require_gpu",
+        gpu.require_gpu,
+        {"what": "the demo", "reference": None},
+        {
+            "what": st.one_of(st.none(), st.integers(), st.just(""), st.just("  ")),
+            "reference": st.one_of(
+                st.integers(), st.text().filter(lambda s: not re.fullmatch(r"[A-Za-z0-9_-]+", s))
+            ),
+        },
+    ),
+    case(
+        "gpu.no_gpu_lines",
+        gpu.no_gpu_lines,
+        {"what": "the demo", "reference": None},
+        {
+            "what": st.one_of(st.none(), st.integers(), st.just(""), st.just("  ")),
+            "reference": st.one_of(st.integers(), st.just("../x"), st.just("a b")),
+        },
+    ),
     # ----------------------------------------------------------------- bandwidth
-    case("bandwidth.stream_bytes", bandwidth.stream_bytes,
-         {"kernel": "triad", "n_elements": 1000, "itemsize_bytes": 8},
-         {"kernel": bad_choice(bandwidth.KERNELS), "n_elements": bad_positive_int,
-          "itemsize_bytes": bad_positive_int}),
-    case("bandwidth.format_gb_per_s", bandwidth.format_gb_per_s, {"gb_per_s": 3.0},
-         {"gb_per_s": not_numbers}),
-    case("bandwidth.check_device", bandwidth.check_device, {"device": "cpu"},
-         {"device": st.one_of(bad_device, st.none())}),
-    case("bandwidth.cache_sizes", bandwidth.cache_sizes, {"device": "cpu"},
-         {"device": bad_device}),
-    case("bandwidth.dram_bytes_per_array", bandwidth.dram_bytes_per_array, {"device": "cpu"},
-         {"device": bad_device}),
-    case("bandwidth.default_sizes", bandwidth.default_sizes,
-         {"device": "cpu", "points_per_decade": 4},
-         {"device": bad_device, "points_per_decade": bad_positive_int}),
-    case("bandwidth.log_sizes", bandwidth.log_sizes,
-         {"low_bytes": 4096, "high_bytes": 2**20, "points_per_decade": 4},
-         {"low_bytes": bad_positive_int,
-          "high_bytes": st.one_of(bad_positive_int, st.integers(1, 4095)),
-          "points_per_decade": bad_positive_int}),
-    case("bandwidth.prepare_kernel", bandwidth.prepare_kernel,
-         {"kernel": "copy", "buffers": _buffers, "n_elements": 16, "device": "cpu"},
-         {"kernel": bad_choice(bandwidth.KERNELS),
-          "buffers": st.one_of(not_a_sequence, st.text(min_size=1), st.just([])),
-          "n_elements": st.one_of(bad_positive_int, st.integers(17, 10**6)),
-          "device": bad_device},
-         lazy=("buffers",)),
-    case("bandwidth.stream_kernel", bandwidth.stream_kernel,
-         {"kernel": "copy", "bytes_per_array": 4096, "device": "cpu", "fraction": 0.25, **FAST,
-          "min_reps": 1},
-         {"kernel": bad_choice(bandwidth.KERNELS),
-          "bytes_per_array": st.one_of(bad_optional_positive_int, impossible_bytes),
-          "device": bad_device, "fraction": bad_fraction, "warmup_ms": bad_ms_or_zero,
-          "rep_ms": bad_ms, "min_reps": bad_positive_int},
-         guards=("labkit.bandwidth.stream.allocate_arrays",)),
-    case("bandwidth.peak_bandwidth", bandwidth.peak_bandwidth,
-         {"device": "cpu", "fraction": 0.25, "bytes_per_array": 4096, "kernels": ("copy",),
-          **FAST, "min_reps": 1},
-         {"device": bad_device, "fraction": bad_fraction,
-          "bytes_per_array": st.one_of(bad_optional_positive_int, impossible_bytes),
-          "kernels": st.one_of(not_a_sequence, st.just(()),
-                               st.text(max_size=6).filter(lambda s: s not in bandwidth.KERNELS),
-                               st.lists(st.integers(), min_size=1, max_size=2)),
-          "warmup_ms": bad_ms_or_zero, "rep_ms": bad_ms, "min_reps": bad_positive_int},
-         guards=("labkit.bandwidth.stream.allocate_arrays",)),
-    case("stream_sweep.stream_sweep", stream_sweep.stream_sweep,
-         {"kernels": ("copy",), "sizes_bytes": (4096,), "device": "cpu", "fraction": 0.25,
-          "points_per_decade": 4, **FAST, "min_reps": 1, "show_progress": False},
-         {"kernels": st.one_of(st.just(()), st.lists(st.integers(), min_size=1, max_size=2)),
-          "sizes_bytes": st.one_of(bad_sizes, st.lists(impossible_bytes, min_size=1, max_size=2)),
-          "device": bad_device, "fraction": bad_fraction, "points_per_decade": bad_positive_int,
-          "warmup_ms": bad_ms_or_zero, "rep_ms": bad_ms, "min_reps": bad_positive_int,
-          "show_progress": not_optional_bools},
-         guards=("labkit.bandwidth.stream.allocate_arrays",)),
-    case("strided.strided_read", strided.strided_read,
-         {"strides": (1, 2), "n_elements": 1024, "device": "cpu", "dtype": "float32",
-          "fraction": 0.25, "flush_cache": False, "rep_ms": 0.05, "max_reps": 3,
-          "show_progress": False},
-         {"strides": bad_sizes, "n_elements": st.one_of(bad_optional_positive_int, impossible_bytes),
-          "device": bad_device, "dtype": st.one_of(unsupported_dtypes, st.integers(),
-                                                   st.lists(st.text(), max_size=1)),
-          "fraction": bad_fraction, "flush_cache": not_bools, "rep_ms": bad_ms,
-          "max_reps": st.one_of(not_numbers, st.integers(max_value=2)),
-          "show_progress": not_optional_bools},
-         guards=("labkit.bandwidth.strided._allocate",)),
+    case(
+        "bandwidth.stream_bytes",
+        bandwidth.stream_bytes,
+        {"kernel": "triad", "n_elements": 1000, "itemsize_bytes": 8},
+        {
+            "kernel": bad_choice(bandwidth.KERNELS),
+            "n_elements": bad_positive_int,
+            "itemsize_bytes": bad_positive_int,
+        },
+    ),
+    case(
+        "bandwidth.format_gb_per_s",
+        bandwidth.format_gb_per_s,
+        {"gb_per_s": 3.0},
+        {"gb_per_s": not_numbers},
+    ),
+    case(
+        "bandwidth.check_device",
+        bandwidth.check_device,
+        {"device": "cpu"},
+        {"device": st.one_of(bad_device, st.none())},
+    ),
+    case("bandwidth.cache_sizes", bandwidth.cache_sizes, {"device": "cpu"}, {"device": bad_device}),
+    case(
+        "bandwidth.dram_bytes_per_array",
+        bandwidth.dram_bytes_per_array,
+        {"device": "cpu"},
+        {"device": bad_device},
+    ),
+    case(
+        "bandwidth.default_sizes",
+        bandwidth.default_sizes,
+        {"device": "cpu", "points_per_decade": 4},
+        {"device": bad_device, "points_per_decade": bad_positive_int},
+    ),
+    case(
+        "bandwidth.log_sizes",
+        bandwidth.log_sizes,
+        {"low_bytes": 4096, "high_bytes": 2**20, "points_per_decade": 4},
+        {
+            "low_bytes": bad_positive_int,
+            "high_bytes": st.one_of(bad_positive_int, st.integers(1, 4095)),
+            "points_per_decade": bad_positive_int,
+        },
+    ),
+    case(
+        "bandwidth.prepare_kernel",
+        bandwidth.prepare_kernel,
+        {"kernel": "copy", "buffers": _buffers, "n_elements": 16, "device": "cpu"},
+        {
+            "kernel": bad_choice(bandwidth.KERNELS),
+            "buffers": st.one_of(not_a_sequence, st.text(min_size=1), st.just([])),
+            "n_elements": st.one_of(bad_positive_int, st.integers(17, 10**6)),
+            "device": bad_device,
+        },
+        lazy=("buffers",),
+    ),
+    case(
+        "bandwidth.stream_kernel",
+        bandwidth.stream_kernel,
+        {
+            "kernel": "copy",
+            "bytes_per_array": 4096,
+            "device": "cpu",
+            "fraction": 0.25,
+            **FAST,
+            "min_reps": 1,
+        },
+        {
+            "kernel": bad_choice(bandwidth.KERNELS),
+            "bytes_per_array": st.one_of(bad_optional_positive_int, impossible_bytes),
+            "device": bad_device,
+            "fraction": bad_fraction,
+            "warmup_ms": bad_ms_or_zero,
+            "rep_ms": bad_ms,
+            "min_reps": bad_positive_int,
+        },
+        guards=("labkit.bandwidth.stream.allocate_arrays",),
+    ),
+    case(
+        "bandwidth.peak_bandwidth",
+        bandwidth.peak_bandwidth,
+        {
+            "device": "cpu",
+            "fraction": 0.25,
+            "bytes_per_array": 4096,
+            "kernels": ("copy",),
+            **FAST,
+            "min_reps": 1,
+        },
+        {
+            "device": bad_device,
+            "fraction": bad_fraction,
+            "bytes_per_array": st.one_of(bad_optional_positive_int, impossible_bytes),
+            "kernels": st.one_of(
+                not_a_sequence,
+                st.just(()),
+                st.text(max_size=6).filter(lambda s: s not in bandwidth.KERNELS),
+                st.lists(st.integers(), min_size=1, max_size=2),
+            ),
+            "warmup_ms": bad_ms_or_zero,
+            "rep_ms": bad_ms,
+            "min_reps": bad_positive_int,
+        },
+        guards=("labkit.bandwidth.stream.allocate_arrays",),
+    ),
+    case(
+        "stream_sweep.stream_sweep",
+        stream_sweep.stream_sweep,
+        {
+            "kernels": ("copy",),
+            "sizes_bytes": (4096,),
+            "device": "cpu",
+            "fraction": 0.25,
+            "points_per_decade": 4,
+            **FAST,
+            "min_reps": 1,
+            "show_progress": False,
+        },
+        {
+            "kernels": st.one_of(st.just(()), st.lists(st.integers(), min_size=1, max_size=2)),
+            "sizes_bytes": st.one_of(bad_sizes, st.lists(impossible_bytes, min_size=1, max_size=2)),
+            "device": bad_device,
+            "fraction": bad_fraction,
+            "points_per_decade": bad_positive_int,
+            "warmup_ms": bad_ms_or_zero,
+            "rep_ms": bad_ms,
+            "min_reps": bad_positive_int,
+            "show_progress": not_optional_bools,
+        },
+        guards=("labkit.bandwidth.stream.allocate_arrays",),
+    ),
+    case(
+        "strided.strided_read",
+        strided.strided_read,
+        {
+            "strides": (1, 2),
+            "n_elements": 1024,
+            "device": "cpu",
+            "dtype": "float32",
+            "fraction": 0.25,
+            "flush_cache": False,
+            "rep_ms": 0.05,
+            "max_reps": 3,
+            "show_progress": False,
+        },
+        {
+            "strides": bad_sizes,
+            "n_elements": st.one_of(bad_optional_positive_int, impossible_bytes),
+            "device": bad_device,
+            "dtype": st.one_of(unsupported_dtypes, st.integers(), st.lists(st.text(), max_size=1)),
+            "fraction": bad_fraction,
+            "flush_cache": not_bools,
+            "rep_ms": bad_ms,
+            "max_reps": st.one_of(not_numbers, st.integers(max_value=2)),
+            "show_progress": not_optional_bools,
+        },
+        guards=("labkit.bandwidth.strided._allocate",),
+    ),
     # ----------------------------------------------------------------- transfers (need a GPU)
-    case("transfers.theoretical_peak_gb_per_s", transfers.theoretical_peak_gb_per_s,
-         {"device": "cuda"}, {"device": st.one_of(bad_device, st.just("cpu"))}, run_valid=False),
-    case("transfers.device_copy", transfers.device_copy,
-         {"bytes_per_array": 4096, "device": "cuda", "fraction": 0.25, **FAST, "min_reps": 1},
-         {"bytes_per_array": bad_optional_positive_int, "device": st.one_of(bad_device, st.just("cpu")),
-          "fraction": bad_fraction, "warmup_ms": bad_ms_or_zero, "rep_ms": bad_ms,
-          "min_reps": bad_positive_int}, run_valid=False),
-    case("transfers.host_device_sweep", transfers.host_device_sweep,
-         {"sizes_bytes": (4096,), "device": "cuda", "directions": ("h2d",),
-          "host_memory": ("pinned",), "fraction": 0.25, **FAST, "show_progress": False},
-         {"sizes_bytes": bad_sizes, "device": st.one_of(bad_device, st.just("cpu")),
-          "directions": bad_choices(transfers.DIRECTIONS),
-          "host_memory": bad_choices(transfers.HOST_MEMORY),
-          "fraction": bad_fraction, "warmup_ms": bad_ms_or_zero, "rep_ms": bad_ms,
-          "show_progress": not_optional_bools}, run_valid=False),
-    case("transfers.balance_repeats", transfers.balance_repeats,
-         {"copy_ms": 2.0, "pass_ms": 1.0, "limit": 1000},
-         {"copy_ms": st.one_of(bad_real, st.floats(max_value=0.0)),
-          "pass_ms": st.one_of(bad_real, st.floats(max_value=0.0)), "limit": bad_positive_int}),
-    case("transfers.copy_compute_overlap", transfers.copy_compute_overlap,
-         {"n_chunks": 2, "chunk_bytes": 4096, "device": "cuda", "compute_repeats": None,
-          "fraction": 0.25, "rep_ms": 0.05},
-         {"n_chunks": st.one_of(not_numbers, st.integers(max_value=1)),
-          "chunk_bytes": st.one_of(not_numbers, st.integers(max_value=4095)),
-          "device": st.one_of(bad_device, st.just("cpu")),
-          "compute_repeats": bad_optional_positive_int, "fraction": bad_fraction,
-          "rep_ms": bad_ms}, run_valid=False),
+    case(
+        "transfers.theoretical_peak_gb_per_s",
+        transfers.theoretical_peak_gb_per_s,
+        {"device": "cuda"},
+        {"device": st.one_of(bad_device, st.just("cpu"))},
+        run_valid=False,
+    ),
+    case(
+        "transfers.device_copy",
+        transfers.device_copy,
+        {"bytes_per_array": 4096, "device": "cuda", "fraction": 0.25, **FAST, "min_reps": 1},
+        {
+            "bytes_per_array": bad_optional_positive_int,
+            "device": st.one_of(bad_device, st.just("cpu")),
+            "fraction": bad_fraction,
+            "warmup_ms": bad_ms_or_zero,
+            "rep_ms": bad_ms,
+            "min_reps": bad_positive_int,
+        },
+        run_valid=False,
+    ),
+    case(
+        "transfers.host_device_sweep",
+        transfers.host_device_sweep,
+        {
+            "sizes_bytes": (4096,),
+            "device": "cuda",
+            "directions": ("h2d",),
+            "host_memory": ("pinned",),
+            "fraction": 0.25,
+            **FAST,
+            "show_progress": False,
+        },
+        {
+            "sizes_bytes": bad_sizes,
+            "device": st.one_of(bad_device, st.just("cpu")),
+            "directions": bad_choices(transfers.DIRECTIONS),
+            "host_memory": bad_choices(transfers.HOST_MEMORY),
+            "fraction": bad_fraction,
+            "warmup_ms": bad_ms_or_zero,
+            "rep_ms": bad_ms,
+            "show_progress": not_optional_bools,
+        },
+        run_valid=False,
+    ),
+    case(
+        "transfers.balance_repeats",
+        transfers.balance_repeats,
+        {"copy_ms": 2.0, "pass_ms": 1.0, "limit": 1000},
+        {
+            "copy_ms": st.one_of(bad_real, st.floats(max_value=0.0)),
+            "pass_ms": st.one_of(bad_real, st.floats(max_value=0.0)),
+            "limit": bad_positive_int,
+        },
+    ),
+    case(
+        "transfers.copy_compute_overlap",
+        transfers.copy_compute_overlap,
+        {
+            "n_chunks": 2,
+            "chunk_bytes": 4096,
+            "device": "cuda",
+            "compute_repeats": None,
+            "fraction": 0.25,
+            "rep_ms": 0.05,
+        },
+        {
+            "n_chunks": st.one_of(not_numbers, st.integers(max_value=1)),
+            "chunk_bytes": st.one_of(not_numbers, st.integers(max_value=4095)),
+            "device": st.one_of(bad_device, st.just("cpu")),
+            "compute_repeats": bad_optional_positive_int,
+            "fraction": bad_fraction,
+            "rep_ms": bad_ms,
+        },
+        run_valid=False,
+    ),
     # ----------------------------------------------------------------- pipeline
-    case("pipeline.pipeline_breakdown", pipeline.pipeline_breakdown,
-         {"n_bytes": 4096, "op": "scale", "device": "cpu", "pinned": False, "fraction": 0.25,
-          **FAST},
-         {"n_bytes": st.one_of(not_numbers, st.integers(max_value=3), impossible_bytes),
-          "op": bad_choice(pipeline.OPS), "device": bad_device, "pinned": not_bools,
-          "fraction": bad_fraction, "warmup_ms": bad_ms_or_zero, "rep_ms": bad_ms},
-         guards=("torch.ones", "torch.empty")),
+    case(
+        "pipeline.pipeline_breakdown",
+        pipeline.pipeline_breakdown,
+        {
+            "n_bytes": 4096,
+            "op": "scale",
+            "device": "cpu",
+            "pinned": False,
+            "fraction": 0.25,
+            **FAST,
+        },
+        {
+            "n_bytes": st.one_of(not_numbers, st.integers(max_value=3), impossible_bytes),
+            "op": bad_choice(pipeline.OPS),
+            "device": bad_device,
+            "pinned": not_bools,
+            "fraction": bad_fraction,
+            "warmup_ms": bad_ms_or_zero,
+            "rep_ms": bad_ms,
+        },
+        guards=("torch.ones", "torch.empty"),
+    ),
     # ----------------------------------------------------------------- parallel
     case("parallel.torch_threads", parallel.torch_threads, {"n": 1}, {"n": bad_positive_int}),
-    case("parallel.backend_label", parallel.backend_label, {"backend": "numpy"},
-         {"backend": bad_choice(parallel.BACKENDS)}),
-    case("parallel.sweep", parallel.sweep,
-         {"op": "add", "sizes": (4,), "backends": ("numpy",), "dtype": "float32", **FAST,
-          "python_max_size": None, "python_max_call_ms": 1000.0, "show_progress": False},
-         {"op": bad_choice(parallel.OPS), "sizes": bad_sizes,
-          "backends": st.one_of(st.text(min_size=1), st.just(()), st.integers(), st.floats(),
-                                st.lists(st.text(max_size=6).filter(
-                                    lambda s: s not in parallel.BACKENDS), min_size=1, max_size=2)),
-          "dtype": st.one_of(unsupported_dtypes, st.lists(st.text(), max_size=1)),
-          "warmup_ms": bad_ms_or_zero, "rep_ms": bad_ms,
-          "python_max_size": bad_optional_positive_int, "python_max_call_ms": bad_ms,
-          "show_progress": not_optional_bools},
-         guards=("labkit.parallelism.sweep._make_case",)),
-    case("parallel.sweep_add", parallel.sweep_add,
-         {"sizes": (4,), "backends": ("numpy",), **FAST, "show_progress": False},
-         {"sizes": bad_sizes, "dtype": unsupported_dtypes},
-         guards=("labkit.parallelism.sweep._make_case",)),
-    case("parallel.sweep_matmul", parallel.sweep_matmul,
-         {"sizes": (2,), "backends": ("numpy",), **FAST, "show_progress": False},
-         {"sizes": bad_sizes, "dtype": unsupported_dtypes},
-         guards=("labkit.parallelism.sweep._make_case",)),
+    case(
+        "parallel.backend_label",
+        parallel.backend_label,
+        {"backend": "numpy"},
+        {"backend": bad_choice(parallel.BACKENDS)},
+    ),
+    case(
+        "parallel.sweep",
+        parallel.sweep,
+        {
+            "op": "add",
+            "sizes": (4,),
+            "backends": ("numpy",),
+            "dtype": "float32",
+            **FAST,
+            "python_max_size": None,
+            "python_max_call_ms": 1000.0,
+            "show_progress": False,
+        },
+        {
+            "op": bad_choice(parallel.OPS),
+            "sizes": bad_sizes,
+            "backends": st.one_of(
+                st.text(min_size=1),
+                st.just(()),
+                st.integers(),
+                st.floats(),
+                st.lists(
+                    st.text(max_size=6).filter(lambda s: s not in parallel.BACKENDS),
+                    min_size=1,
+                    max_size=2,
+                ),
+            ),
+            "dtype": st.one_of(unsupported_dtypes, st.lists(st.text(), max_size=1)),
+            "warmup_ms": bad_ms_or_zero,
+            "rep_ms": bad_ms,
+            "python_max_size": bad_optional_positive_int,
+            "python_max_call_ms": bad_ms,
+            "show_progress": not_optional_bools,
+        },
+        guards=("labkit.parallelism.sweep._make_case",),
+    ),
+    case(
+        "parallel.sweep_add",
+        parallel.sweep_add,
+        {"sizes": (4,), "backends": ("numpy",), **FAST, "show_progress": False},
+        {"sizes": bad_sizes, "dtype": unsupported_dtypes},
+        guards=("labkit.parallelism.sweep._make_case",),
+    ),
+    case(
+        "parallel.sweep_matmul",
+        parallel.sweep_matmul,
+        {"sizes": (2,), "backends": ("numpy",), **FAST, "show_progress": False},
+        {"sizes": bad_sizes, "dtype": unsupported_dtypes},
+        guards=("labkit.parallelism.sweep._make_case",),
+    ),
     # ----------------------------------------------------------------- amdahl, crossover
-    case("amdahl.amdahl_speedup", amdahl.amdahl_speedup, {"serial_fraction": 0.1, "n": 4},
-         {"serial_fraction": st.one_of(bad_real, st.floats(min_value=1.0001, max_value=1e9),
-                                       negative_floats),
-          "n": st.one_of(bad_real, st.floats(max_value=0.999, allow_nan=False))}),
-    case("amdahl.karp_flatt", amdahl.karp_flatt, {"speedup": 1.5, "n": 2},
-         {"speedup": st.one_of(bad_real, st.floats(max_value=0.0)),
-          "n": st.one_of(bad_real, st.floats(max_value=1.0, allow_nan=False))}),
-    case("amdahl.fit_serial_fraction", amdahl.fit_serial_fraction,
-         {"threads": [1, 2], "speedups": [1.0, 1.6]},
-         {"threads": st.one_of(not_a_sequence, st.text(min_size=1), st.just([1, 1]),
-                               st.lists(st.floats(max_value=0.99, allow_nan=False), min_size=2,
-                                        max_size=2)),
-          "speedups": st.one_of(not_a_sequence, st.text(min_size=1),
-                                st.lists(st.floats(max_value=0.0), min_size=2, max_size=2))}),
-    case("amdahl.default_thread_counts", amdahl.default_thread_counts, {"max_threads": 4},
-         {"max_threads": bad_optional_positive_int}),
-    case("amdahl.measure_thread_scaling", amdahl.measure_thread_scaling,
-         {"workload": "matmul", "threads": (1,), "matmul_size": 8, "python_steps": 10,
-          "rounds": 1, **FAST, "show_progress": False},
-         {"workload": st.one_of(st.text(max_size=8).filter(lambda s: s not in amdahl.WORKLOADS),
-                                st.integers(), st.none(), st.lists(st.text(), max_size=1)),
-          "threads": st.one_of(st.integers(), st.text(min_size=1), st.just(()),
-                               st.lists(st.integers(2, 64), min_size=1, max_size=3),
-                               st.lists(non_positive_ints, min_size=1, max_size=2)),
-          "matmul_size": st.one_of(bad_positive_int, st.integers(2**21, 2**30)),
-          "python_steps": bad_positive_int, "rounds": bad_positive_int,
-          "warmup_ms": bad_ms_or_zero, "rep_ms": bad_ms, "show_progress": not_optional_bools},
-         guards=("labkit.parallelism.amdahl._workload",)),
-    case("crossover.crossover_size", crossover.crossover_size,
-         {"sizes": [1, 100], "slow_ms": [1.0, 100.0], "fast_ms": [10.0, 10.0]},
-         {"sizes": st.one_of(not_a_sequence, st.text(min_size=1), st.just([]), st.just([2, 1]),
-                             st.lists(st.floats(max_value=0.0), min_size=2, max_size=2)),
-          "slow_ms": st.one_of(not_a_sequence, st.just([1.0]),
-                               st.lists(st.one_of(non_finite, st.floats(max_value=0.0)),
-                                        min_size=2, max_size=2)),
-          "fast_ms": st.one_of(not_a_sequence, st.just([1.0, 2.0, 3.0]),
-                               st.lists(st.text(), min_size=2, max_size=2))}),
-    case("crossover.launch_overhead", crossover.launch_overhead,
-         {"device": "cuda", **FAST},
-         {"device": st.one_of(bad_device, st.just("cpu")), "warmup_ms": bad_ms_or_zero,
-          "rep_ms": bad_ms}, run_valid=False),
+    case(
+        "amdahl.amdahl_speedup",
+        amdahl.amdahl_speedup,
+        {"serial_fraction": 0.1, "n": 4},
+        {
+            "serial_fraction": st.one_of(
+                bad_real, st.floats(min_value=1.0001, max_value=1e9), negative_floats
+            ),
+            "n": st.one_of(bad_real, st.floats(max_value=0.999, allow_nan=False)),
+        },
+    ),
+    case(
+        "amdahl.karp_flatt",
+        amdahl.karp_flatt,
+        {"speedup": 1.5, "n": 2},
+        {
+            "speedup": st.one_of(bad_real, st.floats(max_value=0.0)),
+            "n": st.one_of(bad_real, st.floats(max_value=1.0, allow_nan=False)),
+        },
+    ),
+    case(
+        "amdahl.fit_serial_fraction",
+        amdahl.fit_serial_fraction,
+        {"threads": [1, 2], "speedups": [1.0, 1.6]},
+        {
+            "threads": st.one_of(
+                not_a_sequence,
+                st.text(min_size=1),
+                st.just([1, 1]),
+                st.lists(st.floats(max_value=0.99, allow_nan=False), min_size=2, max_size=2),
+            ),
+            "speedups": st.one_of(
+                not_a_sequence,
+                st.text(min_size=1),
+                st.lists(st.floats(max_value=0.0), min_size=2, max_size=2),
+            ),
+        },
+    ),
+    case(
+        "amdahl.default_thread_counts",
+        amdahl.default_thread_counts,
+        {"max_threads": 4},
+        {"max_threads": bad_optional_positive_int},
+    ),
+    case(
+        "amdahl.measure_thread_scaling",
+        amdahl.measure_thread_scaling,
+        {
+            "workload": "matmul",
+            "threads": (1,),
+            "matmul_size": 8,
+            "python_steps": 10,
+            "rounds": 1,
+            **FAST,
+            "show_progress": False,
+        },
+        {
+            "workload": st.one_of(
+                st.text(max_size=8).filter(lambda s: s not in amdahl.WORKLOADS),
+                st.integers(),
+                st.none(),
+                st.lists(st.text(), max_size=1),
+            ),
+            "threads": st.one_of(
+                st.integers(),
+                st.text(min_size=1),
+                st.just(()),
+                st.lists(st.integers(2, 64), min_size=1, max_size=3),
+                st.lists(non_positive_ints, min_size=1, max_size=2),
+            ),
+            "matmul_size": st.one_of(bad_positive_int, st.integers(2**21, 2**30)),
+            "python_steps": bad_positive_int,
+            "rounds": bad_positive_int,
+            "warmup_ms": bad_ms_or_zero,
+            "rep_ms": bad_ms,
+            "show_progress": not_optional_bools,
+        },
+        guards=("labkit.parallelism.amdahl._workload",),
+    ),
+    case(
+        "crossover.crossover_size",
+        crossover.crossover_size,
+        {"sizes": [1, 100], "slow_ms": [1.0, 100.0], "fast_ms": [10.0, 10.0]},
+        {
+            "sizes": st.one_of(
+                not_a_sequence,
+                st.text(min_size=1),
+                st.just([]),
+                st.just([2, 1]),
+                st.lists(st.floats(max_value=0.0), min_size=2, max_size=2),
+            ),
+            "slow_ms": st.one_of(
+                not_a_sequence,
+                st.just([1.0]),
+                st.lists(st.one_of(non_finite, st.floats(max_value=0.0)), min_size=2, max_size=2),
+            ),
+            "fast_ms": st.one_of(
+                not_a_sequence,
+                st.just([1.0, 2.0, 3.0]),
+                st.lists(st.text(), min_size=2, max_size=2),
+            ),
+        },
+    ),
+    case(
+        "crossover.launch_overhead",
+        crossover.launch_overhead,
+        {"device": "cuda", **FAST},
+        {
+            "device": st.one_of(bad_device, st.just("cpu")),
+            "warmup_ms": bad_ms_or_zero,
+            "rep_ms": bad_ms,
+        },
+        run_valid=False,
+    ),
     # ----------------------------------------------------------------- roofline
-    case("roofline.dtype_bytes", roofline.dtype_bytes, {"dtype": "float32"},
-         {"dtype": st.one_of(unsupported_dtypes, st.integers(), st.none())}),
-    case("roofline.add_cost", roofline.add_cost, {"n": 10, "dtype": "float32", "name": None},
-         {"n": bad_positive_int, "dtype": unsupported_dtypes, "name": bad_name}),
-    case("roofline.sum_cost", roofline.sum_cost, {"n": 10, "dtype": "float32", "name": None},
-         {"n": bad_positive_int, "dtype": unsupported_dtypes, "name": bad_name}),
-    case("roofline.matmul_cost", roofline.matmul_cost,
-         {"m": 2, "n": 3, "k": 4, "dtype": "float32", "name": None},
-         {"m": bad_positive_int, "n": bad_positive_int, "k": bad_positive_int,
-          "dtype": unsupported_dtypes, "name": bad_name}),
-    case("roofline.conv2d_output_size", roofline.conv2d_output_size,
-         {"H": 8, "W": 8, "R": 3, "S": 3, "stride": 1, "padding": 0},
-         {"H": bad_positive_int, "W": bad_positive_int,
-          "R": st.one_of(bad_positive_int, st.integers(9, 10**6)),
-          "S": st.one_of(bad_positive_int, st.integers(9, 10**6)), "stride": bad_positive_int,
-          "padding": st.one_of(not_numbers, st.integers(max_value=-1), st.floats())}),
-    case("roofline.conv2d_cost", roofline.conv2d_cost,
-         {"N": 1, "C": 2, "H": 8, "W": 8, "K": 2, "R": 3, "S": 3},
-         {"N": bad_positive_int, "C": bad_positive_int, "K": bad_positive_int,
-          "H": bad_positive_int, "R": st.integers(9, 1000), "dtype": unsupported_dtypes,
-          "name": bad_name}),
-    case("roofline.OpCost", roofline.OpCost,
-         {"name": "op", "flops": 10, "bytes": 40, "dtype": "float32", "kind": "add",
-          "dims": (("n", 10),)},
-         {"name": bad_name, "flops": st.one_of(not_numbers, st.integers(max_value=-1)),
-          "bytes": bad_positive_int, "dtype": unsupported_dtypes,
-          "kind": bad_choice(roofline.OP_KINDS),
-          "dims": st.one_of(st.integers(), st.lists(st.integers(), max_size=2),
-                            st.just((("n", -1),)), st.just(((1, 2),)))}),
-    case("roofline.Roofline", roofline.Roofline,
-         {"device": "cpu", "peak_gflop_per_s": {"float32": 100.0}, "peak_gb_per_s": 10.0},
-         {"device": st.one_of(st.integers(), st.none(), st.just("")),
-          "peak_gflop_per_s": st.one_of(st.none(), st.just({}), st.lists(st.floats()),
-                                        st.dictionaries(unsupported_dtypes, st.floats(1, 10),
-                                                        min_size=1, max_size=1),
-                                        st.fixed_dictionaries({"float32": st.one_of(
-                                            bad_real, st.floats(max_value=0.0))})),
-          "peak_gb_per_s": st.one_of(bad_real, st.floats(max_value=0.0))}),
-    case("roofline.Roofline.attainable_gflop_per_s", _roofline().attainable_gflop_per_s,
-         {"ai": 1.0, "dtype": None},
-         {"ai": st.one_of(bad_real, st.floats(max_value=0.0)),
-          "dtype": st.one_of(unsupported_dtypes, st.just("float64"), st.lists(st.text()))}),
-    case("roofline.predict_bound", roofline.predict_bound,
-         {"op_cost": roofline.add_cost(10), "roofline": _roofline(), "dtype": None},
-         {"op_cost": not_numbers, "roofline": not_numbers,
-          "dtype": st.one_of(unsupported_dtypes, st.lists(st.text()))}),
-    case("roofline_measure.resolve_device", roofline_measure.resolve_device, {"device": "cpu"},
-         {"device": bad_device}),
-    case("roofline_measure.tf32_mode", roofline_measure.tf32_mode, {"enabled": False},
-         {"enabled": not_bools}),
-    case("roofline_measure.measure_peak_compute", roofline_measure.measure_peak_compute,
-         {"device": "cpu", "dtypes": ("float32",), "sizes": (8,), **FAST, "max_call_ms": 200.0,
-          "show_progress": False},
-         {"device": bad_device,
-          "dtypes": st.one_of(st.text(min_size=1), st.just(()), st.just(["tf32"]),
-                              st.lists(unsupported_dtypes, min_size=1, max_size=2)),
-          "sizes": bad_sizes, "warmup_ms": bad_ms_or_zero, "rep_ms": bad_ms,
-          "max_call_ms": bad_ms, "show_progress": not_optional_bools},
-         guards=("labkit.roofline.measure._random_pair",)),
-    case("roofline_measure.measure_op", roofline_measure.measure_op,
-         {"op": roofline.add_cost(16), "device": "cpu", "tf32": False, **FAST,
-          "flush_cache": False},
-         {"op": not_numbers, "device": bad_device,
-          "tf32": not_bools if GPU_HERE else st.one_of(not_bools, st.just(True)),
-          "warmup_ms": bad_ms_or_zero, "rep_ms": bad_ms, "flush_cache": not_bools},
-         guards=("labkit.roofline.measure._build",)),
+    case(
+        "roofline.dtype_bytes",
+        roofline.dtype_bytes,
+        {"dtype": "float32"},
+        {"dtype": st.one_of(unsupported_dtypes, st.integers(), st.none())},
+    ),
+    case(
+        "roofline.add_cost",
+        roofline.add_cost,
+        {"n": 10, "dtype": "float32", "name": None},
+        {"n": bad_positive_int, "dtype": unsupported_dtypes, "name": bad_name},
+    ),
+    case(
+        "roofline.sum_cost",
+        roofline.sum_cost,
+        {"n": 10, "dtype": "float32", "name": None},
+        {"n": bad_positive_int, "dtype": unsupported_dtypes, "name": bad_name},
+    ),
+    case(
+        "roofline.matmul_cost",
+        roofline.matmul_cost,
+        {"m": 2, "n": 3, "k": 4, "dtype": "float32", "name": None},
+        {
+            "m": bad_positive_int,
+            "n": bad_positive_int,
+            "k": bad_positive_int,
+            "dtype": unsupported_dtypes,
+            "name": bad_name,
+        },
+    ),
+    case(
+        "roofline.conv2d_output_size",
+        roofline.conv2d_output_size,
+        {"H": 8, "W": 8, "R": 3, "S": 3, "stride": 1, "padding": 0},
+        {
+            "H": bad_positive_int,
+            "W": bad_positive_int,
+            "R": st.one_of(bad_positive_int, st.integers(9, 10**6)),
+            "S": st.one_of(bad_positive_int, st.integers(9, 10**6)),
+            "stride": bad_positive_int,
+            "padding": st.one_of(not_numbers, st.integers(max_value=-1), st.floats()),
+        },
+    ),
+    case(
+        "roofline.conv2d_cost",
+        roofline.conv2d_cost,
+        {"N": 1, "C": 2, "H": 8, "W": 8, "K": 2, "R": 3, "S": 3},
+        {
+            "N": bad_positive_int,
+            "C": bad_positive_int,
+            "K": bad_positive_int,
+            "H": bad_positive_int,
+            "R": st.integers(9, 1000),
+            "dtype": unsupported_dtypes,
+            "name": bad_name,
+        },
+    ),
+    case(
+        "roofline.OpCost",
+        roofline.OpCost,
+        {
+            "name": "op",
+            "flops": 10,
+            "bytes": 40,
+            "dtype": "float32",
+            "kind": "add",
+            "dims": (("n", 10),),
+        },
+        {
+            "name": bad_name,
+            "flops": st.one_of(not_numbers, st.integers(max_value=-1)),
+            "bytes": bad_positive_int,
+            "dtype": unsupported_dtypes,
+            "kind": bad_choice(roofline.OP_KINDS),
+            "dims": st.one_of(
+                st.integers(),
+                st.lists(st.integers(), max_size=2),
+                st.just((("n", -1),)),
+                st.just(((1, 2),)),
+            ),
+        },
+    ),
+    case(
+        "roofline.Roofline",
+        roofline.Roofline,
+        {"device": "cpu", "peak_gflop_per_s": {"float32": 100.0}, "peak_gb_per_s": 10.0},
+        {
+            "device": st.one_of(st.integers(), st.none(), st.just("")),
+            "peak_gflop_per_s": st.one_of(
+                st.none(),
+                st.just({}),
+                st.lists(st.floats()),
+                st.dictionaries(unsupported_dtypes, st.floats(1, 10), min_size=1, max_size=1),
+                st.fixed_dictionaries({"float32": st.one_of(bad_real, st.floats(max_value=0.0))}),
+            ),
+            "peak_gb_per_s": st.one_of(bad_real, st.floats(max_value=0.0)),
+        },
+    ),
+    case(
+        "roofline.Roofline.attainable_gflop_per_s",
+        _roofline().attainable_gflop_per_s,
+        {"ai": 1.0, "dtype": None},
+        {
+            "ai": st.one_of(bad_real, st.floats(max_value=0.0)),
+            "dtype": st.one_of(unsupported_dtypes, st.just("float64"), st.lists(st.text())),
+        },
+    ),
+    case(
+        "roofline.predict_bound",
+        roofline.predict_bound,
+        {"op_cost": roofline.add_cost(10), "roofline": _roofline(), "dtype": None},
+        {
+            "op_cost": not_numbers,
+            "roofline": not_numbers,
+            "dtype": st.one_of(unsupported_dtypes, st.lists(st.text())),
+        },
+    ),
+    case(
+        "roofline_measure.resolve_device",
+        roofline_measure.resolve_device,
+        {"device": "cpu"},
+        {"device": bad_device},
+    ),
+    case(
+        "roofline_measure.tf32_mode",
+        roofline_measure.tf32_mode,
+        {"enabled": False},
+        {"enabled": not_bools},
+    ),
+    case(
+        "roofline_measure.measure_peak_compute",
+        roofline_measure.measure_peak_compute,
+        {
+            "device": "cpu",
+            "dtypes": ("float32",),
+            "sizes": (8,),
+            **FAST,
+            "max_call_ms": 200.0,
+            "show_progress": False,
+        },
+        {
+            "device": bad_device,
+            "dtypes": st.one_of(
+                st.text(min_size=1),
+                st.just(()),
+                st.just(["tf32"]),
+                st.lists(unsupported_dtypes, min_size=1, max_size=2),
+            ),
+            "sizes": bad_sizes,
+            "warmup_ms": bad_ms_or_zero,
+            "rep_ms": bad_ms,
+            "max_call_ms": bad_ms,
+            "show_progress": not_optional_bools,
+        },
+        guards=("labkit.roofline.measure._random_pair",),
+    ),
+    case(
+        "roofline_measure.measure_op",
+        roofline_measure.measure_op,
+        {"op": roofline.add_cost(16), "device": "cpu", "tf32": False, **FAST, "flush_cache": False},
+        {
+            "op": not_numbers,
+            "device": bad_device,
+            "tf32": not_bools if GPU_HERE else st.one_of(not_bools, st.just(True)),
+            "warmup_ms": bad_ms_or_zero,
+            "rep_ms": bad_ms,
+            "flush_cache": not_bools,
+        },
+        guards=("labkit.roofline.measure._build",),
+    ),
     # ----------------------------------------------------------------- rates
     case("rates.three_digits", rates.three_digits, {"value": 1.5}, {"value": bad_real}),
-    case("rates.format_rate", rates.format_rate, {"per_s": 1e9, "unit": "elements/s"},
-         {"per_s": bad_real, "unit": bad_name}),
-    case("rates.format_gflop_per_s", rates.format_gflop_per_s, {"gflop_per_s": 12.0},
-         {"gflop_per_s": bad_real}),
-    case("rates.format_count", rates.format_count, {"value": 2e9, "unit": "FLOP"},
-         {"value": bad_real, "unit": bad_name}),
+    case(
+        "rates.format_rate",
+        rates.format_rate,
+        {"per_s": 1e9, "unit": "elements/s"},
+        {"per_s": bad_real, "unit": bad_name},
+    ),
+    case(
+        "rates.format_gflop_per_s",
+        rates.format_gflop_per_s,
+        {"gflop_per_s": 12.0},
+        {"gflop_per_s": bad_real},
+    ),
+    case(
+        "rates.format_count",
+        rates.format_count,
+        {"value": 2e9, "unit": "FLOP"},
+        {"value": bad_real, "unit": bad_name},
+    ),
     case("rates.round3", rates.round3, {"value": 123456.7}, {"value": bad_real}),
     # ----------------------------------------------------------------- cpu, cstream, nvidia
-    case("cpu.simd_from_flags", cpu.simd_from_flags, {"flags": ["avx2", "fma"]},
-         {"flags": st.one_of(not_a_sequence, st.text(min_size=1),
-                             st.lists(st.integers(), min_size=1, max_size=2))}),
-    case("cpu.simd_from_sysctl", cpu.simd_from_sysctl, {"values": {"hw.optional.avx2_0": "1"}},
-         {"values": st.one_of(not_a_sequence, st.lists(st.text()),
-                              st.dictionaries(st.text(max_size=3), st.integers(), min_size=1,
-                                              max_size=2))}),
-    case("cpu.simd_from_numpy", cpu.simd_from_numpy, {"features": {"AVX2": True}},
-         {"features": st.one_of(not_a_sequence, st.lists(st.text()), st.text())}),
-    case("cpu.parse_cache_size", cpu.parse_cache_size, {"text": "48K"},
-         {"text": st.one_of(st.none(), st.integers(), st.binary(), st.lists(st.text()))}),
-    case("cstream.compile_stream", cstream.compile_stream,
-         {"workdir": _workdir, "compiler": "cc"},
-         {"workdir": st.one_of(st.none(), st.integers()),
-          "compiler": st.one_of(st.none(), st.integers(), st.just(""))},
-         guards=("labkit.cli.bench.cstream.subprocess.run",), run_valid=False, lazy=("workdir",)),
-    case("cstream.CStream", cstream.CStream,
-         {"exe": "/nonexistent/stream", "n_elements": 4, "timeout_s": 1.0},
-         {"exe": st.one_of(st.none(), st.integers()), "n_elements": bad_positive_int,
-          "timeout_s": st.one_of(bad_real, st.floats(max_value=0.0))},
-         guards=("labkit.cli.bench.cstream.subprocess.Popen",), run_valid=False),
-    case("nvidia.theoretical_bandwidth_gb_per_s", nvidia.theoretical_bandwidth_gb_per_s,
-         {"memory_clock_khz": 2_619_000, "bus_width_bits": 5120},
-         {"memory_clock_khz": st.one_of(st.text(min_size=1), st.floats(), st.booleans(),
-                                        st.lists(st.integers(), max_size=1)),
-          "bus_width_bits": st.one_of(st.text(min_size=1), st.floats(), st.booleans())}),
-    case("nvidia.format_uuid", nvidia.format_uuid, {"raw": bytes(range(16))},
-         {"raw": st.one_of(st.binary().filter(lambda b: len(b) != 16), st.text(), st.none(),
-                           st.integers())}),
-    case("nvidia.normalize_uuid", nvidia.normalize_uuid, {"text": "GPU-ab"},
-         {"text": st.one_of(st.integers(), st.binary(min_size=1), st.lists(st.text(),
-                                                                           min_size=1))}),
-    case("nvidia.cuda_version_text", nvidia.cuda_version_text, {"version": 12040},
-         {"version": st.one_of(st.text(), st.floats(), st.booleans(), st.none(),
-                               st.integers(max_value=-1))}),
-    case("nvidia.parse_smi_output", nvidia.parse_smi_output, {"text": "H100, 560.1, 81559 MiB"},
-         {"text": st.one_of(st.none(), st.integers(), st.binary(), st.lists(st.text()))}),
+    case(
+        "cpu.simd_from_flags",
+        cpu.simd_from_flags,
+        {"flags": ["avx2", "fma"]},
+        {
+            "flags": st.one_of(
+                not_a_sequence, st.text(min_size=1), st.lists(st.integers(), min_size=1, max_size=2)
+            )
+        },
+    ),
+    case(
+        "cpu.simd_from_sysctl",
+        cpu.simd_from_sysctl,
+        {"values": {"hw.optional.avx2_0": "1"}},
+        {
+            "values": st.one_of(
+                not_a_sequence,
+                st.lists(st.text()),
+                st.dictionaries(st.text(max_size=3), st.integers(), min_size=1, max_size=2),
+            )
+        },
+    ),
+    case(
+        "cpu.simd_from_numpy",
+        cpu.simd_from_numpy,
+        {"features": {"AVX2": True}},
+        {"features": st.one_of(not_a_sequence, st.lists(st.text()), st.text())},
+    ),
+    case(
+        "cpu.parse_cache_size",
+        cpu.parse_cache_size,
+        {"text": "48K"},
+        {"text": st.one_of(st.none(), st.integers(), st.binary(), st.lists(st.text()))},
+    ),
+    case(
+        "cstream.compile_stream",
+        cstream.compile_stream,
+        {"workdir": _workdir, "compiler": "cc"},
+        {
+            "workdir": st.one_of(st.none(), st.integers()),
+            "compiler": st.one_of(st.none(), st.integers(), st.just("")),
+        },
+        guards=("labkit.cli.bench.cstream.subprocess.run",),
+        run_valid=False,
+        lazy=("workdir",),
+    ),
+    case(
+        "cstream.CStream",
+        cstream.CStream,
+        {"exe": "/nonexistent/stream", "n_elements": 4, "timeout_s": 1.0},
+        {
+            "exe": st.one_of(st.none(), st.integers()),
+            "n_elements": bad_positive_int,
+            "timeout_s": st.one_of(bad_real, st.floats(max_value=0.0)),
+        },
+        guards=("labkit.cli.bench.cstream.subprocess.Popen",),
+        run_valid=False,
+    ),
+    case(
+        "nvidia.theoretical_bandwidth_gb_per_s",
+        nvidia.theoretical_bandwidth_gb_per_s,
+        {"memory_clock_khz": 2_619_000, "bus_width_bits": 5120},
+        {
+            "memory_clock_khz": st.one_of(
+                st.text(min_size=1), st.floats(), st.booleans(), st.lists(st.integers(), max_size=1)
+            ),
+            "bus_width_bits": st.one_of(st.text(min_size=1), st.floats(), st.booleans()),
+        },
+    ),
+    case(
+        "nvidia.format_uuid",
+        nvidia.format_uuid,
+        {"raw": bytes(range(16))},
+        {
+            "raw": st.one_of(
+                st.binary().filter(lambda b: len(b) != 16), st.text(), st.none(), st.integers()
+            )
+        },
+    ),
+    case(
+        "nvidia.normalize_uuid",
+        nvidia.normalize_uuid,
+        {"text": "GPU-ab"},
+        {"text": st.one_of(st.integers(), st.binary(min_size=1), st.lists(st.text(), min_size=1))},
+    ),
+    case(
+        "nvidia.cuda_version_text",
+        nvidia.cuda_version_text,
+        {"version": 12040},
+        {
+            "version": st.one_of(
+                st.text(), st.floats(), st.booleans(), st.none(), st.integers(max_value=-1)
+            )
+        },
+    ),
+    case(
+        "nvidia.parse_smi_output",
+        nvidia.parse_smi_output,
+        {"text": "H100, 560.1, 81559 MiB"},
+        {"text": st.one_of(st.none(), st.integers(), st.binary(), st.lists(st.text()))},
+    ),
     # ----------------------------------------------------------------- sync
-    case("sync.is_host_device", sync.is_host_device, {"name": "cpu"},
-         {"name": st.one_of(st.none(), st.integers(), st.binary())}),
-    case("sync.resolve_device", sync.resolve_device, {"device": "cpu"},
-         {"device": st.one_of(bad_device, st.none())}),
-    case("sync.group_for", sync.group_for, {"device": None, "values": ()},
-         {"device": bad_device, "values": st.one_of(st.none(), st.integers(),
-                                                    st.text(min_size=1))}),
-    case("sync.infer_synchronizers", sync.infer_synchronizers, {"values": [1, 2.0]},
-         {"values": st.one_of(st.none(), st.integers(), st.text(min_size=1))}),
-    case("sync.merge", sync.merge, {"found": [sync.HostSync()], "ambient": ()},
-         {"found": st.one_of(st.integers(), st.text(min_size=1),
-                             st.lists(st.integers(), min_size=1, max_size=2)),
-          "ambient": st.one_of(st.integers(), st.lists(st.text(), min_size=1, max_size=2))}),
-    case("sync.refine", sync.refine, {"group": sync.SyncGroup(sync.HostSync()), "result": None},
-         {"group": not_numbers}),
-    case("sync.SyncGroup", sync.SyncGroup, {"primary": sync.HostSync(), "extras": ()},
-         {"primary": not_numbers,
-          "extras": st.one_of(st.integers(), st.just([]),
-                              st.tuples(st.integers()), st.tuples(st.text()))}),
-    case("sync.TorchCudaSync", sync.TorchCudaSync, {"index": None},
-         {"index": st.one_of(st.integers(max_value=-1), st.text(), st.floats(), st.booleans())},
-         run_valid=False),
-    case("sync.TorchXpuSync", sync.TorchXpuSync, {"index": None},
-         {"index": st.one_of(st.integers(max_value=-1), st.text(), st.floats())},
-         run_valid=False),
-    case("sync.CupySync", sync.CupySync, {"index": None},
-         {"index": st.one_of(st.integers(max_value=-1), st.text(), st.floats())},
-         run_valid=False),
-    case("sync.TensorFlowSync", sync.TensorFlowSync, {"device_name": None},
-         {"device_name": st.one_of(st.integers(), st.lists(st.text(), max_size=1),
-                                   st.binary(min_size=1))},
-         guards=("labkit.timing.sync.import_tensorflow",), run_valid=False),
-    case("sync.cpu_last_level_cache_bytes", sync.cpu_last_level_cache_bytes,
-         {"sysfs": Path("/nonexistent")},
-         {"sysfs": st.one_of(st.none(), st.integers(), st.lists(st.text()))}),
+    case(
+        "sync.is_host_device",
+        sync.is_host_device,
+        {"name": "cpu"},
+        {"name": st.one_of(st.none(), st.integers(), st.binary())},
+    ),
+    case(
+        "sync.resolve_device",
+        sync.resolve_device,
+        {"device": "cpu"},
+        {"device": st.one_of(bad_device, st.none())},
+    ),
+    case(
+        "sync.group_for",
+        sync.group_for,
+        {"device": None, "values": ()},
+        {"device": bad_device, "values": st.one_of(st.none(), st.integers(), st.text(min_size=1))},
+    ),
+    case(
+        "sync.infer_synchronizers",
+        sync.infer_synchronizers,
+        {"values": [1, 2.0]},
+        {"values": st.one_of(st.none(), st.integers(), st.text(min_size=1))},
+    ),
+    case(
+        "sync.merge",
+        sync.merge,
+        {"found": [sync.HostSync()], "ambient": ()},
+        {
+            "found": st.one_of(
+                st.integers(), st.text(min_size=1), st.lists(st.integers(), min_size=1, max_size=2)
+            ),
+            "ambient": st.one_of(st.integers(), st.lists(st.text(), min_size=1, max_size=2)),
+        },
+    ),
+    case(
+        "sync.refine",
+        sync.refine,
+        {"group": sync.SyncGroup(sync.HostSync()), "result": None},
+        {"group": not_numbers},
+    ),
+    case(
+        "sync.SyncGroup",
+        sync.SyncGroup,
+        {"primary": sync.HostSync(), "extras": ()},
+        {
+            "primary": not_numbers,
+            "extras": st.one_of(
+                st.integers(), st.just([]), st.tuples(st.integers()), st.tuples(st.text())
+            ),
+        },
+    ),
+    case(
+        "sync.TorchCudaSync",
+        sync.TorchCudaSync,
+        {"index": None},
+        {"index": st.one_of(st.integers(max_value=-1), st.text(), st.floats(), st.booleans())},
+        run_valid=False,
+    ),
+    case(
+        "sync.TorchXpuSync",
+        sync.TorchXpuSync,
+        {"index": None},
+        {"index": st.one_of(st.integers(max_value=-1), st.text(), st.floats())},
+        run_valid=False,
+    ),
+    case(
+        "sync.CupySync",
+        sync.CupySync,
+        {"index": None},
+        {"index": st.one_of(st.integers(max_value=-1), st.text(), st.floats())},
+        run_valid=False,
+    ),
+    case(
+        "sync.TensorFlowSync",
+        sync.TensorFlowSync,
+        {"device_name": None},
+        {
+            "device_name": st.one_of(
+                st.integers(), st.lists(st.text(), max_size=1), st.binary(min_size=1)
+            )
+        },
+        guards=("labkit.timing.sync.import_tensorflow",),
+        run_valid=False,
+    ),
+    case(
+        "sync.cpu_last_level_cache_bytes",
+        sync.cpu_last_level_cache_bytes,
+        {"sysfs": Path("/nonexistent")},
+        {"sysfs": st.one_of(st.none(), st.integers(), st.lists(st.text()))},
+    ),
     # ----------------------------------------------------------------- pitfalls
-    case("pitfalls.naive_timing", pitfalls.naive_timing,
-         {"fn": noop, "reps": 1, **FAST, "device": None, "label": None, "warn": False},
-         {"fn": not_callables, "reps": bad_positive_int, "warmup_ms": bad_ms_or_zero,
-          "rep_ms": bad_ms, "device": bad_device, "label": st.one_of(st.integers(),
-                                                                     st.lists(st.text())),
-          "clock": not_callables, "warn": not_bools},
-         guards=("labkit.timing.pitfalls._sync.HostSync.synchronize",)),
-    case("pitfalls.matmul_workload", pitfalls.matmul_workload, {"n": 4, "device": "cpu"},
-         {"n": st.one_of(not_numbers, st.integers(max_value=0), st.integers(min_value=32769)),
-          "device": st.one_of(bad_device, st.sampled_from(["cuda:x", "gpu", "hip", "xla",
-                                                           "ipu", "hpu", "lazy", "vulkan"]))}),
+    case(
+        "pitfalls.naive_timing",
+        pitfalls.naive_timing,
+        {"fn": noop, "reps": 1, **FAST, "device": None, "label": None, "warn": False},
+        {
+            "fn": not_callables,
+            "reps": bad_positive_int,
+            "warmup_ms": bad_ms_or_zero,
+            "rep_ms": bad_ms,
+            "device": bad_device,
+            "label": st.one_of(st.integers(), st.lists(st.text())),
+            "clock": not_callables,
+            "warn": not_bools,
+        },
+        guards=("labkit.timing.pitfalls._sync.HostSync.synchronize",),
+    ),
+    case(
+        "pitfalls.matmul_workload",
+        pitfalls.matmul_workload,
+        {"n": 4, "device": "cpu"},
+        {
+            "n": st.one_of(not_numbers, st.integers(max_value=0), st.integers(min_value=32769)),
+            "device": st.one_of(
+                bad_device,
+                st.sampled_from(["cuda:x", "gpu", "hip", "xla", "ipu", "hpu", "lazy", "vulkan"]),
+            ),
+        },
+    ),
     # ----------------------------------------------------------------- plots
-    case("plots.device_name", plotting.device_name, {"device": "/GPU:0"},
-         {"device": st.one_of(st.none(), st.integers(), st.just(""))}),
-    case("plots.style_axes", plotting.style_axes,
-         {"ax": _ax, "xlabel": "x (s)", "ylabel": "y (s)", "title": "t", "device": None,
-          "logx": False, "logy": False},
-         {"ax": not_numbers, "xlabel": bad_name, "ylabel": bad_name,
-          "title": st.one_of(st.integers(), st.none()), "device": st.one_of(st.integers(),
-                                                                           st.just("")),
-          "logx": not_bools, "logy": not_bools}, lazy=("ax",)),
-    case("plots.plot_samples", timing_plots.plot_samples, {"timing": T, "ax": _ax},
-         {"timing": not_numbers, "ax": not_numbers.filter(_no(None))}, lazy=("ax",)),
-    case("plots.plot_size_sweep", parallelism_plots.plot_size_sweep,
-         {"sweep": _size_sweep, "ax": _ax, "slow": "numpy", "fast": "numpy"},
-         {"sweep": not_numbers, "ax": not_numbers.filter(_no(None)), "slow": bad_name,
-          "fast": bad_name}, lazy=("sweep", "ax")),
-    case("plots.plot_amdahl", parallelism_plots.plot_amdahl, {"scaling": _scaling, "ax": _ax, "max_threads": 8},
-         {"scaling": not_numbers, "ax": not_numbers.filter(_no(None)),
-          "max_threads": st.one_of(not_numbers, st.integers(max_value=1),
-                                   st.integers(min_value=2**20 + 1))}, lazy=("scaling", "ax")),
-    case("plots.plot_roofline", roofline_plots.plot_roofline,
-         {"roofline": _roofline, "points": (("op", 1.0, 5.0),), "ax": _ax},
-         {"roofline": not_numbers,
-          "points": st.one_of(st.integers(), st.text(min_size=1),
-                              st.lists(st.integers(), min_size=1, max_size=2),
-                              st.tuples(st.tuples(st.just("a"), st.floats(max_value=0.0),
-                                                  st.just(1.0)))),
-          "ax": not_numbers.filter(_no(None))}, lazy=("roofline", "ax")),
-    case("plots.plot_stream_sweep", bandwidth_plots.plot_stream_sweep, {"result": _stream_sweep, "ax": _ax},
-         {"result": not_numbers, "ax": not_numbers.filter(_no(None))}, lazy=("result", "ax")),
-    case("plots.plot_strided", bandwidth_plots.plot_strided, {"result": _strided, "ax": _ax},
-         {"result": not_numbers, "ax": not_numbers.filter(_no(None))}, lazy=("result", "ax")),
-    case("plots.plot_pipeline", bandwidth_plots.plot_pipeline, {"breakdowns": _breakdown, "ax": _ax},
-         {"breakdowns": not_numbers, "ax": not_numbers.filter(_no(None))},
-         lazy=("breakdowns", "ax")),
-    case("plots.plot_timings", timing_plots.plot_timings, {"timings": [T], "ax": _ax, "title": "t"},
-         {"timings": st.one_of(not_numbers, st.just([])), "ax": not_numbers.filter(_no(None)),
-          "title": bad_name}, lazy=("ax",)),
-    case("plots.plot_throughput", models_plots.plot_throughput,
-         {"curves": {"a": [SimpleNamespace(batch_size=1, images_per_s=10.0, device="cpu")]},
-          "ax": _ax},
-         {"curves": st.one_of(not_numbers, st.just({}),
-                              st.fixed_dictionaries({"a": st.one_of(st.integers(), st.lists(
-                                  st.integers(), min_size=1, max_size=2))})),
-          "ax": not_numbers.filter(_no(None))}, lazy=("ax",)),
+    case(
+        "plots.device_name",
+        plotting.device_name,
+        {"device": "/GPU:0"},
+        {"device": st.one_of(st.none(), st.integers(), st.just(""))},
+    ),
+    case(
+        "plots.style_axes",
+        plotting.style_axes,
+        {
+            "ax": _ax,
+            "xlabel": "x (s)",
+            "ylabel": "y (s)",
+            "title": "t",
+            "device": None,
+            "logx": False,
+            "logy": False,
+        },
+        {
+            "ax": not_numbers,
+            "xlabel": bad_name,
+            "ylabel": bad_name,
+            "title": st.one_of(st.integers(), st.none()),
+            "device": st.one_of(st.integers(), st.just("")),
+            "logx": not_bools,
+            "logy": not_bools,
+        },
+        lazy=("ax",),
+    ),
+    case(
+        "plots.plot_samples",
+        timing_plots.plot_samples,
+        {"timing": T, "ax": _ax},
+        {"timing": not_numbers, "ax": not_numbers.filter(_no(None))},
+        lazy=("ax",),
+    ),
+    case(
+        "plots.plot_size_sweep",
+        parallelism_plots.plot_size_sweep,
+        {"sweep": _size_sweep, "ax": _ax, "slow": "numpy", "fast": "numpy"},
+        {
+            "sweep": not_numbers,
+            "ax": not_numbers.filter(_no(None)),
+            "slow": bad_name,
+            "fast": bad_name,
+        },
+        lazy=("sweep", "ax"),
+    ),
+    case(
+        "plots.plot_amdahl",
+        parallelism_plots.plot_amdahl,
+        {"scaling": _scaling, "ax": _ax, "max_threads": 8},
+        {
+            "scaling": not_numbers,
+            "ax": not_numbers.filter(_no(None)),
+            "max_threads": st.one_of(
+                not_numbers, st.integers(max_value=1), st.integers(min_value=2**20 + 1)
+            ),
+        },
+        lazy=("scaling", "ax"),
+    ),
+    case(
+        "plots.plot_roofline",
+        roofline_plots.plot_roofline,
+        {"roofline": _roofline, "points": (("op", 1.0, 5.0),), "ax": _ax},
+        {
+            "roofline": not_numbers,
+            "points": st.one_of(
+                st.integers(),
+                st.text(min_size=1),
+                st.lists(st.integers(), min_size=1, max_size=2),
+                st.tuples(st.tuples(st.just("a"), st.floats(max_value=0.0), st.just(1.0))),
+            ),
+            "ax": not_numbers.filter(_no(None)),
+        },
+        lazy=("roofline", "ax"),
+    ),
+    case(
+        "plots.plot_stream_sweep",
+        bandwidth_plots.plot_stream_sweep,
+        {"result": _stream_sweep, "ax": _ax},
+        {"result": not_numbers, "ax": not_numbers.filter(_no(None))},
+        lazy=("result", "ax"),
+    ),
+    case(
+        "plots.plot_strided",
+        bandwidth_plots.plot_strided,
+        {"result": _strided, "ax": _ax},
+        {"result": not_numbers, "ax": not_numbers.filter(_no(None))},
+        lazy=("result", "ax"),
+    ),
+    case(
+        "plots.plot_pipeline",
+        bandwidth_plots.plot_pipeline,
+        {"breakdowns": _breakdown, "ax": _ax},
+        {"breakdowns": not_numbers, "ax": not_numbers.filter(_no(None))},
+        lazy=("breakdowns", "ax"),
+    ),
+    case(
+        "plots.plot_timings",
+        timing_plots.plot_timings,
+        {"timings": [T], "ax": _ax, "title": "t"},
+        {
+            "timings": st.one_of(not_numbers, st.just([])),
+            "ax": not_numbers.filter(_no(None)),
+            "title": bad_name,
+        },
+        lazy=("ax",),
+    ),
+    case(
+        "plots.plot_throughput",
+        models_plots.plot_throughput,
+        {
+            "curves": {"a": [SimpleNamespace(batch_size=1, images_per_s=10.0, device="cpu")]},
+            "ax": _ax,
+        },
+        {
+            "curves": st.one_of(
+                not_numbers,
+                st.just({}),
+                st.fixed_dictionaries(
+                    {"a": st.one_of(st.integers(), st.lists(st.integers(), min_size=1, max_size=2))}
+                ),
+            ),
+            "ax": not_numbers.filter(_no(None)),
+        },
+        lazy=("ax",),
+    ),
     # ----------------------------------------------------------------- reference
-    case("reference.reference_dir", reference.reference_dir, {"directory": _workdir},
-         {"directory": st.one_of(st.integers(), st.lists(st.text()), st.binary(min_size=1))},
-         lazy=("directory",)),
-    case("reference.check_name", reference.check_name, {"name": "naive_timing"},
-         {"name": st.one_of(st.none(), st.integers(),
-                            st.text().filter(lambda s: not re.fullmatch(r"[A-Za-z0-9_-]+", s)))}),
-    case("reference.record_command", reference.record_command, {"name": "x"},
-         {"name": st.one_of(st.integers(), st.just("a/b"), st.just(""))}),
-    case("reference.record", reference.record,
-         {"name": "bad_input_test", "results": {"summary": ["a"]}, "gpu_name": "G",
-          "directory": _workdir, "driver": None, "cuda": None, "torch": None, "recorded": None},
-         {"name": st.one_of(st.integers(), st.just("../x")),
-          "results": st.one_of(not_a_sequence, st.lists(st.integers()),
-                               st.just({"x": math.nan}), st.just({"x": object()})),
-          "gpu_name": st.one_of(st.none(), st.integers(), st.just(""), st.just(" ")),
-          "directory": st.one_of(st.integers(), st.lists(st.text())),
-          "driver": st.one_of(st.integers(), st.lists(st.text())),
-          "cuda": st.integers(), "torch": st.integers(),
-          "recorded": st.one_of(st.text(), st.integers())},
-         guards=("labkit.machine.reference.tempfile.mkstemp",), lazy=("directory",)),
-    case("reference.load", reference.load, {"name": "missing_one", "directory": _workdir},
-         {"name": st.one_of(st.integers(), st.just("a.b")),
-          "directory": st.one_of(st.integers(), st.lists(st.text()))}, lazy=("directory",)),
-    case("reference.available", reference.available, {"directory": _workdir},
-         {"directory": st.one_of(st.integers(), st.lists(st.text()))}, lazy=("directory",)),
-    case("reference.describe", reference.describe, {"reference": _reference_obj},
-         {"reference": not_numbers}, lazy=("reference",)),
-    case("reference.format_reference", reference.format_reference, {"reference": _reference_obj},
-         {"reference": not_numbers}, lazy=("reference",)),
-    case("reference.check_writable", reference.check_writable, {"directory": _workdir},
-         {"directory": st.one_of(st.integers(), st.lists(st.text()))}, lazy=("directory",)),
+    case(
+        "reference.reference_dir",
+        reference.reference_dir,
+        {"directory": _workdir},
+        {"directory": st.one_of(st.integers(), st.lists(st.text()), st.binary(min_size=1))},
+        lazy=("directory",),
+    ),
+    case(
+        "reference.check_name",
+        reference.check_name,
+        {"name": "naive_timing"},
+        {
+            "name": st.one_of(
+                st.none(),
+                st.integers(),
+                st.text().filter(lambda s: not re.fullmatch(r"[A-Za-z0-9_-]+", s)),
+            )
+        },
+    ),
+    case(
+        "reference.record_command",
+        reference.record_command,
+        {"name": "x"},
+        {"name": st.one_of(st.integers(), st.just("a/b"), st.just(""))},
+    ),
+    case(
+        "reference.record",
+        reference.record,
+        {
+            "name": "bad_input_test",
+            "results": {"summary": ["a"]},
+            "gpu_name": "G",
+            "directory": _workdir,
+            "driver": None,
+            "cuda": None,
+            "torch": None,
+            "recorded": None,
+        },
+        {
+            "name": st.one_of(st.integers(), st.just("../x")),
+            "results": st.one_of(
+                not_a_sequence,
+                st.lists(st.integers()),
+                st.just({"x": math.nan}),
+                st.just({"x": object()}),
+            ),
+            "gpu_name": st.one_of(st.none(), st.integers(), st.just(""), st.just(" ")),
+            "directory": st.one_of(st.integers(), st.lists(st.text())),
+            "driver": st.one_of(st.integers(), st.lists(st.text())),
+            "cuda": st.integers(),
+            "torch": st.integers(),
+            "recorded": st.one_of(st.text(), st.integers()),
+        },
+        guards=("labkit.machine.reference.tempfile.mkstemp",),
+        lazy=("directory",),
+    ),
+    case(
+        "reference.load",
+        reference.load,
+        {"name": "missing_one", "directory": _workdir},
+        {
+            "name": st.one_of(st.integers(), st.just("a.b")),
+            "directory": st.one_of(st.integers(), st.lists(st.text())),
+        },
+        lazy=("directory",),
+    ),
+    case(
+        "reference.available",
+        reference.available,
+        {"directory": _workdir},
+        {"directory": st.one_of(st.integers(), st.lists(st.text()))},
+        lazy=("directory",),
+    ),
+    case(
+        "reference.describe",
+        reference.describe,
+        {"reference": _reference_obj},
+        {"reference": not_numbers},
+        lazy=("reference",),
+    ),
+    case(
+        "reference.format_reference",
+        reference.format_reference,
+        {"reference": _reference_obj},
+        {"reference": not_numbers},
+        lazy=("reference",),
+    ),
+    case(
+        "reference.check_writable",
+        reference.check_writable,
+        {"directory": _workdir},
+        {"directory": st.one_of(st.integers(), st.lists(st.text()))},
+        lazy=("directory",),
+    ),
     # ----------------------------------------------------------------- frameworks, doctor, diagnose
-    case("frameworks.distributions_of", frameworks.distributions_of, {"module": "numpy"},
-         {"module": st.one_of(st.none(), st.integers(), st.lists(st.text()))}),
-    case("frameworks.cupy_wheel_cuda_major", frameworks.cupy_wheel_cuda_major,
-         {"distribution": "cupy-cuda12x"},
-         {"distribution": st.one_of(st.none(), st.integers(), st.lists(st.text()))}),
-    case("frameworks.cudnn_version_text", frameworks.cudnn_version_text, {"version": 90100},
-         {"version": st.one_of(st.integers(max_value=-1), st.floats(), st.text(), st.booleans(),
-                               st.none())}),
-    case("frameworks.fill_from_driver", frameworks.fill_from_driver,
-         {"device": _gpu_device, "driver": None},
-         {"device": not_numbers, "driver": st.one_of(st.integers(), st.text())},
-         lazy=("device",)),
-    case("frameworks.probe_framework", frameworks.probe_framework,
-         {"name": "torch", "driver": None},
-         {"name": bad_choice(frameworks.FRAMEWORKS), "driver": st.one_of(st.integers(), st.text()),
-          "importer": not_callables},
-         guards=("labkit.machine.frameworks.distributions_of",)),
-    case("doctor.format_bytes", rates.format_bytes, {"n": 1024},
-         {"n": st.one_of(not_numbers.filter(_no(None)), non_finite, st.integers(max_value=-1))}),
-    case("doctor.use_color", device.use_color, {"color": None, "stream": sys.stdout, "env": {}},
-         {"color": not_optional_bools, "env": st.one_of(st.none(), st.integers(),
-                                                        st.lists(st.text()))}),
-    case("doctor.format_report", device.format_report, {"report": _report, "color": False},
-         {"report": not_numbers, "color": not_bools}, lazy=("report",)),
-    case("doctor.run_doctor", doctor_cli.run_doctor, {"as_json": False, "color": None},
-         {"as_json": not_bools, "color": not_optional_bools},
-         guards=("labkit.cli.doctor.device_report",), run_valid=False),
-    case("diagnose.Finding", diagnose.Finding,
-         {"code": "x", "severity": "info", "message": "m", "fix": "f"},
-         {"code": st.one_of(st.none(), st.integers()), "severity": bad_choice(SEVERITIES),
-          "message": st.integers(), "fix": st.none()}),
-    case("diagnose.min_driver_text", diagnose.min_driver_text,
-         {"cuda_major": 12, "system": "Linux"},
-         {"cuda_major": st.one_of(st.integers(max_value=0), st.floats(), st.text(), st.none()),
-          "system": st.one_of(st.none(), st.integers())}),
-    case("diagnose.diagnose", diagnose.diagnose,
-         {"nvidia": lambda: _report().nvidia, "frameworks": (), "system": "Linux", "env": {},
-          "wsl": False},
-         {"nvidia": not_numbers,
-          "frameworks": st.one_of(st.integers(), st.text(min_size=1),
-                                  st.lists(st.integers(), min_size=1, max_size=2)),
-          "system": st.one_of(st.none(), st.integers()),
-          "env": st.one_of(st.none(), st.integers(), st.lists(st.text())),
-          "wsl": not_bools}, lazy=("nvidia",)),
+    case(
+        "frameworks.distributions_of",
+        frameworks.distributions_of,
+        {"module": "numpy"},
+        {"module": st.one_of(st.none(), st.integers(), st.lists(st.text()))},
+    ),
+    case(
+        "frameworks.cupy_wheel_cuda_major",
+        frameworks.cupy_wheel_cuda_major,
+        {"distribution": "cupy-cuda12x"},
+        {"distribution": st.one_of(st.none(), st.integers(), st.lists(st.text()))},
+    ),
+    case(
+        "frameworks.cudnn_version_text",
+        frameworks.cudnn_version_text,
+        {"version": 90100},
+        {
+            "version": st.one_of(
+                st.integers(max_value=-1), st.floats(), st.text(), st.booleans(), st.none()
+            )
+        },
+    ),
+    case(
+        "frameworks.fill_from_driver",
+        frameworks.fill_from_driver,
+        {"device": _gpu_device, "driver": None},
+        {"device": not_numbers, "driver": st.one_of(st.integers(), st.text())},
+        lazy=("device",),
+    ),
+    case(
+        "frameworks.probe_framework",
+        frameworks.probe_framework,
+        {"name": "torch", "driver": None},
+        {
+            "name": bad_choice(frameworks.FRAMEWORKS),
+            "driver": st.one_of(st.integers(), st.text()),
+            "importer": not_callables,
+        },
+        guards=("labkit.machine.frameworks.distributions_of",),
+    ),
+    case(
+        "doctor.format_bytes",
+        rates.format_bytes,
+        {"n": 1024},
+        {"n": st.one_of(not_numbers.filter(_no(None)), non_finite, st.integers(max_value=-1))},
+    ),
+    case(
+        "doctor.use_color",
+        device.use_color,
+        {"color": None, "stream": sys.stdout, "env": {}},
+        {
+            "color": not_optional_bools,
+            "env": st.one_of(st.none(), st.integers(), st.lists(st.text())),
+        },
+    ),
+    case(
+        "doctor.format_report",
+        device.format_report,
+        {"report": _report, "color": False},
+        {"report": not_numbers, "color": not_bools},
+        lazy=("report",),
+    ),
+    case(
+        "doctor.run_doctor",
+        doctor_cli.run_doctor,
+        {"as_json": False, "color": None},
+        {"as_json": not_bools, "color": not_optional_bools},
+        guards=("labkit.cli.doctor.device_report",),
+        run_valid=False,
+    ),
+    case(
+        "diagnose.Finding",
+        diagnose.Finding,
+        {"code": "x", "severity": "info", "message": "m", "fix": "f"},
+        {
+            "code": st.one_of(st.none(), st.integers()),
+            "severity": bad_choice(SEVERITIES),
+            "message": st.integers(),
+            "fix": st.none(),
+        },
+    ),
+    case(
+        "diagnose.min_driver_text",
+        diagnose.min_driver_text,
+        {"cuda_major": 12, "system": "Linux"},
+        {
+            "cuda_major": st.one_of(st.integers(max_value=0), st.floats(), st.text(), st.none()),
+            "system": st.one_of(st.none(), st.integers()),
+        },
+    ),
+    case(
+        "diagnose.diagnose",
+        diagnose.diagnose,
+        {
+            "nvidia": lambda: _report().nvidia,
+            "frameworks": (),
+            "system": "Linux",
+            "env": {},
+            "wsl": False,
+        },
+        {
+            "nvidia": not_numbers,
+            "frameworks": st.one_of(
+                st.integers(), st.text(min_size=1), st.lists(st.integers(), min_size=1, max_size=2)
+            ),
+            "system": st.one_of(st.none(), st.integers()),
+            "env": st.one_of(st.none(), st.integers(), st.lists(st.text())),
+            "wsl": not_bools,
+        },
+        lazy=("nvidia",),
+    ),
     # ----------------------------------------------------------------- notebook, progress, _optional
-    case("notebook.setup", nb.setup, {"seed": 0},
-         {"seed": st.one_of(st.integers(max_value=-1), st.floats(), st.text(), st.booleans(),
-                            st.none())},
-         guards=("labkit.notebook.random.seed",), run_valid=False),
-    case("progress.progress", progress.progress,
-         {"items": [1, 2], "desc": "d", "total": None, "show": False},
-         {"items": st.one_of(st.none(), st.integers(), st.text(min_size=1)),
-          "desc": st.one_of(st.none(), st.integers(), st.just("")),
-          "total": st.one_of(st.integers(max_value=-1), st.floats(), st.text()),
-          "show": not_optional_bools}),
-    case("_optional.is_installed", _optional.is_installed, {"name": "json"},
-         {"name": st.one_of(st.none(), st.integers(), st.just(""))}),
-    case("_optional.import_optional", _optional.import_optional, {"name": "json", "purpose": None},
-         {"name": st.one_of(st.none(), st.integers(), st.just("")),
-          "purpose": st.one_of(st.integers(), st.lists(st.text()))}),
-    case("_optional.try_import", _optional.try_import, {"name": "json", "purpose": None},
-         {"name": st.one_of(st.none(), st.integers(), st.just("")),
-          "purpose": st.one_of(st.integers(), st.lists(st.text()))}),
-    case("_optional.import_tensorflow", _optional.import_tensorflow, {"purpose": None},
-         {"purpose": st.one_of(st.integers(), st.lists(st.text()))},
-         guards=("labkit.core.optional.importlib.import_module",), run_valid=False),
-    case("_optional.MissingPackageError", _optional.MissingPackageError,
-         {"package": "x", "purpose": None},
-         {"package": st.one_of(st.none(), st.integers(), st.just("")),
-          "purpose": st.one_of(st.integers(), st.lists(st.text()))}),
+    case(
+        "notebook.setup",
+        nb.setup,
+        {"seed": 0},
+        {
+            "seed": st.one_of(
+                st.integers(max_value=-1), st.floats(), st.text(), st.booleans(), st.none()
+            )
+        },
+        guards=("labkit.notebook.random.seed",),
+        run_valid=False,
+    ),
+    case(
+        "progress.progress",
+        progress.progress,
+        {"items": [1, 2], "desc": "d", "total": None, "show": False},
+        {
+            "items": st.one_of(st.none(), st.integers(), st.text(min_size=1)),
+            "desc": st.one_of(st.none(), st.integers(), st.just("")),
+            "total": st.one_of(st.integers(max_value=-1), st.floats(), st.text()),
+            "show": not_optional_bools,
+        },
+    ),
+    case(
+        "_optional.is_installed",
+        _optional.is_installed,
+        {"name": "json"},
+        {"name": st.one_of(st.none(), st.integers(), st.just(""))},
+    ),
+    case(
+        "_optional.import_optional",
+        _optional.import_optional,
+        {"name": "json", "purpose": None},
+        {
+            "name": st.one_of(st.none(), st.integers(), st.just("")),
+            "purpose": st.one_of(st.integers(), st.lists(st.text())),
+        },
+    ),
+    case(
+        "_optional.try_import",
+        _optional.try_import,
+        {"name": "json", "purpose": None},
+        {
+            "name": st.one_of(st.none(), st.integers(), st.just("")),
+            "purpose": st.one_of(st.integers(), st.lists(st.text())),
+        },
+    ),
+    case(
+        "_optional.import_tensorflow",
+        _optional.import_tensorflow,
+        {"purpose": None},
+        {"purpose": st.one_of(st.integers(), st.lists(st.text()))},
+        guards=("labkit.core.optional.importlib.import_module",),
+        run_valid=False,
+    ),
+    case(
+        "_optional.MissingPackageError",
+        _optional.MissingPackageError,
+        {"package": "x", "purpose": None},
+        {
+            "package": st.one_of(st.none(), st.integers(), st.just("")),
+            "purpose": st.one_of(st.integers(), st.lists(st.text())),
+        },
+    ),
 ]
 
 PAIRS = [pytest.param(c, p, id=f"{c.name}-{p}") for c in CASES for p in c.bad]
@@ -863,16 +1766,35 @@ def test_every_public_function_in_scope_has_a_row() -> None:
     """The table covers each public function the notebooks and the docs use, per module."""
     names = {c.name for c in CASES}
     wanted = {
-        "timing.bench", "timing.Timing", "timing.format_duration", "compare.compare",
-        "device.device_report", "device.pick_device", "gpu.require_gpu",
-        "bandwidth.stream_kernel", "bandwidth.peak_bandwidth", "stream_sweep.stream_sweep",
-        "strided.strided_read", "transfers.device_copy", "transfers.host_device_sweep",
-        "transfers.copy_compute_overlap", "pipeline.pipeline_breakdown", "parallel.sweep_add",
-        "parallel.sweep_matmul", "amdahl.measure_thread_scaling", "crossover.launch_overhead",
-        "roofline.matmul_cost", "roofline_measure.measure_op", "pitfalls.naive_timing",
-        "pitfalls.matmul_workload", "plots.plot_timings", "plots.plot_roofline",
-        "reference.record", "notebook.setup", "_optional.try_import",
-    }  # fmt: skip
+        "timing.bench",
+        "timing.Timing",
+        "timing.format_duration",
+        "compare.compare",
+        "device.device_report",
+        "device.pick_device",
+        "gpu.require_gpu",
+        "bandwidth.stream_kernel",
+        "bandwidth.peak_bandwidth",
+        "stream_sweep.stream_sweep",
+        "strided.strided_read",
+        "transfers.device_copy",
+        "transfers.host_device_sweep",
+        "transfers.copy_compute_overlap",
+        "pipeline.pipeline_breakdown",
+        "parallel.sweep_add",
+        "parallel.sweep_matmul",
+        "amdahl.measure_thread_scaling",
+        "crossover.launch_overhead",
+        "roofline.matmul_cost",
+        "roofline_measure.measure_op",
+        "pitfalls.naive_timing",
+        "pitfalls.matmul_workload",
+        "plots.plot_timings",
+        "plots.plot_roofline",
+        "reference.record",
+        "notebook.setup",
+        "_optional.try_import",
+    }
     assert wanted <= names, sorted(wanted - names)
     assert len(PAIRS) > 250
 
@@ -904,7 +1826,9 @@ sample_lists = st.lists(durations, min_size=1, max_size=50)
 
 @PROPERTY_SETTINGS
 @given(samples=sample_lists, data=st.data())
-def test_timing_statistics_are_ordered_and_order_independent(samples: list[float], data: Any) -> None:
+def test_timing_statistics_are_ordered_and_order_independent(
+    samples: list[float], data: Any
+) -> None:
     t = timing.Timing(tuple(samples))
     assert t.min_ms <= t.q1_ms <= t.median_ms <= t.q3_ms <= t.max_ms
     assert t.iqr_ms >= 0 and t.relative_spread >= 0
@@ -951,8 +1875,10 @@ def test_format_duration_in_a_fixed_unit_round_trips(ms: float, unit: str) -> No
 
 
 @PROPERTY_SETTINGS
-@given(medians=st.lists(st.floats(min_value=1e-6, max_value=1e6), min_size=1, max_size=6),
-       data=st.data())  # fmt: skip
+@given(
+    medians=st.lists(st.floats(min_value=1e-6, max_value=1e6), min_size=1, max_size=6),
+    data=st.data(),
+)
 def test_compare_speedups_are_baseline_over_row(medians: list[float], data: Any) -> None:
     timings = [timing.Timing((m,), label=f"r{i}") for i, m in enumerate(medians)]
     base = data.draw(st.integers(0, len(medians) - 1))
@@ -1013,8 +1939,9 @@ def test_default_thread_counts_start_at_one_and_end_at_the_count(max_threads: in
 
 # --------------------------------------------------------------------------- properties: crossover
 
-increasing_sizes = st.lists(st.floats(min_value=1e-3, max_value=1e9), min_size=2, max_size=8,
-                            unique=True).map(sorted)  # fmt: skip
+increasing_sizes = st.lists(
+    st.floats(min_value=1e-3, max_value=1e9), min_size=2, max_size=8, unique=True
+).map(sorted)
 times = st.floats(min_value=1e-6, max_value=1e6)
 
 
@@ -1053,8 +1980,12 @@ peaks = st.floats(min_value=1e-3, max_value=1e7)
 
 
 @PROPERTY_SETTINGS
-@given(peak=peaks, bw=peaks, ai=st.floats(min_value=1e-6, max_value=1e6),
-       ai2=st.floats(min_value=1e-6, max_value=1e6))  # fmt: skip
+@given(
+    peak=peaks,
+    bw=peaks,
+    ai=st.floats(min_value=1e-6, max_value=1e6),
+    ai2=st.floats(min_value=1e-6, max_value=1e6),
+)
 def test_attainable_is_the_lower_roof_and_grows_with_intensity(peak, bw, ai, ai2) -> None:
     roof = roofline.Roofline("cpu", {"float32": peak}, bw)
     assert roof.attainable_gflop_per_s(ai) == min(peak, ai * bw)
@@ -1064,8 +1995,14 @@ def test_attainable_is_the_lower_roof_and_grows_with_intensity(peak, bw, ai, ai2
 
 
 @PROPERTY_SETTINGS
-@given(m=st.integers(1, 4096), n=st.integers(1, 4096), k=st.integers(1, 4096),
-       dtype=st.sampled_from(list(roofline.DTYPE_BYTES)), peak=peaks, bw=peaks)  # fmt: skip
+@given(
+    m=st.integers(1, 4096),
+    n=st.integers(1, 4096),
+    k=st.integers(1, 4096),
+    dtype=st.sampled_from(list(roofline.DTYPE_BYTES)),
+    peak=peaks,
+    bw=peaks,
+)
 def test_matmul_cost_and_its_bound(m, n, k, dtype, peak, bw) -> None:
     op = roofline.matmul_cost(m, n, k, dtype)
     size = roofline.DTYPE_BYTES[dtype]
@@ -1078,8 +2015,14 @@ def test_matmul_cost_and_its_bound(m, n, k, dtype, peak, bw) -> None:
 
 
 @PROPERTY_SETTINGS
-@given(H=st.integers(1, 512), W=st.integers(1, 512), R=st.integers(1, 9), S=st.integers(1, 9),
-       stride=st.integers(1, 4), padding=st.integers(0, 4))  # fmt: skip
+@given(
+    H=st.integers(1, 512),
+    W=st.integers(1, 512),
+    R=st.integers(1, 9),
+    S=st.integers(1, 9),
+    stride=st.integers(1, 4),
+    padding=st.integers(0, 4),
+)
 def test_conv2d_output_size_matches_the_formula(H, W, R, S, stride, padding) -> None:
     assume(R <= H + 2 * padding and S <= W + 2 * padding)
     ho, wo = roofline.conv2d_output_size(H, W, R, S, stride, padding)
@@ -1156,9 +2099,18 @@ def test_uuid_format_and_normalise_agree(raw: bytes, prefix: str) -> None:
 
 
 @PROPERTY_SETTINGS
-@given(gpus=st.lists(st.tuples(
-    st.text(alphabet="ABCDEFGHXYZ0123456789 ", min_size=1, max_size=12).map(str.strip).filter(bool),
-    st.from_regex(r"[0-9]{3}\.[0-9]{2}", fullmatch=True), st.integers(1, 200_000)), max_size=4))
+@given(
+    gpus=st.lists(
+        st.tuples(
+            st.text(alphabet="ABCDEFGHXYZ0123456789 ", min_size=1, max_size=12)
+            .map(str.strip)
+            .filter(bool),
+            st.from_regex(r"[0-9]{3}\.[0-9]{2}", fullmatch=True),
+            st.integers(1, 200_000),
+        ),
+        max_size=4,
+    )
+)
 def test_parse_smi_output_reads_what_nvidia_smi_writes(gpus) -> None:
     text = "\n".join(f"{name}, {driver}, {mib} MiB" for name, driver, mib in gpus)
     parsed = nvidia.parse_smi_output(text)
@@ -1183,46 +2135,61 @@ def test_log_sizes_stay_within_the_range_in_4_kib_steps(low: int, span: int, ppd
 
 
 @PROPERTY_SETTINGS
-@given(kernel=st.sampled_from(bandwidth.KERNELS), n=st.integers(1, 2**40),
-       itemsize=st.integers(1, 16))  # fmt: skip
+@given(
+    kernel=st.sampled_from(bandwidth.KERNELS), n=st.integers(1, 2**40), itemsize=st.integers(1, 16)
+)
 def test_stream_bytes_counts_each_array_once(kernel: str, n: int, itemsize: int) -> None:
     arrays = 2 if kernel in ("copy", "scale") else 3
     assert bandwidth.stream_bytes(kernel, n, itemsize_bytes=itemsize) == arrays * itemsize * n
 
 
 @PROPERTY_SETTINGS
-@given(s1=st.integers(1, 1024), s2=st.integers(1, 1024), itemsize=st.sampled_from([2, 4, 8]),
-       line=st.sampled_from([32, 64, 128]))  # fmt: skip
+@given(
+    s1=st.integers(1, 1024),
+    s2=st.integers(1, 1024),
+    itemsize=st.sampled_from([2, 4, 8]),
+    line=st.sampled_from([32, 64, 128]),
+)
 def test_expected_slowdown_grows_then_flattens_at_one_line_per_value(s1, s2, itemsize, line):
-    result = strided.StridedResult(rows=(), device="cpu", dtype="x", itemsize_bytes=itemsize,
-                                   line_bytes=line, flushed=False)  # fmt: skip
+    result = strided.StridedResult(
+        rows=(), device="cpu", dtype="x", itemsize_bytes=itemsize, line_bytes=line, flushed=False
+    )
     lo, hi = sorted((s1, s2))
     assert 1 <= result.expected_slowdown(lo) <= result.expected_slowdown(hi) <= line / itemsize
 
 
 @PROPERTY_SETTINGS
-@given(copy_ms=st.floats(min_value=1e-300, max_value=1e300),
-       pass_ms=st.floats(min_value=1e-300, max_value=1e300), limit=st.integers(1, 10**6))  # fmt: skip
+@given(
+    copy_ms=st.floats(min_value=1e-300, max_value=1e300),
+    pass_ms=st.floats(min_value=1e-300, max_value=1e300),
+    limit=st.integers(1, 10**6),
+)
 def test_balance_repeats_stays_between_one_and_the_limit(copy_ms, pass_ms, limit) -> None:
     repeats = transfers.balance_repeats(copy_ms, pass_ms, limit=limit)
     assert 1 <= repeats <= limit
 
 
 @PROPERTY_SETTINGS
-@given(value=st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=3)),
-    lambda inner: st.one_of(st.lists(inner, max_size=3),
-                            st.dictionaries(st.text(max_size=3), inner, max_size=3)),
-    max_leaves=10))  # fmt: skip
+@given(
+    value=st.recursive(
+        st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=3)),
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=3), inner, max_size=3)
+        ),
+        max_leaves=10,
+    )
+)
 def test_json_safe_output_is_strict_json(value: Any) -> None:
     json.dumps(json_safe(value), allow_nan=False)
 
 
 @PROPERTY_SETTINGS
-@given(flags=st.lists(st.sampled_from(["avx", "avx2", "fma", "sse4_2", "asimd", "junk", "AVX512F"]),
-                      max_size=6))  # fmt: skip
+@given(
+    flags=st.lists(
+        st.sampled_from(["avx", "avx2", "fma", "sse4_2", "asimd", "junk", "AVX512F"]), max_size=6
+    )
+)
 def test_simd_from_flags_ignores_order_and_case(flags: list[str]) -> None:
     names = cpu.simd_from_flags(flags)
     assert names == cpu.simd_from_flags(list(reversed(flags)))
     assert names == cpu.simd_from_flags([f.upper() for f in flags])
-

@@ -98,14 +98,29 @@ BAD_MS_POS = st.one_of(BAD_MS, st.sampled_from([0, 0.0]))
 BAD_FLAG = st.one_of(
     st.none(), st.integers(), st.floats(), st.text(max_size=3), st.lists(st.booleans(), max_size=2)
 )
-BAD_SEED = st.one_of(NOT_INT, st.integers(max_value=-1), st.integers(min_value=2**32, max_value=2**80))
+BAD_SEED = st.one_of(
+    NOT_INT, st.integers(max_value=-1), st.integers(min_value=2**32, max_value=2**80)
+)
 BAD_TORCH_DEVICE = st.one_of(
     unknown_devices, st.integers(), st.floats(), st.lists(st.integers(), max_size=2)
 )
 BAD_TF_DEVICE = st.one_of(
     st.sampled_from(
-        ["", " ", "gpu", "GPU", "/GPU", "cuda", "cuda:0", "/device:XPU:0", "GPU:-1", "GPU:x",
-         "/CPU:0:1", "CPU 0", "tpu"]  # fmt: skip
+        [
+            "",
+            " ",
+            "gpu",
+            "GPU",
+            "/GPU",
+            "cuda",
+            "cuda:0",
+            "/device:XPU:0",
+            "GPU:-1",
+            "GPU:x",
+            "/CPU:0:1",
+            "CPU 0",
+            "tpu",
+        ]
     ),
     st.integers(),
     st.lists(st.integers(), max_size=1),
@@ -154,7 +169,9 @@ def bad_real(
     return st.one_of(*parts)
 
 
-def bad_choice(choices: tuple[str, ...] | list[str], none_ok: bool = False) -> st.SearchStrategy[Any]:
+def bad_choice(
+    choices: tuple[str, ...] | list[str], none_ok: bool = False
+) -> st.SearchStrategy[Any]:
     """Anything but one of ``choices`` (strings, numbers, lists, dicts)."""
     parts = [
         st.text(max_size=10).filter(lambda s: s not in choices),
@@ -222,9 +239,16 @@ def _batch_sweep() -> Any:
 
     timing = Timing(samples_ms=(1.0, 1.0, 1.0), label="batch 8")
     point = BatchPoint("inference", 8, 1.0, 0.0, 8000.0, timing)
-    return BatchSweep(model="mlp", device="cpu", input_shape=(4,), optimizer="sgd",
-                      curves=(BatchCurve("inference", (point,)),), dropped=(), memory_note="",
-                      threads=2)  # fmt: skip
+    return BatchSweep(
+        model="mlp",
+        device="cpu",
+        input_shape=(4,),
+        optimizer="sgd",
+        curves=(BatchCurve("inference", (point,)),),
+        dropped=(),
+        memory_note="",
+        threads=2,
+    )
 
 
 def _replay(times: tuple[float | None, ...] = (2.0, 1.0)) -> Any:
@@ -234,8 +258,14 @@ def _replay(times: tuple[float | None, ...] = (2.0, 1.0)) -> Any:
         TunedConfig({"TILE_DIM": 16 * (i + 1)}, t, error=None if t is not None else "failed")
         for i, t in enumerate(times)
     )
-    return TuningReplay(kernel="transpose_padded", device="test GPU", problem_size=(64, 64),
-                        tune_params={"TILE_DIM": (16, 32)}, configs=configs, method="test")  # fmt: skip
+    return TuningReplay(
+        kernel="transpose_padded",
+        device="test GPU",
+        problem_size=(64, 64),
+        tune_params={"TILE_DIM": (16, 32)},
+        configs=configs,
+        method="test",
+    )
 
 
 def _resources() -> Any:
@@ -272,555 +302,1429 @@ class Case:
 ACCEL = "labkit.accel"
 CASES: list[Case] = [
     # ---------------------------------------------------------------- labkit.accel
-    Case(f"{ACCEL}.compilers:torch_compile_benchmark", {"size": 1000, "run": False},
-         {"size": BAD_POS, "run": BAD_FLAG, "warmup_ms": BAD_MS_POS, "rep_ms": BAD_MS_POS,
-          "device": BAD_TORCH_DEVICE, "compiler": not_callables.filter(lambda v: v is not None),
-          "fn": not_callables.filter(lambda v: v is not None)}),
-    Case(f"{ACCEL}.compilers:torch_compile_benchmark", {"size": 1000, "device": "cpu"},
-         {"size": st.integers(2**40, 2**48)}, torch=True,
-         guards=("labkit.accel.compilers.bench",), label="accel.torch_compile_benchmark.memory"),
-    Case(f"{ACCEL}.compilers:tf_xla_benchmark", {"size": 1000},
-         {"size": st.one_of(BAD_POS, st.integers(2**40, 2**48)), "warmup_ms": BAD_MS_POS,
-          "rep_ms": BAD_MS_POS}),
-    Case(f"{ACCEL}.placement:tf_soft_placement_demo", {"requested_device": "/GPU:0", "size": 8},
-         {"requested_device": BAD_TF_DEVICE, "size": st.one_of(BAD_POS, st.integers(2**20, 2**30))}),
+    Case(
+        f"{ACCEL}.compilers:torch_compile_benchmark",
+        {"size": 1000, "run": False},
+        {
+            "size": BAD_POS,
+            "run": BAD_FLAG,
+            "warmup_ms": BAD_MS_POS,
+            "rep_ms": BAD_MS_POS,
+            "device": BAD_TORCH_DEVICE,
+            "compiler": not_callables.filter(lambda v: v is not None),
+            "fn": not_callables.filter(lambda v: v is not None),
+        },
+    ),
+    Case(
+        f"{ACCEL}.compilers:torch_compile_benchmark",
+        {"size": 1000, "device": "cpu"},
+        {"size": st.integers(2**40, 2**48)},
+        torch=True,
+        guards=("labkit.accel.compilers.bench",),
+        label="accel.torch_compile_benchmark.memory",
+    ),
+    Case(
+        f"{ACCEL}.compilers:tf_xla_benchmark",
+        {"size": 1000},
+        {
+            "size": st.one_of(BAD_POS, st.integers(2**40, 2**48)),
+            "warmup_ms": BAD_MS_POS,
+            "rep_ms": BAD_MS_POS,
+        },
+    ),
+    Case(
+        f"{ACCEL}.placement:tf_soft_placement_demo",
+        {"requested_device": "/GPU:0", "size": 8},
+        {"requested_device": BAD_TF_DEVICE, "size": st.one_of(BAD_POS, st.integers(2**20, 2**30))},
+    ),
     Case(f"{ACCEL}.placement:tf_device_log", {"fn": lambda: None}, {"fn": not_callables}),
-    Case(f"{ACCEL}.precision:tf32_defaults", {"frameworks": ["torch"]},
-         {"frameworks": st.one_of(st.integers(), st.floats(),
-                                  st.sampled_from(["jax", "TF", "", "Torch"]),
-                                  st.lists(st.sampled_from(["jax", "numpy", ""]), min_size=1,
-                                           max_size=2))}, run_valid=True),  # fmt: skip
-    Case(f"{ACCEL}.precision:mixed_precision_torch", {"model_fn": _linear, "data": (1, 2)},
-         {"model_fn": not_callables,
-          "data": st.one_of(st.none(), st.integers(), st.text(max_size=3),
-                            st.lists(st.integers(), min_size=3, max_size=4)),
-          "dtype": st.one_of(unsupported_dtypes, st.sampled_from(["float32", "float64"]),
-                             not_numbers),
-          "steps": BAD_POS, "lr": bad_real(0, low_open=True), "warmup_ms": BAD_MS_POS,
-          "rep_ms": BAD_MS_POS, "device": BAD_TORCH_DEVICE}),  # fmt: skip
-    Case(f"{ACCEL}.precision:mixed_precision_keras", {},
-         {"policy": bad_choice(("mixed_bfloat16", "mixed_float16")),
-          "batch": st.one_of(BAD_POS, st.integers(2**31, 2**40)), "features": BAD_POS,
-          "hidden": st.one_of(BAD_POS, st.integers(2**31, 2**40)), "classes": BAD_POS,
-          "steps": BAD_POS, "seed": BAD_SEED, "warmup_ms": BAD_MS_POS, "rep_ms": BAD_MS_POS}),
-    Case(f"{ACCEL}.side_by_side:mlp_side_by_side", {},
-         {"batch": st.one_of(BAD_POS, st.integers(2**31, 2**40)),
-          "sizes": st.one_of(NOT_A_LIST, st.none(), st.just(()), st.just((5,)),
-                             st.lists(st.integers(max_value=0), min_size=2, max_size=3),
-                             st.lists(st.integers(10**6, 10**7), min_size=2, max_size=3)),
-          "variants": st.one_of(st.integers(), st.none(), st.just(()),
-                                st.lists(st.text(max_size=5), min_size=1, max_size=2)),
-          "lr": bad_real(0, low_open=True), "seed": BAD_SEED, "warmup_ms": BAD_MS_POS,
-          "rep_ms": BAD_MS_POS}),  # fmt: skip
-    Case(f"{ACCEL}.sync_points:sync_points_benchmark", {},
-         {"steps": BAD_POS, "size": BAD_POS, "device": BAD_TORCH_DEVICE, "warmup_ms": BAD_MS_POS,
-          "rep_ms": BAD_MS_POS}),
-    Case(f"{ACCEL}.sync_points:sync_points_benchmark", {"device": "cpu"},
-         {"size": st.integers(2**16, 2**24)}, torch=True,
-         guards=("labkit.accel.sync_points.bench",), label="accel.sync_points_benchmark.memory"),
+    Case(
+        f"{ACCEL}.precision:tf32_defaults",
+        {"frameworks": ["torch"]},
+        {
+            "frameworks": st.one_of(
+                st.integers(),
+                st.floats(),
+                st.sampled_from(["jax", "TF", "", "Torch"]),
+                st.lists(st.sampled_from(["jax", "numpy", ""]), min_size=1, max_size=2),
+            )
+        },
+        run_valid=True,
+    ),
+    Case(
+        f"{ACCEL}.precision:mixed_precision_torch",
+        {"model_fn": _linear, "data": (1, 2)},
+        {
+            "model_fn": not_callables,
+            "data": st.one_of(
+                st.none(),
+                st.integers(),
+                st.text(max_size=3),
+                st.lists(st.integers(), min_size=3, max_size=4),
+            ),
+            "dtype": st.one_of(
+                unsupported_dtypes, st.sampled_from(["float32", "float64"]), not_numbers
+            ),
+            "steps": BAD_POS,
+            "lr": bad_real(0, low_open=True),
+            "warmup_ms": BAD_MS_POS,
+            "rep_ms": BAD_MS_POS,
+            "device": BAD_TORCH_DEVICE,
+        },
+    ),
+    Case(
+        f"{ACCEL}.precision:mixed_precision_keras",
+        {},
+        {
+            "policy": bad_choice(("mixed_bfloat16", "mixed_float16")),
+            "batch": st.one_of(BAD_POS, st.integers(2**31, 2**40)),
+            "features": BAD_POS,
+            "hidden": st.one_of(BAD_POS, st.integers(2**31, 2**40)),
+            "classes": BAD_POS,
+            "steps": BAD_POS,
+            "seed": BAD_SEED,
+            "warmup_ms": BAD_MS_POS,
+            "rep_ms": BAD_MS_POS,
+        },
+    ),
+    Case(
+        f"{ACCEL}.side_by_side:mlp_side_by_side",
+        {},
+        {
+            "batch": st.one_of(BAD_POS, st.integers(2**31, 2**40)),
+            "sizes": st.one_of(
+                NOT_A_LIST,
+                st.none(),
+                st.just(()),
+                st.just((5,)),
+                st.lists(st.integers(max_value=0), min_size=2, max_size=3),
+                st.lists(st.integers(10**6, 10**7), min_size=2, max_size=3),
+            ),
+            "variants": st.one_of(
+                st.integers(),
+                st.none(),
+                st.just(()),
+                st.lists(st.text(max_size=5), min_size=1, max_size=2),
+            ),
+            "lr": bad_real(0, low_open=True),
+            "seed": BAD_SEED,
+            "warmup_ms": BAD_MS_POS,
+            "rep_ms": BAD_MS_POS,
+        },
+    ),
+    Case(
+        f"{ACCEL}.sync_points:sync_points_benchmark",
+        {},
+        {
+            "steps": BAD_POS,
+            "size": BAD_POS,
+            "device": BAD_TORCH_DEVICE,
+            "warmup_ms": BAD_MS_POS,
+            "rep_ms": BAD_MS_POS,
+        },
+    ),
+    Case(
+        f"{ACCEL}.sync_points:sync_points_benchmark",
+        {"device": "cpu"},
+        {"size": st.integers(2**16, 2**24)},
+        torch=True,
+        guards=("labkit.accel.sync_points.bench",),
+        label="accel.sync_points_benchmark.memory",
+    ),
     Case(f"{ACCEL}.sync_points:async_launch_demo", {}, {"size": BAD_POS, "repeats": BAD_POS}),
     # ---------------------------------------------------------------- labkit.models
-    Case("labkit.models.data:synthetic_images", {"n": 4, "size": 8},
-         {"n": st.one_of(BAD_POS, st.integers(2**30, 2**40)),
-          "size": st.one_of(bad_int(2), st.integers(2**16, 2**20)), "num_classes": bad_int(2),
-          "seed": BAD_SEED, "noise": bad_real(0)}, run_valid=True),  # fmt: skip
-    Case("labkit.models.data:digits_images", {"size": 8},
-         {"size": bad_int(2), "seed": BAD_SEED,
-          "test_fraction": bad_real(0, 1, low_open=True, high_open=True)}),
-    Case("labkit.models.data:sequence_task", {"n": 4, "steps": 3, "features": 2},
-         {"n": st.one_of(BAD_POS, st.integers(2**40, 2**50)), "steps": BAD_POS,
-          "features": BAD_POS, "seed": BAD_SEED}, run_valid=True),
-    Case("labkit.models.data:train_test_split",
-         lambda: {"x": np.arange(4.0), "y": np.array([0, 1, 0, 1])},
-         {"x": st.one_of(st.integers(), st.none(), st.floats(), st.text(max_size=4),
-                         st.lists(st.integers(), max_size=4),
-                         st.integers(5, 8).map(np.zeros)),
-          "y": st.one_of(st.integers(), st.none(), st.lists(st.integers(), max_size=3),
-                         st.integers(0, 3).map(np.zeros)),
-          "test_fraction": bad_real(0, 1, low_open=True, high_open=True), "seed": BAD_SEED},
-         run_valid=True),  # fmt: skip
-    *(Case(f"labkit.models.cnn:{name}", {}, {"num_classes": BAD_POS}, torch=True)
-      for name in ("CNN64", "CNN224", "CNN", "LazyCNN")),  # fmt: skip
-    Case("labkit.models.cnn:count_params", lambda: {"model": _linear()},
-         {"model": not_numbers}, torch=True, run_valid=True),
-    Case("labkit.models.rnn_torch:TorchRNN", {"input_size": 2, "hidden_size": 3},
-         {"input_size": BAD_POS, "hidden_size": BAD_POS,
-          "num_classes": st.one_of(st.booleans(), st.floats(), st.text(max_size=2),
-                                   non_positive_ints),
-          "batch_first": BAD_FLAG}, torch=True, run_valid=True),  # fmt: skip
-    Case("labkit.models.trace:trace_shapes", lambda: {"model": _linear(), "x": _xy()[0]},
-         {"model": not_numbers, "x": not_numbers}, torch=True, run_valid=True),
+    Case(
+        "labkit.models.data:synthetic_images",
+        {"n": 4, "size": 8},
+        {
+            "n": st.one_of(BAD_POS, st.integers(2**30, 2**40)),
+            "size": st.one_of(bad_int(2), st.integers(2**16, 2**20)),
+            "num_classes": bad_int(2),
+            "seed": BAD_SEED,
+            "noise": bad_real(0),
+        },
+        run_valid=True,
+    ),
+    Case(
+        "labkit.models.data:digits_images",
+        {"size": 8},
+        {
+            "size": bad_int(2),
+            "seed": BAD_SEED,
+            "test_fraction": bad_real(0, 1, low_open=True, high_open=True),
+        },
+    ),
+    Case(
+        "labkit.models.data:sequence_task",
+        {"n": 4, "steps": 3, "features": 2},
+        {
+            "n": st.one_of(BAD_POS, st.integers(2**40, 2**50)),
+            "steps": BAD_POS,
+            "features": BAD_POS,
+            "seed": BAD_SEED,
+        },
+        run_valid=True,
+    ),
+    Case(
+        "labkit.models.data:train_test_split",
+        lambda: {"x": np.arange(4.0), "y": np.array([0, 1, 0, 1])},
+        {
+            "x": st.one_of(
+                st.integers(),
+                st.none(),
+                st.floats(),
+                st.text(max_size=4),
+                st.lists(st.integers(), max_size=4),
+                st.integers(5, 8).map(np.zeros),
+            ),
+            "y": st.one_of(
+                st.integers(),
+                st.none(),
+                st.lists(st.integers(), max_size=3),
+                st.integers(0, 3).map(np.zeros),
+            ),
+            "test_fraction": bad_real(0, 1, low_open=True, high_open=True),
+            "seed": BAD_SEED,
+        },
+        run_valid=True,
+    ),
+    *(
+        Case(f"labkit.models.cnn:{name}", {}, {"num_classes": BAD_POS}, torch=True)
+        for name in ("CNN64", "CNN224", "CNN", "LazyCNN")
+    ),
+    Case(
+        "labkit.models.cnn:count_params",
+        lambda: {"model": _linear()},
+        {"model": not_numbers},
+        torch=True,
+        run_valid=True,
+    ),
+    Case(
+        "labkit.models.rnn_torch:TorchRNN",
+        {"input_size": 2, "hidden_size": 3},
+        {
+            "input_size": BAD_POS,
+            "hidden_size": BAD_POS,
+            "num_classes": st.one_of(
+                st.booleans(), st.floats(), st.text(max_size=2), non_positive_ints
+            ),
+            "batch_first": BAD_FLAG,
+        },
+        torch=True,
+        run_valid=True,
+    ),
+    Case(
+        "labkit.models.trace:trace_shapes",
+        lambda: {"model": _linear(), "x": _xy()[0]},
+        {"model": not_numbers, "x": not_numbers},
+        torch=True,
+        run_valid=True,
+    ),
     Case("labkit.models.trace:format_trace", {}, {"trace": NOT_A_RESULT}),
-    Case("labkit.models.train:train_classifier",
-         lambda: {"model": _linear(), "train": _xy(), "test": _xy(), "epochs": 1},
-         {"model": not_numbers, "train": BAD_SPLIT, "test": BAD_SPLIT, "epochs": BAD_POS,
-          "batch_size": BAD_POS, "lr": bad_real(0, low_open=True), "device": BAD_TORCH_DEVICE,
-          "seed": BAD_SEED}, torch=True),  # fmt: skip
-    Case("labkit.models.train:train_torch_rnn", lambda: {"train": _sequences(),
-                                                          "test": _sequences()},
-         {"train": BAD_SPLIT, "test": BAD_SPLIT, "hidden_size": BAD_POS, "epochs": BAD_POS,
-          "batch_size": BAD_POS, "lr": bad_real(0, low_open=True), "device": BAD_TORCH_DEVICE,
-          "seed": BAD_SEED}),  # fmt: skip
-    Case("labkit.models.train:accuracy", lambda: {"model": _linear(), "x": _xy()[0],
-                                                   "y": _xy()[1]},
-         {"model": not_numbers, "batch_size": BAD_POS}, torch=True, run_valid=True),
-    Case("labkit.models.throughput:throughput_by_batch",
-         lambda: {"model": _linear(), "batch_sizes": [1], "image_size": 8},
-         {"model": not_numbers, "batch_sizes": bad_sizes(), "image_size": bad_int(2),
-          "channels_last": BAD_FLAG, "inference": BAD_FLAG, "warmup_ms": BAD_MS,
-          "rep_ms": BAD_MS_POS, "memory_fraction": bad_real(0, 1, low_open=True),
-          "device": BAD_TORCH_DEVICE,
-          "amp_dtype": st.one_of(st.text(max_size=5), st.integers(), st.floats())},
-         torch=True, guards=("labkit.timing.bench.bench",)),  # fmt: skip
-    Case("labkit.models.rnn_keras:keras_rnn", {},
-         {"kind": bad_choice(("SimpleRNN", "LSTM", "LSTM-no-cudnn", "GRU")), "units": BAD_POS,
-          "return_sequences": BAD_FLAG, "return_state": BAD_FLAG}),
-    Case("labkit.models.rnn_keras:time_keras_rnns", {},
-         {"batch": st.one_of(BAD_POS, st.integers(2**40, 2**50)), "steps": BAD_POS,
-          "features": BAD_POS, "units": BAD_POS,
-          "kinds": st.one_of(st.text(max_size=5), st.integers(), st.just(()),
-                             st.lists(st.sampled_from(["RNN", "lstm", "", "CuDNNLSTM"]),
-                                      min_size=1, max_size=2)),
-          "device": BAD_TF_DEVICE, "warmup_ms": BAD_MS, "rep_ms": BAD_MS_POS}),  # fmt: skip
-    Case("labkit.models.rnn_keras:train_keras_rnn", lambda: {"train": _sequences(),
-                                                              "test": _sequences()},
-         {"train": BAD_SPLIT, "test": BAD_SPLIT,
-          "kind": bad_choice(("SimpleRNN", "LSTM", "LSTM-no-cudnn", "GRU")), "units": BAD_POS,
-          "epochs": BAD_POS, "batch_size": BAD_POS, "lr": bad_real(0, low_open=True),
-          "seed": BAD_SEED}),  # fmt: skip
+    Case(
+        "labkit.models.train:train_classifier",
+        lambda: {"model": _linear(), "train": _xy(), "test": _xy(), "epochs": 1},
+        {
+            "model": not_numbers,
+            "train": BAD_SPLIT,
+            "test": BAD_SPLIT,
+            "epochs": BAD_POS,
+            "batch_size": BAD_POS,
+            "lr": bad_real(0, low_open=True),
+            "device": BAD_TORCH_DEVICE,
+            "seed": BAD_SEED,
+        },
+        torch=True,
+    ),
+    Case(
+        "labkit.models.train:train_torch_rnn",
+        lambda: {"train": _sequences(), "test": _sequences()},
+        {
+            "train": BAD_SPLIT,
+            "test": BAD_SPLIT,
+            "hidden_size": BAD_POS,
+            "epochs": BAD_POS,
+            "batch_size": BAD_POS,
+            "lr": bad_real(0, low_open=True),
+            "device": BAD_TORCH_DEVICE,
+            "seed": BAD_SEED,
+        },
+    ),
+    Case(
+        "labkit.models.train:accuracy",
+        lambda: {"model": _linear(), "x": _xy()[0], "y": _xy()[1]},
+        {"model": not_numbers, "batch_size": BAD_POS},
+        torch=True,
+        run_valid=True,
+    ),
+    Case(
+        "labkit.models.throughput:throughput_by_batch",
+        lambda: {"model": _linear(), "batch_sizes": [1], "image_size": 8},
+        {
+            "model": not_numbers,
+            "batch_sizes": bad_sizes(),
+            "image_size": bad_int(2),
+            "channels_last": BAD_FLAG,
+            "inference": BAD_FLAG,
+            "warmup_ms": BAD_MS,
+            "rep_ms": BAD_MS_POS,
+            "memory_fraction": bad_real(0, 1, low_open=True),
+            "device": BAD_TORCH_DEVICE,
+            "amp_dtype": st.one_of(st.text(max_size=5), st.integers(), st.floats()),
+        },
+        torch=True,
+        guards=("labkit.timing.bench.bench",),
+    ),
+    Case(
+        "labkit.models.rnn_keras:keras_rnn",
+        {},
+        {
+            "kind": bad_choice(("SimpleRNN", "LSTM", "LSTM-no-cudnn", "GRU")),
+            "units": BAD_POS,
+            "return_sequences": BAD_FLAG,
+            "return_state": BAD_FLAG,
+        },
+    ),
+    Case(
+        "labkit.models.rnn_keras:time_keras_rnns",
+        {},
+        {
+            "batch": st.one_of(BAD_POS, st.integers(2**40, 2**50)),
+            "steps": BAD_POS,
+            "features": BAD_POS,
+            "units": BAD_POS,
+            "kinds": st.one_of(
+                st.text(max_size=5),
+                st.integers(),
+                st.just(()),
+                st.lists(st.sampled_from(["RNN", "lstm", "", "CuDNNLSTM"]), min_size=1, max_size=2),
+            ),
+            "device": BAD_TF_DEVICE,
+            "warmup_ms": BAD_MS,
+            "rep_ms": BAD_MS_POS,
+        },
+    ),
+    Case(
+        "labkit.models.rnn_keras:train_keras_rnn",
+        lambda: {"train": _sequences(), "test": _sequences()},
+        {
+            "train": BAD_SPLIT,
+            "test": BAD_SPLIT,
+            "kind": bad_choice(("SimpleRNN", "LSTM", "LSTM-no-cudnn", "GRU")),
+            "units": BAD_POS,
+            "epochs": BAD_POS,
+            "batch_size": BAD_POS,
+            "lr": bad_real(0, low_open=True),
+            "seed": BAD_SEED,
+        },
+    ),
     # ---------------------------------------------------------------- labkit.batching.sweep
-    Case("labkit.batching.sweep:batch_sweep", {},
-         {"model": st.one_of(st.integers(), st.none(), st.floats(),
-                             st.text(max_size=4).filter(lambda s: s not in ("mlp", "cnn"))),
-          "batch_sizes": bad_sizes(), "input_shape": BAD_SHAPE,
-          "modes": st.one_of(st.integers(), st.just(()), st.text(max_size=4).filter(
-              lambda s: s not in ("train", "inference")), st.just(["train", "train"])),
-          "device": BAD_TORCH_DEVICE, "optimizer": bad_choice(("adam", "sgd")),
-          "warmup_ms": BAD_MS, "rep_ms": BAD_MS_POS, "min_reps": BAD_POS,
-          "memory_fraction": bad_real(0, 1, low_open=True), "seed": BAD_SEED}),  # fmt: skip
-    Case("labkit.batching.step:mlp", {"in_features": 2, "hidden": (3,), "num_classes": 2},
-         {"in_features": BAD_POS, "num_classes": BAD_POS,
-          "hidden": st.one_of(st.integers(), st.none(), st.text(min_size=1, max_size=3),
-                              st.lists(st.integers(max_value=0), min_size=1, max_size=2))},
-         run_valid=True),  # fmt: skip
-    Case("labkit.batching.sweep:check_shape", {"input_shape": (3, 4)}, {"input_shape": BAD_SHAPE},
-         run_valid=True),
-    Case("labkit.batching.sweep:check_optimizer", {"optimizer": "adam"},
-         {"optimizer": bad_choice(("adam", "sgd"))}, run_valid=True),
-    Case("labkit.batching.sweep:latency_budget_batch", lambda: {"result": _batch_sweep(),
-                                                          "max_latency_ms": 5.0},
-         {"result": NOT_A_RESULT, "max_latency_ms": BAD_MS_POS,
-          "mode": bad_choice(("inference",))}, run_valid=True),  # fmt: skip
-    Case("labkit.batching.sweep:plot_batch_sweep", lambda: {"result": _batch_sweep()},
-         {"result": NOT_A_RESULT, "ax": st.one_of(st.integers(), st.text(max_size=3))}),
+    Case(
+        "labkit.batching.sweep:batch_sweep",
+        {},
+        {
+            "model": st.one_of(
+                st.integers(),
+                st.none(),
+                st.floats(),
+                st.text(max_size=4).filter(lambda s: s not in ("mlp", "cnn")),
+            ),
+            "batch_sizes": bad_sizes(),
+            "input_shape": BAD_SHAPE,
+            "modes": st.one_of(
+                st.integers(),
+                st.just(()),
+                st.text(max_size=4).filter(lambda s: s not in ("train", "inference")),
+                st.just(["train", "train"]),
+            ),
+            "device": BAD_TORCH_DEVICE,
+            "optimizer": bad_choice(("adam", "sgd")),
+            "warmup_ms": BAD_MS,
+            "rep_ms": BAD_MS_POS,
+            "min_reps": BAD_POS,
+            "memory_fraction": bad_real(0, 1, low_open=True),
+            "seed": BAD_SEED,
+        },
+    ),
+    Case(
+        "labkit.batching.step:mlp",
+        {"in_features": 2, "hidden": (3,), "num_classes": 2},
+        {
+            "in_features": BAD_POS,
+            "num_classes": BAD_POS,
+            "hidden": st.one_of(
+                st.integers(),
+                st.none(),
+                st.text(min_size=1, max_size=3),
+                st.lists(st.integers(max_value=0), min_size=1, max_size=2),
+            ),
+        },
+        run_valid=True,
+    ),
+    Case(
+        "labkit.batching.sweep:check_shape",
+        {"input_shape": (3, 4)},
+        {"input_shape": BAD_SHAPE},
+        run_valid=True,
+    ),
+    Case(
+        "labkit.batching.sweep:check_optimizer",
+        {"optimizer": "adam"},
+        {"optimizer": bad_choice(("adam", "sgd"))},
+        run_valid=True,
+    ),
+    Case(
+        "labkit.batching.sweep:latency_budget_batch",
+        lambda: {"result": _batch_sweep(), "max_latency_ms": 5.0},
+        {"result": NOT_A_RESULT, "max_latency_ms": BAD_MS_POS, "mode": bad_choice(("inference",))},
+        run_valid=True,
+    ),
+    Case(
+        "labkit.batching.sweep:plot_batch_sweep",
+        lambda: {"result": _batch_sweep()},
+        {"result": NOT_A_RESULT, "ax": st.one_of(st.integers(), st.text(max_size=3))},
+    ),
     # ---------------------------------------------------------------- labkit.batching.largest
-    Case("labkit.batching.largest:step_memory",
-         {"model_fn": _linear, "input_shape": (2,), "batch_size": 1},
-         {"model_fn": not_callables, "input_shape": BAD_SHAPE, "batch_size": BAD_POS,
-          "device": st.one_of(BAD_TORCH_DEVICE, st.none()), "optimizer": bad_choice(("adam", "sgd")),
-          "seed": BAD_SEED}),  # fmt: skip
-    Case("labkit.batching.largest:fit_memory", {"model_fn": _linear, "input_shape": (2,)},
-         {"model_fn": not_callables, "input_shape": BAD_SHAPE,
-          "probe_batches": st.one_of(bad_sizes(), st.lists(st.just(2), min_size=1, max_size=3)),
-          "device": st.one_of(BAD_TORCH_DEVICE, st.none()), "optimizer": bad_choice(("adam", "sgd")),
-          "budget_bytes": st.one_of(st.floats(), st.text(max_size=3), non_positive_ints),
-          "target_batch": st.one_of(st.floats(), st.text(max_size=3), non_positive_ints)}),  # fmt: skip
-    Case("labkit.batching.largest:largest_batch_cpu", {"model_fn": _linear, "input_shape": (2,)},
-         {"model_fn": not_callables, "input_shape": BAD_SHAPE,
-          "budget_bytes": st.one_of(st.floats(), st.text(max_size=3), non_positive_ints,
-                                    impossible_bytes),
-          "probe_batches": bad_sizes(), "optimizer": bad_choice(("adam", "sgd")),
-          "max_batch": st.one_of(st.floats(), st.text(max_size=3), non_positive_ints),
-          "verify": BAD_FLAG}),  # fmt: skip
-    Case("labkit.batching.largest:largest_batch_cuda", {"model_fn": _linear, "input_shape": (2,)},
-         {"model_fn": not_callables, "input_shape": BAD_SHAPE,
-          "device": st.one_of(BAD_TORCH_DEVICE, st.none()), "optimizer": bad_choice(("adam", "sgd")),
-          "start_batch": BAD_POS, "max_batch": BAD_POS, "fraction": bad_real(0, 1, low_open=True),
-          "tolerance": bad_real(0, 1, high_open=True)}),  # fmt: skip
-    Case("labkit.batching.largest:search_batch",
-         {"fits": lambda b: b <= 5, "start": 1, "max_batch": 8, "tolerance": 0.0},
-         {"fits": not_callables, "start": BAD_POS, "max_batch": BAD_POS,
-          "tolerance": bad_real(0, 1, high_open=True)}, run_valid=True),  # fmt: skip
+    Case(
+        "labkit.batching.largest:step_memory",
+        {"model_fn": _linear, "input_shape": (2,), "batch_size": 1},
+        {
+            "model_fn": not_callables,
+            "input_shape": BAD_SHAPE,
+            "batch_size": BAD_POS,
+            "device": st.one_of(BAD_TORCH_DEVICE, st.none()),
+            "optimizer": bad_choice(("adam", "sgd")),
+            "seed": BAD_SEED,
+        },
+    ),
+    Case(
+        "labkit.batching.largest:fit_memory",
+        {"model_fn": _linear, "input_shape": (2,)},
+        {
+            "model_fn": not_callables,
+            "input_shape": BAD_SHAPE,
+            "probe_batches": st.one_of(bad_sizes(), st.lists(st.just(2), min_size=1, max_size=3)),
+            "device": st.one_of(BAD_TORCH_DEVICE, st.none()),
+            "optimizer": bad_choice(("adam", "sgd")),
+            "budget_bytes": st.one_of(st.floats(), st.text(max_size=3), non_positive_ints),
+            "target_batch": st.one_of(st.floats(), st.text(max_size=3), non_positive_ints),
+        },
+    ),
+    Case(
+        "labkit.batching.largest:largest_batch_cpu",
+        {"model_fn": _linear, "input_shape": (2,)},
+        {
+            "model_fn": not_callables,
+            "input_shape": BAD_SHAPE,
+            "budget_bytes": st.one_of(
+                st.floats(), st.text(max_size=3), non_positive_ints, impossible_bytes
+            ),
+            "probe_batches": bad_sizes(),
+            "optimizer": bad_choice(("adam", "sgd")),
+            "max_batch": st.one_of(st.floats(), st.text(max_size=3), non_positive_ints),
+            "verify": BAD_FLAG,
+        },
+    ),
+    Case(
+        "labkit.batching.largest:largest_batch_cuda",
+        {"model_fn": _linear, "input_shape": (2,)},
+        {
+            "model_fn": not_callables,
+            "input_shape": BAD_SHAPE,
+            "device": st.one_of(BAD_TORCH_DEVICE, st.none()),
+            "optimizer": bad_choice(("adam", "sgd")),
+            "start_batch": BAD_POS,
+            "max_batch": BAD_POS,
+            "fraction": bad_real(0, 1, low_open=True),
+            "tolerance": bad_real(0, 1, high_open=True),
+        },
+    ),
+    Case(
+        "labkit.batching.largest:search_batch",
+        {"fits": lambda b: b <= 5, "start": 1, "max_batch": 8, "tolerance": 0.0},
+        {
+            "fits": not_callables,
+            "start": BAD_POS,
+            "max_batch": BAD_POS,
+            "tolerance": bad_real(0, 1, high_open=True),
+        },
+        run_valid=True,
+    ),
     # ---------------------------------------------------------------- labkit.batching.loaders
-    Case("labkit.batching.loaders:SyntheticImages", {"n": 4},
-         {"n": BAD_POS, "image_size": bad_int(2),
-          "decode_px": st.one_of(bad_int(8), st.integers(9, 15), st.just(16)),
-          "io_ms": BAD_MS, "python_ms": BAD_MS, "num_classes": bad_int(2),
-          "seed": st.one_of(NOT_INT, st.integers(max_value=-1))}, run_valid=True),  # fmt: skip
-    Case("labkit.batching.loaders:decode_sample", {"index": 0, "decode_px": 8},
-         {"index": bad_int(0), "decode_px": st.one_of(bad_int(8), st.integers(9, 15)),
-          "io_ms": BAD_MS, "python_ms": BAD_MS, "num_classes": BAD_POS, "seed": bad_int(0)},
-         run_valid=True),  # fmt: skip
-    Case("labkit.batching.loaders:augment_sample",
-         lambda: {"image": np.zeros((3, 16, 16), np.float32), "index": 0, "image_size": 8},
-         {"image": st.one_of(not_numbers, st.just(np.zeros((16, 16), np.float32))),
-          "index": bad_int(0), "image_size": st.one_of(bad_int(1), st.integers(17, 100)),
-          "seed": bad_int(0)}, run_valid=True),  # fmt: skip
-    Case("labkit.batching.loaders:sample_cost", {},
-         {"dataset": st.one_of(st.integers(), st.text(max_size=3)), "warmup_ms": BAD_MS,
-          "rep_ms": BAD_MS_POS}),
-    Case("labkit.batching.loaders:thread_scaling", {},
-         {"dataset": st.one_of(st.integers(), st.text(max_size=3)), "threads": bad_int(2),
-          "samples": BAD_POS, "warmup_ms": BAD_MS, "rep_ms": BAD_MS_POS}),
-    Case("labkit.batching.loaders:measure_loader", {},
-         {"num_workers": bad_int(0), "pin_memory": BAD_FLAG,
-          "prefetch_factor": st.one_of(st.floats(), st.text(max_size=2), st.integers()),
-          "batch_size": BAD_POS, "steps": BAD_POS, "warmup_steps": bad_int(0),
-          "step_ms": BAD_MS.filter(lambda v: v is not None),
-          "dataset": st.one_of(st.integers(), st.text(max_size=3)), "device": BAD_TORCH_DEVICE,
-          "label": st.one_of(st.integers(), st.floats(), st.lists(st.integers(), max_size=1))}),  # fmt: skip
-    Case("labkit.batching.loaders:compare_loaders", {"configs": [{"num_workers": 0}]},
-         {"configs": st.one_of(st.integers(), st.just([]), st.just({}), st.text(max_size=3),
-                               st.lists(st.integers(), min_size=1, max_size=2)),
-          "batch_size": BAD_POS, "steps": BAD_POS, "step_ms": BAD_MS.filter(lambda v: v is not None),
-          "device": BAD_TORCH_DEVICE}),  # fmt: skip
-    Case("labkit.batching.loaders:build_tf_pipeline",
-         lambda: {"variant": "map", "dataset": _resolve("labkit.batching.loaders:SyntheticImages")(8),
-                  "batch_size": 2, "epoch_batches": 1},
-         {"variant": bad_choice(("map", "parallel", "map+prefetch", "parallel+prefetch",
-                                 "parallel+cache+prefetch", "map+defaults")),
-          "dataset": NOT_A_RESULT, "batch_size": BAD_POS, "epoch_batches": BAD_POS}),  # fmt: skip
-    Case("labkit.batching.loaders:measure_tf_pipeline", {},
-         {"variant": bad_choice(("map", "parallel", "map+prefetch", "parallel+prefetch",
-                                 "parallel+cache+prefetch", "map+defaults")),
-          "batch_size": BAD_POS, "steps": BAD_POS, "warmup_steps": bad_int(0),
-          "step_ms": BAD_MS, "dataset": st.one_of(st.integers(), st.text(max_size=3)),
-          "epoch_batches": BAD_POS}),  # fmt: skip
-    Case("labkit.batching.loaders:compare_tf_pipelines", {"variants": ["map"]},
-         {"variants": st.one_of(st.text(max_size=4), st.integers(), st.just([]),
-                                st.lists(st.sampled_from(["mapp", "cache", "", "prefetch"]),
-                                         min_size=1, max_size=2)),
-          "batch_size": BAD_POS, "step_ms": BAD_MS, "epoch_batches": BAD_POS}),  # fmt: skip
-    Case("labkit.batching.loaders:plot_loader_comparison", {},
-         {"comparison": st.one_of(NOT_A_RESULT, st.just([]), st.lists(st.integers(), min_size=1,
-                                                                       max_size=2))}),  # fmt: skip
+    Case(
+        "labkit.batching.loaders:SyntheticImages",
+        {"n": 4},
+        {
+            "n": BAD_POS,
+            "image_size": bad_int(2),
+            "decode_px": st.one_of(bad_int(8), st.integers(9, 15), st.just(16)),
+            "io_ms": BAD_MS,
+            "python_ms": BAD_MS,
+            "num_classes": bad_int(2),
+            "seed": st.one_of(NOT_INT, st.integers(max_value=-1)),
+        },
+        run_valid=True,
+    ),
+    Case(
+        "labkit.batching.loaders:decode_sample",
+        {"index": 0, "decode_px": 8},
+        {
+            "index": bad_int(0),
+            "decode_px": st.one_of(bad_int(8), st.integers(9, 15)),
+            "io_ms": BAD_MS,
+            "python_ms": BAD_MS,
+            "num_classes": BAD_POS,
+            "seed": bad_int(0),
+        },
+        run_valid=True,
+    ),
+    Case(
+        "labkit.batching.loaders:augment_sample",
+        lambda: {"image": np.zeros((3, 16, 16), np.float32), "index": 0, "image_size": 8},
+        {
+            "image": st.one_of(not_numbers, st.just(np.zeros((16, 16), np.float32))),
+            "index": bad_int(0),
+            "image_size": st.one_of(bad_int(1), st.integers(17, 100)),
+            "seed": bad_int(0),
+        },
+        run_valid=True,
+    ),
+    Case(
+        "labkit.batching.loaders:sample_cost",
+        {},
+        {
+            "dataset": st.one_of(st.integers(), st.text(max_size=3)),
+            "warmup_ms": BAD_MS,
+            "rep_ms": BAD_MS_POS,
+        },
+    ),
+    Case(
+        "labkit.batching.loaders:thread_scaling",
+        {},
+        {
+            "dataset": st.one_of(st.integers(), st.text(max_size=3)),
+            "threads": bad_int(2),
+            "samples": BAD_POS,
+            "warmup_ms": BAD_MS,
+            "rep_ms": BAD_MS_POS,
+        },
+    ),
+    Case(
+        "labkit.batching.loaders:measure_loader",
+        {},
+        {
+            "num_workers": bad_int(0),
+            "pin_memory": BAD_FLAG,
+            "prefetch_factor": st.one_of(st.floats(), st.text(max_size=2), st.integers()),
+            "batch_size": BAD_POS,
+            "steps": BAD_POS,
+            "warmup_steps": bad_int(0),
+            "step_ms": BAD_MS.filter(lambda v: v is not None),
+            "dataset": st.one_of(st.integers(), st.text(max_size=3)),
+            "device": BAD_TORCH_DEVICE,
+            "label": st.one_of(st.integers(), st.floats(), st.lists(st.integers(), max_size=1)),
+        },
+    ),
+    Case(
+        "labkit.batching.loaders:compare_loaders",
+        {"configs": [{"num_workers": 0}]},
+        {
+            "configs": st.one_of(
+                st.integers(),
+                st.just([]),
+                st.just({}),
+                st.text(max_size=3),
+                st.lists(st.integers(), min_size=1, max_size=2),
+            ),
+            "batch_size": BAD_POS,
+            "steps": BAD_POS,
+            "step_ms": BAD_MS.filter(lambda v: v is not None),
+            "device": BAD_TORCH_DEVICE,
+        },
+    ),
+    Case(
+        "labkit.batching.loaders:build_tf_pipeline",
+        lambda: {
+            "variant": "map",
+            "dataset": _resolve("labkit.batching.loaders:SyntheticImages")(8),
+            "batch_size": 2,
+            "epoch_batches": 1,
+        },
+        {
+            "variant": bad_choice(
+                (
+                    "map",
+                    "parallel",
+                    "map+prefetch",
+                    "parallel+prefetch",
+                    "parallel+cache+prefetch",
+                    "map+defaults",
+                )
+            ),
+            "dataset": NOT_A_RESULT,
+            "batch_size": BAD_POS,
+            "epoch_batches": BAD_POS,
+        },
+    ),
+    Case(
+        "labkit.batching.loaders:measure_tf_pipeline",
+        {},
+        {
+            "variant": bad_choice(
+                (
+                    "map",
+                    "parallel",
+                    "map+prefetch",
+                    "parallel+prefetch",
+                    "parallel+cache+prefetch",
+                    "map+defaults",
+                )
+            ),
+            "batch_size": BAD_POS,
+            "steps": BAD_POS,
+            "warmup_steps": bad_int(0),
+            "step_ms": BAD_MS,
+            "dataset": st.one_of(st.integers(), st.text(max_size=3)),
+            "epoch_batches": BAD_POS,
+        },
+    ),
+    Case(
+        "labkit.batching.loaders:compare_tf_pipelines",
+        {"variants": ["map"]},
+        {
+            "variants": st.one_of(
+                st.text(max_size=4),
+                st.integers(),
+                st.just([]),
+                st.lists(
+                    st.sampled_from(["mapp", "cache", "", "prefetch"]), min_size=1, max_size=2
+                ),
+            ),
+            "batch_size": BAD_POS,
+            "step_ms": BAD_MS,
+            "epoch_batches": BAD_POS,
+        },
+    ),
+    Case(
+        "labkit.batching.loaders:plot_loader_comparison",
+        {},
+        {
+            "comparison": st.one_of(
+                NOT_A_RESULT, st.just([]), st.lists(st.integers(), min_size=1, max_size=2)
+            )
+        },
+    ),
     # ---------------------------------------------------------------- labkit.kernels
-    Case("labkit.kernels.occupancy:occupancy",
-         {"gpu": "H100", "threads_per_block": 256, "registers_per_thread": 32},
-         {"gpu": st.one_of(st.integers(), st.none(), st.sampled_from(["H1000", "V100", "sm_70", "",
-                                                                      "gpu", "A10"])),
-          "threads_per_block": bad_int(1, 1024), "registers_per_thread": bad_int(1, 255),
-          "shared_bytes_per_block": bad_int(0)}, run_valid=True),  # fmt: skip
-    Case("labkit.kernels.occupancy:gpu_limits", {"gpu": "sm_90"},
-         {"gpu": st.one_of(st.integers(), st.none(), st.sampled_from(["sm_91", "H", "B200"]))},
-         run_valid=True),
-    Case("labkit.kernels.occupancy:occupancy_sweep",
-         lambda: {"gpu": "H100", "kernel_resources": _resources()},
-         {"gpu": st.one_of(st.integers(), st.sampled_from(["H1000", "sm_70"])),
-          "kernel_resources": st.one_of(st.none(), st.integers(), st.text(max_size=3)),
-          "block_sizes": st.one_of(bad_sizes(), st.lists(st.integers(1025, 4096), min_size=1,
-                                                         max_size=2)),
-          "dynamic_shared_bytes": bad_int(0)}, run_valid=True),  # fmt: skip
-    Case("labkit.kernels.occupancy:plot_occupancy", {},
-         {"sweep": st.one_of(NOT_A_RESULT, st.just([]), st.lists(st.integers(), min_size=1,
-                                                                  max_size=2))}),  # fmt: skip
-    Case("labkit.kernels.sources:kernel_spec", {"name": "transpose_padded"},
-         {"name": st.one_of(st.integers(), st.none(), st.sampled_from(["transpose", "sgemm_tile",
-                                                                       "", "reduce"]))},
-         run_valid=True),  # fmt: skip
-    Case("labkit.kernels.sources:kernel_source", {"name": "transpose"},
-         {"name": st.one_of(st.integers(), st.none(), st.sampled_from(["transposes", "", "x.cu",
-                                                                       "../timing"]))},
-         run_valid=True),  # fmt: skip
-    Case("labkit.kernels.sources:kernel_path", {"name": "sgemm_tiled"},
-         {"name": st.one_of(st.integers(), st.none(), st.sampled_from(["sgemm.c", "", "x"]))},
-         run_valid=True),
-    Case("labkit.kernels.sources:macros_for", {"name": "transpose_padded"},
-         {"TILE_DIM": st.one_of(NOT_INT, non_positive_ints, st.integers(4097, 10**6)),
-          "TILE": st.integers(1, 64)}, run_valid=True,
-         names={"TILE": "TILE"}),
-    Case("labkit.kernels.cupy_run:stride_sweep", {},
-         {"strides": st.one_of(st.integers(), st.none(), st.just([]),
-                               st.lists(st.integers(max_value=0), min_size=1, max_size=2)),
-          "n_elements": st.one_of(st.floats(), st.text(max_size=2), non_positive_ints),
-          "block_size": bad_int(1, 1024), "warmup_ms": BAD_MS, "rep_ms": BAD_MS_POS,
-          "quick": BAD_FLAG}),  # fmt: skip
-    Case("labkit.kernels.cupy_run:transpose_versions", {},
-         {"n": st.one_of(st.floats(), st.text(max_size=2), non_positive_ints),
-          "versions": st.one_of(st.integers(), st.lists(st.sampled_from(["fast", ""]), min_size=1,
-                                                        max_size=2)),
-          "tile_dim": bad_int(1, 1024), "block_rows": bad_int(1, 1024), "warmup_ms": BAD_MS,
-          "rep_ms": BAD_MS_POS, "quick": BAD_FLAG}),  # fmt: skip
-    Case("labkit.kernels.cupy_run:sgemm_vs_cublas", {"n": 64},
-         {"n": bad_int(1, 32768),
-          "versions": st.one_of(st.integers(), st.lists(st.sampled_from(["cublas", ""]), min_size=1,
-                                                        max_size=2)),
-          "warmup_ms": BAD_MS, "rep_ms": BAD_MS_POS}),  # fmt: skip
-    Case("labkit.kernels.cupy_run:reduction_versions", {},
-         {"n_elements": st.one_of(st.floats(), st.text(max_size=2), non_positive_ints),
-          "versions": st.one_of(st.integers(), st.just([]),
-                                st.lists(st.sampled_from(["tree", ""]), min_size=1, max_size=2)),
-          "atomic_elements": BAD_POS, "block_size": bad_int(32, 1024), "warmup_ms": BAD_MS,
-          "rep_ms": BAD_MS_POS, "quick": BAD_FLAG}),  # fmt: skip
-    Case("labkit.kernels.cupy_run:block_size_sweep", {},
-         {"kernel": st.one_of(st.integers(), st.sampled_from(["sgemm", "", "copy"])),
-          "block_sizes": st.one_of(st.integers(), st.just([]),
-                                   st.lists(st.integers(max_value=0), min_size=1, max_size=2)),
-          "n_elements": st.one_of(st.floats(), st.text(max_size=2), non_positive_ints),
-          "warmup_ms": BAD_MS, "rep_ms": BAD_MS_POS, "quick": BAD_FLAG}),  # fmt: skip
+    Case(
+        "labkit.kernels.occupancy:occupancy",
+        {"gpu": "H100", "threads_per_block": 256, "registers_per_thread": 32},
+        {
+            "gpu": st.one_of(
+                st.integers(),
+                st.none(),
+                st.sampled_from(["H1000", "V100", "sm_70", "", "gpu", "A10"]),
+            ),
+            "threads_per_block": bad_int(1, 1024),
+            "registers_per_thread": bad_int(1, 255),
+            "shared_bytes_per_block": bad_int(0),
+        },
+        run_valid=True,
+    ),
+    Case(
+        "labkit.kernels.occupancy:gpu_limits",
+        {"gpu": "sm_90"},
+        {"gpu": st.one_of(st.integers(), st.none(), st.sampled_from(["sm_91", "H", "B200"]))},
+        run_valid=True,
+    ),
+    Case(
+        "labkit.kernels.occupancy:occupancy_sweep",
+        lambda: {"gpu": "H100", "kernel_resources": _resources()},
+        {
+            "gpu": st.one_of(st.integers(), st.sampled_from(["H1000", "sm_70"])),
+            "kernel_resources": st.one_of(st.none(), st.integers(), st.text(max_size=3)),
+            "block_sizes": st.one_of(
+                bad_sizes(), st.lists(st.integers(1025, 4096), min_size=1, max_size=2)
+            ),
+            "dynamic_shared_bytes": bad_int(0),
+        },
+        run_valid=True,
+    ),
+    Case(
+        "labkit.kernels.occupancy:plot_occupancy",
+        {},
+        {
+            "sweep": st.one_of(
+                NOT_A_RESULT, st.just([]), st.lists(st.integers(), min_size=1, max_size=2)
+            )
+        },
+    ),
+    Case(
+        "labkit.kernels.sources:kernel_spec",
+        {"name": "transpose_padded"},
+        {
+            "name": st.one_of(
+                st.integers(), st.none(), st.sampled_from(["transpose", "sgemm_tile", "", "reduce"])
+            )
+        },
+        run_valid=True,
+    ),
+    Case(
+        "labkit.kernels.sources:kernel_source",
+        {"name": "transpose"},
+        {
+            "name": st.one_of(
+                st.integers(), st.none(), st.sampled_from(["transposes", "", "x.cu", "../timing"])
+            )
+        },
+        run_valid=True,
+    ),
+    Case(
+        "labkit.kernels.sources:kernel_path",
+        {"name": "sgemm_tiled"},
+        {"name": st.one_of(st.integers(), st.none(), st.sampled_from(["sgemm.c", "", "x"]))},
+        run_valid=True,
+    ),
+    Case(
+        "labkit.kernels.sources:macros_for",
+        {"name": "transpose_padded"},
+        {
+            "TILE_DIM": st.one_of(NOT_INT, non_positive_ints, st.integers(4097, 10**6)),
+            "TILE": st.integers(1, 64),
+        },
+        run_valid=True,
+        names={"TILE": "TILE"},
+    ),
+    Case(
+        "labkit.kernels.cupy_run:stride_sweep",
+        {},
+        {
+            "strides": st.one_of(
+                st.integers(),
+                st.none(),
+                st.just([]),
+                st.lists(st.integers(max_value=0), min_size=1, max_size=2),
+            ),
+            "n_elements": st.one_of(st.floats(), st.text(max_size=2), non_positive_ints),
+            "block_size": bad_int(1, 1024),
+            "warmup_ms": BAD_MS,
+            "rep_ms": BAD_MS_POS,
+            "quick": BAD_FLAG,
+        },
+    ),
+    Case(
+        "labkit.kernels.cupy_run:transpose_versions",
+        {},
+        {
+            "n": st.one_of(st.floats(), st.text(max_size=2), non_positive_ints),
+            "versions": st.one_of(
+                st.integers(), st.lists(st.sampled_from(["fast", ""]), min_size=1, max_size=2)
+            ),
+            "tile_dim": bad_int(1, 1024),
+            "block_rows": bad_int(1, 1024),
+            "warmup_ms": BAD_MS,
+            "rep_ms": BAD_MS_POS,
+            "quick": BAD_FLAG,
+        },
+    ),
+    Case(
+        "labkit.kernels.cupy_run:sgemm_vs_cublas",
+        {"n": 64},
+        {
+            "n": bad_int(1, 32768),
+            "versions": st.one_of(
+                st.integers(), st.lists(st.sampled_from(["cublas", ""]), min_size=1, max_size=2)
+            ),
+            "warmup_ms": BAD_MS,
+            "rep_ms": BAD_MS_POS,
+        },
+    ),
+    Case(
+        "labkit.kernels.cupy_run:reduction_versions",
+        {},
+        {
+            "n_elements": st.one_of(st.floats(), st.text(max_size=2), non_positive_ints),
+            "versions": st.one_of(
+                st.integers(),
+                st.just([]),
+                st.lists(st.sampled_from(["tree", ""]), min_size=1, max_size=2),
+            ),
+            "atomic_elements": BAD_POS,
+            "block_size": bad_int(32, 1024),
+            "warmup_ms": BAD_MS,
+            "rep_ms": BAD_MS_POS,
+            "quick": BAD_FLAG,
+        },
+    ),
+    Case(
+        "labkit.kernels.cupy_run:block_size_sweep",
+        {},
+        {
+            "kernel": st.one_of(st.integers(), st.sampled_from(["sgemm", "", "copy"])),
+            "block_sizes": st.one_of(
+                st.integers(),
+                st.just([]),
+                st.lists(st.integers(max_value=0), min_size=1, max_size=2),
+            ),
+            "n_elements": st.one_of(st.floats(), st.text(max_size=2), non_positive_ints),
+            "warmup_ms": BAD_MS,
+            "rep_ms": BAD_MS_POS,
+            "quick": BAD_FLAG,
+        },
+    ),
     Case("labkit.kernels.cupy_run:plot_kernels", {}, {"result": NOT_A_RESULT}),
-    Case("labkit.kernels.cupy_run:get_kernel", {"name": "transpose_padded"},
-         {"name": st.one_of(st.integers(), st.sampled_from(["transpose", ""])),
-          "TILE_DIM": bad_int(1, 4096)}),
-    Case("labkit.kernels.cupy_run:strided_copy", lambda: {"x": np.zeros(8, np.float32), "stride": 1},
-         {"x": NOT_ON_GPU, "stride": bad_int(1, 65535), "block_size": bad_int(1, 1024),
-          "items_per_thread": bad_int(1, 64)}),
-    Case("labkit.kernels.cupy_run:transpose", lambda: {"x": np.zeros((8, 8), np.float32)},
-         {"x": NOT_ON_GPU, "version": bad_choice(("naive", "tiled", "padded", "tiled_nosync")),
-          "tile_dim": bad_int(1, 1024), "block_rows": bad_int(1, 1024)}),
-    Case("labkit.kernels.cupy_run:sgemm",
-         lambda: {"a": np.zeros((8, 8), np.float32), "b": np.zeros((8, 8), np.float32)},
-         {"a": NOT_ON_GPU, "b": NOT_ON_GPU, "version": bad_choice(("naive", "shared", "tiled"))}),
-    Case("labkit.kernels.cupy_run:reduce_sum", lambda: {"x": np.zeros(8, np.float32)},
-         {"x": NOT_ON_GPU, "version": bad_choice(("atomic", "shared", "warp_shuffle"))}),
-    Case("labkit.kernels.tuning:recorded_cache_path", {"kernel": "transpose"},
-         {"kernel": st.one_of(st.integers(), st.none(), st.sampled_from(["", "../x", "a b", "x.y"])),
-          "directory": NOT_A_PATH}, run_valid=True),  # fmt: skip
-    Case("labkit.kernels.tuning:replay", {"cache_path": "/nonexistent/cache.json"},
-         {"cache_path": NOT_A_PATH, "kernel": st.one_of(st.integers(), st.sampled_from(["", "a/b"])),
-          "use_kernel_tuner": st.one_of(st.integers(), st.text(max_size=3))}),  # fmt: skip
-    Case("labkit.kernels.tuning:best_configuration", lambda: {"source": _replay()},
-         {"source": st.one_of(st.integers(), st.floats(), st.lists(st.integers(), max_size=2))},
-         run_valid=True),
-    Case("labkit.kernels.tuning:tune_transpose", {"n": 64},
-         {"n": bad_int(16, 32768), "iterations": bad_int(1, 1000), "quiet": BAD_FLAG,
-          "cache_path": NOT_A_PATH,
-          "tune_params": st.one_of(st.integers(), st.lists(st.integers(), max_size=2),
-                                   st.just({"TILE_DIM": [16]}),
-                                   st.just({"TILE_DIM": [0], "BLOCK_ROWS": [1]}),
-                                   st.just({"TILE_DIM": "16", "BLOCK_ROWS": [1]}),
-                                   st.just({"TILE_DIM": [], "BLOCK_ROWS": [1]}))}),  # fmt: skip
-    Case("labkit.kernels.tuning:tune_sgemm", {"n": 2048},
-         {"n": bad_int(64, 16384), "iterations": bad_int(1, 1000), "quiet": BAD_FLAG,
-          "tune_params": st.one_of(st.integers(), st.just({"BM": [64]}),
-                                   st.just({"BM": [0], "BN": [64], "BK": [8], "TM": [4], "TN": [4],
-                                            "block_size_x": [256]}))}),  # fmt: skip
-    Case("labkit.kernels.tuning:plot_tuning", lambda: {"result": _replay()},
-         {"result": NOT_A_RESULT, "top": BAD_POS, "ax": st.one_of(st.integers(), st.text(max_size=2))}),
-    Case("labkit.kernels.simulator:simulate", {"kernel": "transpose_naive", "n": 8},
-         {"kernel": st.one_of(st.integers(), st.none(), st.sampled_from(["transpose", "", "sgemm"])),
-          "n": BAD_POS, "seed": bad_int(0), "block": BAD_POS, "stride": BAD_POS,
-          "timeout_s": bad_real(0, low_open=True)},
-         guards=("labkit.kernels.simulator._run_worker",)),  # fmt: skip
-    Case("labkit.kernels.simulator:verify_all", {"n": 8},
-         {"n": BAD_POS, "seed": bad_int(0), "block": BAD_POS,
-          "kernels": st.one_of(st.text(max_size=4), st.integers(), st.just([]),
-                               st.lists(st.sampled_from(["nope", ""]), min_size=1, max_size=2)),
-          "timeout_s": bad_real(0, low_open=True)},
-         guards=("labkit.kernels.simulator._run_worker",)),  # fmt: skip
-    Case("labkit.kernels.simulator:race_demo", {"n": 8, "runs": 2},
-         {"n": BAD_POS, "runs": bad_int(2, 50), "seed": bad_int(0), "block": BAD_POS,
-          "start_together": BAD_FLAG, "timeout_s": bad_real(0, low_open=True)},
-         guards=("labkit.kernels.simulator._run_worker",)),  # fmt: skip
+    Case(
+        "labkit.kernels.cupy_run:get_kernel",
+        {"name": "transpose_padded"},
+        {
+            "name": st.one_of(st.integers(), st.sampled_from(["transpose", ""])),
+            "TILE_DIM": bad_int(1, 4096),
+        },
+    ),
+    Case(
+        "labkit.kernels.cupy_run:strided_copy",
+        lambda: {"x": np.zeros(8, np.float32), "stride": 1},
+        {
+            "x": NOT_ON_GPU,
+            "stride": bad_int(1, 65535),
+            "block_size": bad_int(1, 1024),
+            "items_per_thread": bad_int(1, 64),
+        },
+    ),
+    Case(
+        "labkit.kernels.cupy_run:transpose",
+        lambda: {"x": np.zeros((8, 8), np.float32)},
+        {
+            "x": NOT_ON_GPU,
+            "version": bad_choice(("naive", "tiled", "padded", "tiled_nosync")),
+            "tile_dim": bad_int(1, 1024),
+            "block_rows": bad_int(1, 1024),
+        },
+    ),
+    Case(
+        "labkit.kernels.cupy_run:sgemm",
+        lambda: {"a": np.zeros((8, 8), np.float32), "b": np.zeros((8, 8), np.float32)},
+        {"a": NOT_ON_GPU, "b": NOT_ON_GPU, "version": bad_choice(("naive", "shared", "tiled"))},
+    ),
+    Case(
+        "labkit.kernels.cupy_run:reduce_sum",
+        lambda: {"x": np.zeros(8, np.float32)},
+        {"x": NOT_ON_GPU, "version": bad_choice(("atomic", "shared", "warp_shuffle"))},
+    ),
+    Case(
+        "labkit.kernels.tuning:recorded_cache_path",
+        {"kernel": "transpose"},
+        {
+            "kernel": st.one_of(
+                st.integers(), st.none(), st.sampled_from(["", "../x", "a b", "x.y"])
+            ),
+            "directory": NOT_A_PATH,
+        },
+        run_valid=True,
+    ),
+    Case(
+        "labkit.kernels.tuning:replay",
+        {"cache_path": "/nonexistent/cache.json"},
+        {
+            "cache_path": NOT_A_PATH,
+            "kernel": st.one_of(st.integers(), st.sampled_from(["", "a/b"])),
+            "use_kernel_tuner": st.one_of(st.integers(), st.text(max_size=3)),
+        },
+    ),
+    Case(
+        "labkit.kernels.tuning:best_configuration",
+        lambda: {"source": _replay()},
+        {"source": st.one_of(st.integers(), st.floats(), st.lists(st.integers(), max_size=2))},
+        run_valid=True,
+    ),
+    Case(
+        "labkit.kernels.tuning:tune_transpose",
+        {"n": 64},
+        {
+            "n": bad_int(16, 32768),
+            "iterations": bad_int(1, 1000),
+            "quiet": BAD_FLAG,
+            "cache_path": NOT_A_PATH,
+            "tune_params": st.one_of(
+                st.integers(),
+                st.lists(st.integers(), max_size=2),
+                st.just({"TILE_DIM": [16]}),
+                st.just({"TILE_DIM": [0], "BLOCK_ROWS": [1]}),
+                st.just({"TILE_DIM": "16", "BLOCK_ROWS": [1]}),
+                st.just({"TILE_DIM": [], "BLOCK_ROWS": [1]}),
+            ),
+        },
+    ),
+    Case(
+        "labkit.kernels.tuning:tune_sgemm",
+        {"n": 2048},
+        {
+            "n": bad_int(64, 16384),
+            "iterations": bad_int(1, 1000),
+            "quiet": BAD_FLAG,
+            "tune_params": st.one_of(
+                st.integers(),
+                st.just({"BM": [64]}),
+                st.just(
+                    {"BM": [0], "BN": [64], "BK": [8], "TM": [4], "TN": [4], "block_size_x": [256]}
+                ),
+            ),
+        },
+    ),
+    Case(
+        "labkit.kernels.tuning:plot_tuning",
+        lambda: {"result": _replay()},
+        {
+            "result": NOT_A_RESULT,
+            "top": BAD_POS,
+            "ax": st.one_of(st.integers(), st.text(max_size=2)),
+        },
+    ),
+    Case(
+        "labkit.kernels.simulator:simulate",
+        {"kernel": "transpose_naive", "n": 8},
+        {
+            "kernel": st.one_of(
+                st.integers(), st.none(), st.sampled_from(["transpose", "", "sgemm"])
+            ),
+            "n": BAD_POS,
+            "seed": bad_int(0),
+            "block": BAD_POS,
+            "stride": BAD_POS,
+            "timeout_s": bad_real(0, low_open=True),
+        },
+        guards=("labkit.kernels.simulator._run_worker",),
+    ),
+    Case(
+        "labkit.kernels.simulator:verify_all",
+        {"n": 8},
+        {
+            "n": BAD_POS,
+            "seed": bad_int(0),
+            "block": BAD_POS,
+            "kernels": st.one_of(
+                st.text(max_size=4),
+                st.integers(),
+                st.just([]),
+                st.lists(st.sampled_from(["nope", ""]), min_size=1, max_size=2),
+            ),
+            "timeout_s": bad_real(0, low_open=True),
+        },
+        guards=("labkit.kernels.simulator._run_worker",),
+    ),
+    Case(
+        "labkit.kernels.simulator:race_demo",
+        {"n": 8, "runs": 2},
+        {
+            "n": BAD_POS,
+            "runs": bad_int(2, 50),
+            "seed": bad_int(0),
+            "block": BAD_POS,
+            "start_together": BAD_FLAG,
+            "timeout_s": bad_real(0, low_open=True),
+        },
+        guards=("labkit.kernels.simulator._run_worker",),
+    ),
     Case("labkit.kernels.simulator:plot_race", {}, {"demo": NOT_A_RESULT}),
-    Case("labkit.kernels.resources:check_arch", {"arch": "sm_90"},
-         {"arch": st.one_of(st.integers(), st.none(), st.sampled_from(["90", "sm90", "compute_90",
-                                                                       "sm_", ""]))},
-         run_valid=True),  # fmt: skip
-    Case("labkit.kernels.resources:parse_resource_usage", {"text": ""},
-         {"text": st.one_of(st.integers(), st.none(), st.binary(max_size=3))}, run_valid=True),
-    Case("labkit.kernels.resources:compile_resources", {"source_or_path": "__global__ void k(){}"},
-         {"arch": st.one_of(st.integers(), st.sampled_from(["sm90", "", "compute_80"])),
-          "defines": st.one_of(st.integers(), st.text(max_size=3),
-                               st.just({"1X": 1}), st.just({"X": 1.5}), st.just({"X": "a b"})),
-          "max_registers": st.one_of(st.floats(), st.integers(max_value=15),
-                                     st.integers(min_value=256)),
-          "timeout_s": bad_real(0, low_open=True)},
-         guards=("labkit.kernels.resources._require_compiler",),
-         names={}),  # fmt: skip
-    Case("labkit.kernels.resources:resources_table", {},
-         {"arches": st.one_of(st.text(max_size=4), st.integers(), st.just([]),
-                              st.lists(st.sampled_from(["sm90", "x"]), min_size=1, max_size=2)),
-          "defines": st.one_of(st.integers(), st.just({"1X": 1}))},
-         guards=("labkit.kernels.resources._require_compiler",)),  # fmt: skip
+    Case(
+        "labkit.kernels.resources:check_arch",
+        {"arch": "sm_90"},
+        {
+            "arch": st.one_of(
+                st.integers(), st.none(), st.sampled_from(["90", "sm90", "compute_90", "sm_", ""])
+            )
+        },
+        run_valid=True,
+    ),
+    Case(
+        "labkit.kernels.resources:parse_resource_usage",
+        {"text": ""},
+        {"text": st.one_of(st.integers(), st.none(), st.binary(max_size=3))},
+        run_valid=True,
+    ),
+    Case(
+        "labkit.kernels.resources:compile_resources",
+        {"source_or_path": "__global__ void k(){}"},
+        {
+            "arch": st.one_of(st.integers(), st.sampled_from(["sm90", "", "compute_80"])),
+            "defines": st.one_of(
+                st.integers(),
+                st.text(max_size=3),
+                st.just({"1X": 1}),
+                st.just({"X": 1.5}),
+                st.just({"X": "a b"}),
+            ),
+            "max_registers": st.one_of(
+                st.floats(), st.integers(max_value=15), st.integers(min_value=256)
+            ),
+            "timeout_s": bad_real(0, low_open=True),
+        },
+        guards=("labkit.kernels.resources._require_compiler",),
+        names={},
+    ),
+    Case(
+        "labkit.kernels.resources:resources_table",
+        {},
+        {
+            "arches": st.one_of(
+                st.text(max_size=4),
+                st.integers(),
+                st.just([]),
+                st.lists(st.sampled_from(["sm90", "x"]), min_size=1, max_size=2),
+            ),
+            "defines": st.one_of(st.integers(), st.just({"1X": 1})),
+        },
+        guards=("labkit.kernels.resources._require_compiler",),
+    ),
     # ---------------------------------------------------------------- labkit.profiling
-    Case("labkit.profiling.torch_profile:profile_training", {},
-         {"steps": BAD_POS, "batch": BAD_POS, "image_size": bad_int(2), "device": BAD_TORCH_DEVICE,
-          "trace_dir": NOT_A_PATH, "sync_every_step": BAD_FLAG, "record_shapes": BAD_FLAG,
-          "profile_memory": BAD_FLAG, "seed": BAD_SEED}),  # fmt: skip
-    Case("labkit.profiling.torch_profile:profile_training", {"device": "cpu"},
-         {"batch": st.integers(2**30, 2**40), "image_size": st.integers(2**16, 2**20)}, torch=True,
-         guards=("labkit.profiling.torch_profile.Trainer",),
-         label="profiling.profile_training.memory"),  # fmt: skip
-    Case("labkit.profiling.stalls:time_sync_stall", {},
-         {"steps": BAD_POS, "batch": BAD_POS, "image_size": bad_int(2), "device": BAD_TORCH_DEVICE,
-          "warmup_ms": BAD_MS, "rep_ms": BAD_MS_POS, "min_reps": BAD_POS, "seed": BAD_SEED}),
-    Case("labkit.profiling.stalls:time_sync_stall", {"device": "cpu"},
-         {"batch": st.integers(2**30, 2**40)}, torch=True,
-         guards=("labkit.profiling.stalls.Trainer",), label="profiling.time_sync_stall.memory"),
+    Case(
+        "labkit.profiling.torch_profile:profile_training",
+        {},
+        {
+            "steps": BAD_POS,
+            "batch": BAD_POS,
+            "image_size": bad_int(2),
+            "device": BAD_TORCH_DEVICE,
+            "trace_dir": NOT_A_PATH,
+            "sync_every_step": BAD_FLAG,
+            "record_shapes": BAD_FLAG,
+            "profile_memory": BAD_FLAG,
+            "seed": BAD_SEED,
+        },
+    ),
+    Case(
+        "labkit.profiling.torch_profile:profile_training",
+        {"device": "cpu"},
+        {"batch": st.integers(2**30, 2**40), "image_size": st.integers(2**16, 2**20)},
+        torch=True,
+        guards=("labkit.profiling.torch_profile.Trainer",),
+        label="profiling.profile_training.memory",
+    ),
+    Case(
+        "labkit.profiling.stalls:time_sync_stall",
+        {},
+        {
+            "steps": BAD_POS,
+            "batch": BAD_POS,
+            "image_size": bad_int(2),
+            "device": BAD_TORCH_DEVICE,
+            "warmup_ms": BAD_MS,
+            "rep_ms": BAD_MS_POS,
+            "min_reps": BAD_POS,
+            "seed": BAD_SEED,
+        },
+    ),
+    Case(
+        "labkit.profiling.stalls:time_sync_stall",
+        {"device": "cpu"},
+        {"batch": st.integers(2**30, 2**40)},
+        torch=True,
+        guards=("labkit.profiling.stalls.Trainer",),
+        label="profiling.time_sync_stall.memory",
+    ),
     Case("labkit.profiling.stalls:find_sync_points", {}, {"source": NOT_A_PATH}),
     Case("labkit.profiling.trace:read_trace", {}, {"path": NOT_A_PATH}),
-    Case("labkit.profiling.trace:summarize_trace", {"path": "/nonexistent.json"},
-         {"path": NOT_A_PATH, "top": bad_int(0)}),
+    Case(
+        "labkit.profiling.trace:summarize_trace",
+        {"path": "/nonexistent.json"},
+        {"path": NOT_A_PATH, "top": bad_int(0)},
+    ),
     Case("labkit.profiling.tf_profile:read_xplane", {}, {"path": NOT_A_PATH}),
-    Case("labkit.profiling.tf_profile:keras_cnn", {},
-         {"num_classes": BAD_POS, "image_size": st.one_of(bad_int(8), st.integers(9, 15))}),
-    Case("labkit.profiling.tf_profile:profile_keras_training", {},
-         {"steps": BAD_POS, "batch": st.one_of(BAD_POS, st.integers(2**30, 2**40)),
-          "image_size": st.one_of(bad_int(8), st.integers(9, 15)), "logdir": NOT_A_PATH,
-          "warmup_steps": BAD_POS, "top": bad_int(0), "seed": BAD_SEED}),  # fmt: skip
-    Case("labkit.profiling.nsight:nsight_commands", {},
-         {"script": st.one_of(st.integers(), st.none(), st.sampled_from(["", "  "])),
-          "args": st.one_of(st.integers(), st.text(min_size=1, max_size=3),
-                            st.lists(st.integers(), min_size=1, max_size=2)),
-          "kernel_regex": st.one_of(st.integers(), st.just("")),
-          "output": st.one_of(st.none(), st.just(" ")), "python": st.one_of(st.integers(), st.just(""))},
-         run_valid=True),  # fmt: skip
-    Case("labkit.profiling.nsight:run_nsys", {},
-         {"steps": BAD_POS, "batch": BAD_POS, "image_size": bad_int(2),
-          "timeout_s": bad_real(0, low_open=True), "out_dir": NOT_A_PATH,
-          "nsys": st.one_of(st.integers(), st.just(""), st.lists(st.text(), max_size=1))},
-         guards=("labkit.profiling.nsight.find_nsight", "subprocess.run")),  # fmt: skip
+    Case(
+        "labkit.profiling.tf_profile:keras_cnn",
+        {},
+        {"num_classes": BAD_POS, "image_size": st.one_of(bad_int(8), st.integers(9, 15))},
+    ),
+    Case(
+        "labkit.profiling.tf_profile:profile_keras_training",
+        {},
+        {
+            "steps": BAD_POS,
+            "batch": st.one_of(BAD_POS, st.integers(2**30, 2**40)),
+            "image_size": st.one_of(bad_int(8), st.integers(9, 15)),
+            "logdir": NOT_A_PATH,
+            "warmup_steps": BAD_POS,
+            "top": bad_int(0),
+            "seed": BAD_SEED,
+        },
+    ),
+    Case(
+        "labkit.profiling.nsight:nsight_commands",
+        {},
+        {
+            "script": st.one_of(st.integers(), st.none(), st.sampled_from(["", "  "])),
+            "args": st.one_of(
+                st.integers(),
+                st.text(min_size=1, max_size=3),
+                st.lists(st.integers(), min_size=1, max_size=2),
+            ),
+            "kernel_regex": st.one_of(st.integers(), st.just("")),
+            "output": st.one_of(st.none(), st.just(" ")),
+            "python": st.one_of(st.integers(), st.just("")),
+        },
+        run_valid=True,
+    ),
+    Case(
+        "labkit.profiling.nsight:run_nsys",
+        {},
+        {
+            "steps": BAD_POS,
+            "batch": BAD_POS,
+            "image_size": bad_int(2),
+            "timeout_s": bad_real(0, low_open=True),
+            "out_dir": NOT_A_PATH,
+            "nsys": st.one_of(st.integers(), st.just(""), st.lists(st.text(), max_size=1)),
+        },
+        guards=("labkit.profiling.nsight.find_nsight", "subprocess.run"),
+    ),
     # ---------------------------------------------------------------- labkit.scaling
-    Case("labkit.scaling.launch:launch_command",
-         {"nnodes": 2, "nproc_per_node": 4, "rdzv_endpoint": "node001:29500"},
-         {"nnodes": BAD_POS,
-          "nproc_per_node": st.one_of(non_positive_ints, st.floats(), st.none(),
-                                      st.text(max_size=4).filter(lambda s: s not in
-                                                                 ("gpu", "cpu", "auto", "xpu"))),
-          "rdzv_endpoint": st.one_of(st.integers(), st.none(),
-                                     st.sampled_from(["", "host:99999", "a b:1", "host:port",
-                                                      ":29500"])),
-          "rdzv_id": st.one_of(st.integers(), st.sampled_from(["", "a b"])),
-          "rdzv_backend": st.one_of(st.none(), st.just("")), "module": st.one_of(st.integers(),
-                                                                                 st.just("x y")),
-          "script_args": st.one_of(st.integers(), st.lists(st.integers(), min_size=1, max_size=2)),
-          "python": st.one_of(st.integers(), st.lists(st.text(), max_size=1))},
-         run_valid=True),  # fmt: skip
-    Case("labkit.scaling.launch:run_ddp", {},
-         {"nproc": BAD_POS, "width": st.one_of(BAD_POS, st.integers(2**20, 2**24)),
-          "depth": BAD_POS, "steps": BAD_POS,
-          "batch_per_rank": st.one_of(BAD_POS, st.integers(2**32, 2**40)), "accum_steps": BAD_POS,
-          "allreduce_reps": BAD_POS, "threads_per_proc": BAD_POS, "warmup_steps": bad_int(0),
-          "backend": bad_choice(("auto", "gloo", "nccl")), "timeout_s": bad_real(0, low_open=True),
-          "env": st.one_of(st.integers(), st.text(min_size=1, max_size=3),
-                           st.dictionaries(st.text(max_size=3), st.integers(), min_size=1,
-                                           max_size=2))},
-         guards=("labkit.scaling.process.run_process",)),  # fmt: skip
-    Case("labkit.scaling.launch:scaling_efficiency", {"nprocs": (1,)},
-         {"nprocs": bad_sizes(), "width": BAD_POS, "steps": BAD_POS, "batch_per_rank": BAD_POS,
-          "threads_per_proc": BAD_POS, "backend": bad_choice(("auto", "gloo", "nccl")),
-          "timeout_s": bad_real(0, low_open=True)},
-         guards=("labkit.scaling.process.run_process",)),  # fmt: skip
-    Case("labkit.scaling.launch:allreduce_cost", {"sizes_bytes": (1024,)},
-         {"sizes_bytes": st.one_of(bad_sizes(), st.lists(st.integers(1, 1000).filter(lambda s: s % 4),
-                                                         min_size=1, max_size=2),
-                                   st.lists(st.integers(2**50, 2**52).map(lambda s: s * 4),
-                                            min_size=1, max_size=2)),
-          "nproc": BAD_POS, "reps": BAD_POS, "warmup": bad_int(0), "threads_per_proc": BAD_POS,
-          "backend": bad_choice(("auto", "gloo", "nccl")), "timeout_s": bad_real(0, low_open=True)},
-         guards=("labkit.scaling.process.run_process",)),  # fmt: skip
-    Case("labkit.scaling.launch:allreduce_vs_model_size", {"widths": (8,)},
-         {"widths": bad_sizes(), "nproc": BAD_POS, "steps": BAD_POS, "batch_per_rank": BAD_POS,
-          "backend": bad_choice(("auto", "gloo", "nccl"))},
-         guards=("labkit.scaling.process.run_process",)),  # fmt: skip
+    Case(
+        "labkit.scaling.launch:launch_command",
+        {"nnodes": 2, "nproc_per_node": 4, "rdzv_endpoint": "node001:29500"},
+        {
+            "nnodes": BAD_POS,
+            "nproc_per_node": st.one_of(
+                non_positive_ints,
+                st.floats(),
+                st.none(),
+                st.text(max_size=4).filter(lambda s: s not in ("gpu", "cpu", "auto", "xpu")),
+            ),
+            "rdzv_endpoint": st.one_of(
+                st.integers(),
+                st.none(),
+                st.sampled_from(["", "host:99999", "a b:1", "host:port", ":29500"]),
+            ),
+            "rdzv_id": st.one_of(st.integers(), st.sampled_from(["", "a b"])),
+            "rdzv_backend": st.one_of(st.none(), st.just("")),
+            "module": st.one_of(st.integers(), st.just("x y")),
+            "script_args": st.one_of(
+                st.integers(), st.lists(st.integers(), min_size=1, max_size=2)
+            ),
+            "python": st.one_of(st.integers(), st.lists(st.text(), max_size=1)),
+        },
+        run_valid=True,
+    ),
+    Case(
+        "labkit.scaling.launch:run_ddp",
+        {},
+        {
+            "nproc": BAD_POS,
+            "width": st.one_of(BAD_POS, st.integers(2**20, 2**24)),
+            "depth": BAD_POS,
+            "steps": BAD_POS,
+            "batch_per_rank": st.one_of(BAD_POS, st.integers(2**32, 2**40)),
+            "accum_steps": BAD_POS,
+            "allreduce_reps": BAD_POS,
+            "threads_per_proc": BAD_POS,
+            "warmup_steps": bad_int(0),
+            "backend": bad_choice(("auto", "gloo", "nccl")),
+            "timeout_s": bad_real(0, low_open=True),
+            "env": st.one_of(
+                st.integers(),
+                st.text(min_size=1, max_size=3),
+                st.dictionaries(st.text(max_size=3), st.integers(), min_size=1, max_size=2),
+            ),
+        },
+        guards=("labkit.scaling.process.run_process",),
+    ),
+    Case(
+        "labkit.scaling.launch:scaling_efficiency",
+        {"nprocs": (1,)},
+        {
+            "nprocs": bad_sizes(),
+            "width": BAD_POS,
+            "steps": BAD_POS,
+            "batch_per_rank": BAD_POS,
+            "threads_per_proc": BAD_POS,
+            "backend": bad_choice(("auto", "gloo", "nccl")),
+            "timeout_s": bad_real(0, low_open=True),
+        },
+        guards=("labkit.scaling.process.run_process",),
+    ),
+    Case(
+        "labkit.scaling.launch:allreduce_cost",
+        {"sizes_bytes": (1024,)},
+        {
+            "sizes_bytes": st.one_of(
+                bad_sizes(),
+                st.lists(st.integers(1, 1000).filter(lambda s: s % 4), min_size=1, max_size=2),
+                st.lists(st.integers(2**50, 2**52).map(lambda s: s * 4), min_size=1, max_size=2),
+            ),
+            "nproc": BAD_POS,
+            "reps": BAD_POS,
+            "warmup": bad_int(0),
+            "threads_per_proc": BAD_POS,
+            "backend": bad_choice(("auto", "gloo", "nccl")),
+            "timeout_s": bad_real(0, low_open=True),
+        },
+        guards=("labkit.scaling.process.run_process",),
+    ),
+    Case(
+        "labkit.scaling.launch:allreduce_vs_model_size",
+        {"widths": (8,)},
+        {
+            "widths": bad_sizes(),
+            "nproc": BAD_POS,
+            "steps": BAD_POS,
+            "batch_per_rank": BAD_POS,
+            "backend": bad_choice(("auto", "gloo", "nccl")),
+        },
+        guards=("labkit.scaling.process.run_process",),
+    ),
     Case("labkit.scaling.launch:plot_scaling", {}, {"scaling": NOT_A_RESULT}),
     Case("labkit.scaling.launch:plot_allreduce", {}, {"cost": NOT_A_RESULT}),
     Case("labkit.scaling.launch:plot_model_size", {}, {"result": NOT_A_RESULT}),
-    Case("labkit.scaling.train_ddp:mlp_parameter_count", {"width": 8},
-         {"width": BAD_POS, "in_features": BAD_POS, "depth": BAD_POS, "out_features": BAD_POS},
-         run_valid=True),
-    Case("labkit.scaling.train_ddp:build_mlp", {"width": 8},
-         {"width": BAD_POS, "depth": BAD_POS, "batch_norm": BAD_FLAG}),
-    Case("labkit.scaling.results:bus_bandwidth_factor", {"nproc": 8}, {"nproc": BAD_POS},
-         run_valid=True),
-    Case("labkit.scaling.accumulation:accumulate_equivalence", {},
-         {"micro_batch": BAD_POS, "accum_steps": BAD_POS, "width": BAD_POS, "min_reps": BAD_POS,
-          "batch_norm": BAD_FLAG, "dtype": st.one_of(unsupported_dtypes, st.integers(),
-                                                      st.lists(st.integers(), max_size=1)),
-          "seed": BAD_SEED, "lr": bad_real(0, low_open=True), "warmup_ms": BAD_MS,
-          "rep_ms": BAD_MS_POS, "device": BAD_TORCH_DEVICE}),  # fmt: skip
-    Case("labkit.scaling.accumulation:accumulate_equivalence", {"device": "cpu"},
-         {"width": st.integers(2**20, 2**24), "micro_batch": st.integers(2**32, 2**40)},
-         torch=True, guards=("labkit.timing.bench.bench", "labkit.scaling.train_ddp.build_mlp"),
-         label="dist.accumulate_equivalence.memory"),  # fmt: skip
+    Case(
+        "labkit.scaling.train_ddp:mlp_parameter_count",
+        {"width": 8},
+        {"width": BAD_POS, "in_features": BAD_POS, "depth": BAD_POS, "out_features": BAD_POS},
+        run_valid=True,
+    ),
+    Case(
+        "labkit.scaling.train_ddp:build_mlp",
+        {"width": 8},
+        {"width": BAD_POS, "depth": BAD_POS, "batch_norm": BAD_FLAG},
+    ),
+    Case(
+        "labkit.scaling.results:bus_bandwidth_factor",
+        {"nproc": 8},
+        {"nproc": BAD_POS},
+        run_valid=True,
+    ),
+    Case(
+        "labkit.scaling.accumulation:accumulate_equivalence",
+        {},
+        {
+            "micro_batch": BAD_POS,
+            "accum_steps": BAD_POS,
+            "width": BAD_POS,
+            "min_reps": BAD_POS,
+            "batch_norm": BAD_FLAG,
+            "dtype": st.one_of(
+                unsupported_dtypes, st.integers(), st.lists(st.integers(), max_size=1)
+            ),
+            "seed": BAD_SEED,
+            "lr": bad_real(0, low_open=True),
+            "warmup_ms": BAD_MS,
+            "rep_ms": BAD_MS_POS,
+            "device": BAD_TORCH_DEVICE,
+        },
+    ),
+    Case(
+        "labkit.scaling.accumulation:accumulate_equivalence",
+        {"device": "cpu"},
+        {"width": st.integers(2**20, 2**24), "micro_batch": st.integers(2**32, 2**40)},
+        torch=True,
+        guards=("labkit.timing.bench.bench", "labkit.scaling.train_ddp.build_mlp"),
+        label="dist.accumulate_equivalence.memory",
+    ),
     Case("labkit.scaling.accumulation:plot_accumulation", {}, {"result": NOT_A_RESULT}),
-    Case("labkit.scaling.mirrored:run_mirrored", {},
-         {"n_logical": BAD_POS, "steps": BAD_POS, "epochs": BAD_POS, "batch_per_replica": BAD_POS,
-          "width": BAD_POS, "baseline": BAD_FLAG, "timeout_s": bad_real(0, low_open=True),
-          "env": st.one_of(st.integers(), st.dictionaries(st.text(max_size=3), st.integers(),
-                                                          min_size=1, max_size=2))},
-         guards=("labkit.scaling.process.run_process",)),  # fmt: skip
+    Case(
+        "labkit.scaling.mirrored:run_mirrored",
+        {},
+        {
+            "n_logical": BAD_POS,
+            "steps": BAD_POS,
+            "epochs": BAD_POS,
+            "batch_per_replica": BAD_POS,
+            "width": BAD_POS,
+            "baseline": BAD_FLAG,
+            "timeout_s": bad_real(0, low_open=True),
+            "env": st.one_of(
+                st.integers(),
+                st.dictionaries(st.text(max_size=3), st.integers(), min_size=1, max_size=2),
+            ),
+        },
+        guards=("labkit.scaling.process.run_process",),
+    ),
     # ---------------------------------------------------------------- labkit.check
-    *(Case(f"labkit.check:{fn}", {p: 1.0 for p in params}, {p: NOT_AN_ANSWER for p in params},
-           names=names)
-      for fn, params, names in (
-          ("peak_bandwidth", ("answer_gb_per_s",), {}),
-          ("summary_statistics", ("median_ms", "iqr_ms"), {}),
-          ("threads_to_fill", ("n",), {"n": "n_to_fill"}),
-          ("amdahl_prediction", ("serial_fraction", "speedup_64"), {}),
-          ("stream_bytes", ("bytes_per_call",), {}),
-          ("transfer_vs_hbm", ("ratio",), {}),
-          ("cnn_in_features", ("in_features",), {}),
-          ("cnn_head_params", ("params",), {}),
-          ("rnn_param_counts", ("keras_params", "torch_params"), {}),
-          ("sector_efficiency", ("stride_2", "stride_32"), {}),
-          ("bank_conflicts", ("unpadded_ways", "padded_ways"), {}),
-          ("occupancy", ("answer",), {"answer": "occupancy_fraction"}),
-          ("loader_workers", ("answer",), {"answer": "workers"}),
-          ("largest_batch", ("answer",), {"answer": "largest"}),
-          ("idle_fraction", ("answer",), {"answer": "idle_fraction"}),
-          ("accumulation_steps", ("answer",), {"answer": "accumulation_steps"}),
-          ("bus_bandwidth", ("algbw_gb_per_s", "busbw_gb_per_s"), {}),
-      )),  # fmt: skip
-    Case("labkit.check:knee_batch",
-         {"answer": 4, "batch_sizes": [1, 4, 16], "samples_per_s": [10.0, 95.0, 100.0]},
-         {"answer": NOT_AN_ANSWER,
-          "batch_sizes": st.one_of(st.integers(), st.none(), st.text(max_size=3), st.just([]),
-                                   st.just([1, 4]), st.just([0, 4, 16]), st.just([1.5, 4, 16]),
-                                   st.just([4, 4, 16])),
-          "samples_per_s": st.one_of(st.integers(), st.none(), st.just([1.0]),
-                                     st.just([1.0, math.nan, 2.0]), st.just([1.0, -2.0, 3.0]),
-                                     st.just(["1", 2.0, 3.0]))},
-         names={"answer": "knee_batch"}, run_valid=True),  # fmt: skip
-    Case("labkit.check:scaling_efficiency",
-         {"answer": 0.8, "throughput_1": 100.0, "throughput_n": 160.0, "n": 2},
-         {"answer": NOT_AN_ANSWER, "throughput_1": bad_real(0, low_open=True),
-          "throughput_n": bad_real(0, low_open=True), "n": BAD_POS},
-         names={"answer": "efficiency"}, run_valid=True),  # fmt: skip
-    Case("labkit.check:top_operator", {"answer": "aten::mm", "operators_by_self_time": ["aten::mm"]},
-         {"answer": st.one_of(st.integers(), st.floats(), st.lists(st.text(), max_size=1)),
-          "operators_by_self_time": st.one_of(st.integers(), st.text(max_size=3), st.just([]),
-                                              st.lists(st.integers(), min_size=1, max_size=2))},
-         run_valid=True),  # fmt: skip
-    Case("labkit.check:sync_points", {"answers": {}},
-         {"answers": st.one_of(st.integers(), st.text(max_size=3), st.lists(st.booleans(),
-                                                                             min_size=1))},
-         run_valid=True),  # fmt: skip
-    Case("labkit.check:roofline_prediction",
-         lambda: {"predictions": {}, "roofline": _resolve("labkit.roofline.model:Roofline")(
-             "cpu", {"float32": 100.0}, 10.0)},
-         {"predictions": st.one_of(st.integers(), st.text(max_size=3), st.lists(st.text(),
-                                                                                min_size=1)),
-          "roofline": st.one_of(st.integers(), st.text(max_size=3), st.dictionaries(
-              st.text(max_size=2), st.floats(), max_size=1))}, run_valid=True),  # fmt: skip
+    *(
+        Case(
+            f"labkit.check:{fn}",
+            {p: 1.0 for p in params},
+            {p: NOT_AN_ANSWER for p in params},
+            names=names,
+        )
+        for fn, params, names in (
+            ("peak_bandwidth", ("answer_gb_per_s",), {}),
+            ("summary_statistics", ("median_ms", "iqr_ms"), {}),
+            ("threads_to_fill", ("n",), {"n": "n_to_fill"}),
+            ("amdahl_prediction", ("serial_fraction", "speedup_64"), {}),
+            ("stream_bytes", ("bytes_per_call",), {}),
+            ("transfer_vs_hbm", ("ratio",), {}),
+            ("cnn_in_features", ("in_features",), {}),
+            ("cnn_head_params", ("params",), {}),
+            ("rnn_param_counts", ("keras_params", "torch_params"), {}),
+            ("sector_efficiency", ("stride_2", "stride_32"), {}),
+            ("bank_conflicts", ("unpadded_ways", "padded_ways"), {}),
+            ("occupancy", ("answer",), {"answer": "occupancy_fraction"}),
+            ("loader_workers", ("answer",), {"answer": "workers"}),
+            ("largest_batch", ("answer",), {"answer": "largest"}),
+            ("idle_fraction", ("answer",), {"answer": "idle_fraction"}),
+            ("accumulation_steps", ("answer",), {"answer": "accumulation_steps"}),
+            ("bus_bandwidth", ("algbw_gb_per_s", "busbw_gb_per_s"), {}),
+        )
+    ),
+    Case(
+        "labkit.check:knee_batch",
+        {"answer": 4, "batch_sizes": [1, 4, 16], "samples_per_s": [10.0, 95.0, 100.0]},
+        {
+            "answer": NOT_AN_ANSWER,
+            "batch_sizes": st.one_of(
+                st.integers(),
+                st.none(),
+                st.text(max_size=3),
+                st.just([]),
+                st.just([1, 4]),
+                st.just([0, 4, 16]),
+                st.just([1.5, 4, 16]),
+                st.just([4, 4, 16]),
+            ),
+            "samples_per_s": st.one_of(
+                st.integers(),
+                st.none(),
+                st.just([1.0]),
+                st.just([1.0, math.nan, 2.0]),
+                st.just([1.0, -2.0, 3.0]),
+                st.just(["1", 2.0, 3.0]),
+            ),
+        },
+        names={"answer": "knee_batch"},
+        run_valid=True,
+    ),
+    Case(
+        "labkit.check:scaling_efficiency",
+        {"answer": 0.8, "throughput_1": 100.0, "throughput_n": 160.0, "n": 2},
+        {
+            "answer": NOT_AN_ANSWER,
+            "throughput_1": bad_real(0, low_open=True),
+            "throughput_n": bad_real(0, low_open=True),
+            "n": BAD_POS,
+        },
+        names={"answer": "efficiency"},
+        run_valid=True,
+    ),
+    Case(
+        "labkit.check:top_operator",
+        {"answer": "aten::mm", "operators_by_self_time": ["aten::mm"]},
+        {
+            "answer": st.one_of(st.integers(), st.floats(), st.lists(st.text(), max_size=1)),
+            "operators_by_self_time": st.one_of(
+                st.integers(),
+                st.text(max_size=3),
+                st.just([]),
+                st.lists(st.integers(), min_size=1, max_size=2),
+            ),
+        },
+        run_valid=True,
+    ),
+    Case(
+        "labkit.check:sync_points",
+        {"answers": {}},
+        {
+            "answers": st.one_of(
+                st.integers(), st.text(max_size=3), st.lists(st.booleans(), min_size=1)
+            )
+        },
+        run_valid=True,
+    ),
+    Case(
+        "labkit.check:roofline_prediction",
+        lambda: {
+            "predictions": {},
+            "roofline": _resolve("labkit.roofline.model:Roofline")("cpu", {"float32": 100.0}, 10.0),
+        },
+        {
+            "predictions": st.one_of(
+                st.integers(), st.text(max_size=3), st.lists(st.text(), min_size=1)
+            ),
+            "roofline": st.one_of(
+                st.integers(),
+                st.text(max_size=3),
+                st.dictionaries(st.text(max_size=2), st.floats(), max_size=1),
+            ),
+        },
+        run_valid=True,
+    ),
     # ---------------------------------------------------------------- the bench_* modules
-    *(Case(f"labkit.cli.bench.{name}:run_{name}_benchmark", {},
-           {"as_json": BAD_FLAG, "record": BAD_FLAG, "quick": BAD_FLAG},
-           guards=(f"labkit.cli.bench.{name}.measure",))
-      for name in ("accel", "batching", "cnn", "kernels", "parallel", "profile", "rnn",
-                   "roofline")),  # fmt: skip
-    *(Case(f"labkit.cli.bench.{name}:measure", {}, {"quick": BAD_FLAG})
-      for name in ("accel", "batching", "cnn", "kernels", "parallel", "profile", "rnn",
-                   "roofline")),  # fmt: skip
-    Case("labkit.cli.bench.kernels:measure", {}, {"tune": BAD_FLAG}, label="bench_kernels.measure.tune"),
-    Case("labkit.cli.bench.parallel:measure", {},
-         {"show_progress": st.one_of(st.integers(), st.text(max_size=3))},
-         label="bench_parallel.measure.show_progress"),
-    Case("labkit.cli.bench.roofline:measure", {},
-         {"show_progress": st.one_of(st.integers(), st.text(max_size=3))},
-         label="bench_roofline.measure.show_progress"),
-    Case("labkit.cli.bench.roofline:standard_ops", {"on_gpu": False},
-         {"on_gpu": BAD_FLAG, "quick": BAD_FLAG}, run_valid=True),
-    Case("labkit.cli.bench.roofline:measure_device", {"device": "cpu"},
-         {"quick": BAD_FLAG, "show_progress": st.one_of(st.integers(), st.text(max_size=3))}),
-    Case("labkit.cli.bench.bandwidth:run_bandwidth_benchmark", {},
-         {"as_json": BAD_FLAG, "record": BAD_FLAG, "rounds": BAD_POS,
-          "max_bytes": st.one_of(st.floats(), st.text(max_size=3), st.integers(max_value=4095))},
-         guards=("labkit.cli.bench.bandwidth.run_cpu", "labkit.cli.bench.bandwidth.run_gpu")),  # fmt: skip
-    Case("labkit.cli.bench.bandwidth:cpu_bytes_per_array", {"max_bytes": 2**20},
-         {"arrays": BAD_POS,
-          "max_bytes": st.one_of(st.floats(), st.text(max_size=3), st.integers(max_value=4095))}),
+    *(
+        Case(
+            f"labkit.cli.bench.{name}:run_{name}_benchmark",
+            {},
+            {"as_json": BAD_FLAG, "record": BAD_FLAG, "quick": BAD_FLAG},
+            guards=(f"labkit.cli.bench.{name}.measure",),
+        )
+        for name in (
+            "accel",
+            "batching",
+            "cnn",
+            "kernels",
+            "parallel",
+            "profile",
+            "rnn",
+            "roofline",
+        )
+    ),
+    *(
+        Case(f"labkit.cli.bench.{name}:measure", {}, {"quick": BAD_FLAG})
+        for name in (
+            "accel",
+            "batching",
+            "cnn",
+            "kernels",
+            "parallel",
+            "profile",
+            "rnn",
+            "roofline",
+        )
+    ),
+    Case(
+        "labkit.cli.bench.kernels:measure",
+        {},
+        {"tune": BAD_FLAG},
+        label="bench_kernels.measure.tune",
+    ),
+    Case(
+        "labkit.cli.bench.parallel:measure",
+        {},
+        {"show_progress": st.one_of(st.integers(), st.text(max_size=3))},
+        label="bench_parallel.measure.show_progress",
+    ),
+    Case(
+        "labkit.cli.bench.roofline:measure",
+        {},
+        {"show_progress": st.one_of(st.integers(), st.text(max_size=3))},
+        label="bench_roofline.measure.show_progress",
+    ),
+    Case(
+        "labkit.cli.bench.roofline:standard_ops",
+        {"on_gpu": False},
+        {"on_gpu": BAD_FLAG, "quick": BAD_FLAG},
+        run_valid=True,
+    ),
+    Case(
+        "labkit.cli.bench.roofline:measure_device",
+        {"device": "cpu"},
+        {"quick": BAD_FLAG, "show_progress": st.one_of(st.integers(), st.text(max_size=3))},
+    ),
+    Case(
+        "labkit.cli.bench.bandwidth:run_bandwidth_benchmark",
+        {},
+        {
+            "as_json": BAD_FLAG,
+            "record": BAD_FLAG,
+            "rounds": BAD_POS,
+            "max_bytes": st.one_of(st.floats(), st.text(max_size=3), st.integers(max_value=4095)),
+        },
+        guards=("labkit.cli.bench.bandwidth.run_cpu", "labkit.cli.bench.bandwidth.run_gpu"),
+    ),
+    Case(
+        "labkit.cli.bench.bandwidth:cpu_bytes_per_array",
+        {"max_bytes": 2**20},
+        {
+            "arrays": BAD_POS,
+            "max_bytes": st.one_of(st.floats(), st.text(max_size=3), st.integers(max_value=4095)),
+        },
+    ),
     Case("labkit.cli.bench.bandwidth:format_cpu", {}, {"cpu": NOT_A_RESULT}),
     Case("labkit.cli.bench.bandwidth:gpu_summary", {}, {"parts": NOT_A_RESULT}),
     Case("labkit.cli.bench.parallel:sweep_to_dict", {}, {"sweep": NOT_A_RESULT}),
@@ -834,7 +1738,9 @@ PAIRS = [pytest.param(case, param, id=f"{case.id}-{param}") for case in CASES fo
 def _rejection_setting(case: Case) -> Iterator[None]:
     hidden = ALWAYS_HIDDEN if case.torch else (*ALWAYS_HIDDEN, "torch")
     with contextlib.ExitStack() as stack:
-        stack.enter_context(mock.patch("labkit.machine.memory.available_bytes", return_value=FREE_BYTES))
+        stack.enter_context(
+            mock.patch("labkit.machine.memory.available_bytes", return_value=FREE_BYTES)
+        )
         for target in case.guards:
             stack.enter_context(mock.patch(target, _forbidden))
         stack.enter_context(_hidden(hidden))
@@ -869,9 +1775,17 @@ def test_valid_call_runs(case: Case) -> None:
 
 def test_the_table_covers_every_module_in_scope() -> None:
     modules = {".".join(case.target.partition(":")[0].split(".")[1:3]) for case in CASES}
-    assert {"accel.precision", "models.train", "batching.sweep", "batching.loaders",
-            "batching.largest", "kernels.cupy_run", "profiling.torch_profile", "scaling.launch",
-            "check"} <= modules, sorted(modules)  # fmt: skip
+    assert {
+        "accel.precision",
+        "models.train",
+        "batching.sweep",
+        "batching.loaders",
+        "batching.largest",
+        "kernels.cupy_run",
+        "profiling.torch_profile",
+        "scaling.launch",
+        "check",
+    } <= modules, sorted(modules)
     assert sum(1 for c in CASES if c.target.startswith("labkit.cli.bench.")) >= 20
     assert len({c.target for c in CASES}) >= 120
 
@@ -883,8 +1797,9 @@ def test_compare_loaders_checks_every_config_before_the_first_run() -> None:
     from labkit.batching.loaders import compare_loaders
 
     with _rejection_setting(Case("x:y", {}, {})):
-        assert_rejects(lambda: compare_loaders([{"num_workers": 0}, {"num_workers": -1}]),
-                       "num_workers")  # fmt: skip
+        assert_rejects(
+            lambda: compare_loaders([{"num_workers": 0}, {"num_workers": -1}]), "num_workers"
+        )
         assert_rejects(lambda: compare_loaders([{"num_workers": 0}, {"bogus": 1}]), "bogus")
 
 
@@ -906,12 +1821,15 @@ ARCHES = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
     regs=st.integers(1, 255),
     smem=st.integers(0, 240 * 1024),
 )
-def test_occupancy_never_exceeds_the_hardware(arch: str, threads: int, regs: int, smem: int) -> None:
+def test_occupancy_never_exceeds_the_hardware(
+    arch: str, threads: int, regs: int, smem: int
+) -> None:
     from labkit.kernels.occupancy import ARCHES as LIMITS
     from labkit.kernels.occupancy import occupancy
 
-    o = occupancy(arch, threads_per_block=threads, registers_per_thread=regs,
-                  shared_bytes_per_block=smem)  # fmt: skip
+    o = occupancy(
+        arch, threads_per_block=threads, registers_per_thread=regs, shared_bytes_per_block=smem
+    )
     lim = LIMITS[arch]
     assert 0 <= o.blocks_per_sm <= lim.max_blocks_per_sm
     assert o.active_warps_per_sm <= lim.max_warps_per_sm
@@ -938,8 +1856,9 @@ def test_more_registers_or_shared_memory_never_raise_occupancy(
     from labkit.kernels.occupancy import occupancy
 
     def blocks(r: int, s: int) -> int:
-        return occupancy(arch, threads_per_block=threads, registers_per_thread=r,
-                         shared_bytes_per_block=s).blocks_per_sm  # fmt: skip
+        return occupancy(
+            arch, threads_per_block=threads, registers_per_thread=r, shared_bytes_per_block=s
+        ).blocks_per_sm
 
     low_r, high_r = regs
     low_s, high_s = smem
@@ -971,14 +1890,26 @@ FINITE = st.one_of(
 )
 
 ONE_ANSWER = (
-    "peak_bandwidth", "threads_to_fill", "stream_bytes", "transfer_vs_hbm", "cnn_in_features",
-    "cnn_head_params", "occupancy", "loader_workers", "largest_batch", "idle_fraction",
+    "peak_bandwidth",
+    "threads_to_fill",
+    "stream_bytes",
+    "transfer_vs_hbm",
+    "cnn_in_features",
+    "cnn_head_params",
+    "occupancy",
+    "loader_workers",
+    "largest_batch",
+    "idle_fraction",
     "accumulation_steps",
-)  # fmt: skip
+)
 TWO_ANSWERS = (
-    "summary_statistics", "amdahl_prediction", "rnn_param_counts", "sector_efficiency",
-    "bank_conflicts", "bus_bandwidth",
-)  # fmt: skip
+    "summary_statistics",
+    "amdahl_prediction",
+    "rnn_param_counts",
+    "sector_efficiency",
+    "bank_conflicts",
+    "bus_bandwidth",
+)
 
 
 @pytest.mark.parametrize("name", ONE_ANSWER)
@@ -1026,8 +1957,9 @@ def test_knee_batch_answers_any_finite_number_on_any_curve(
     tn=st.floats(1e-3, 1e9),
     n=st.integers(1, 1024),
 )
-def test_scaling_efficiency_answers_any_finite_number(answer: Any, t1: float, tn: float,
-                                                      n: int) -> None:  # fmt: skip
+def test_scaling_efficiency_answers_any_finite_number(
+    answer: Any, t1: float, tn: float, n: int
+) -> None:
     result = check.scaling_efficiency(answer, throughput_1=t1, throughput_n=tn, n=n)
     assert isinstance(result, CheckResult) and result.solved
 
@@ -1088,8 +2020,9 @@ def test_a_predicted_batch_fits_its_budget_and_grows_with_it(
     top=st.integers(1, 8192),
     tolerance=st.floats(0, 0.5),
 )
-def test_search_batch_brackets_the_limit(limit: int, start: int, top: int,
-                                         tolerance: float) -> None:  # fmt: skip
+def test_search_batch_brackets_the_limit(
+    limit: int, start: int, top: int, tolerance: float
+) -> None:
     from labkit.batching.largest import search_batch
 
     top = max(top, start)
@@ -1143,12 +2076,12 @@ def test_a_larger_latency_budget_never_gives_a_smaller_batch(
 
 @settings(max_examples=40, deadline=None)
 @given(
-    times=st.lists(st.one_of(st.none(), st.sampled_from([1.0, 2.0, 3.0])), min_size=1,
-                   max_size=6),  # fmt: skip
+    times=st.lists(st.one_of(st.none(), st.sampled_from([1.0, 2.0, 3.0])), min_size=1, max_size=6),
     order=st.randoms(use_true_random=False),
 )
-def test_tuning_results_do_not_depend_on_the_order_of_the_cache(times: list[Any],
-                                                                order: Any) -> None:  # fmt: skip
+def test_tuning_results_do_not_depend_on_the_order_of_the_cache(
+    times: list[Any], order: Any
+) -> None:
     import dataclasses
 
     replay = _replay(tuple(times))
@@ -1157,9 +2090,7 @@ def test_tuning_results_do_not_depend_on_the_order_of_the_cache(times: list[Any]
     other = dataclasses.replace(replay, configs=tuple(shuffled))
     assert replay.valid == other.valid
     assert [c.time_ms for c in replay.valid] == sorted(t for t in times if t is not None)
-    assert sorted(c.describe() for c in replay.failed) == sorted(
-        c.describe() for c in other.failed
-    )
+    assert sorted(c.describe() for c in replay.failed) == sorted(c.describe() for c in other.failed)
     if replay.valid:
         assert replay.best == other.best
 
@@ -1196,17 +2127,23 @@ def test_tune_params_checks_agree_under_permutation(order: Any) -> None:
     size_bytes=st.integers(4, 2**34),
     samples_ms=st.lists(st.floats(1e-3, 1e4), min_size=1, max_size=5),
 )
-def test_busbw_is_algbw_times_2_n_minus_1_over_n(n: int, size_bytes: int,
-                                                 samples_ms: list[float]) -> None:  # fmt: skip
+def test_busbw_is_algbw_times_2_n_minus_1_over_n(
+    n: int, size_bytes: int, samples_ms: list[float]
+) -> None:
     from labkit.scaling.results import AllreduceCost, bus_bandwidth_factor
 
     factor = bus_bandwidth_factor(n)
     assert factor == pytest.approx(2 * (n - 1) / n)
     assert 0 <= factor < 2 and (factor == 0) == (n == 1)
-    cost = AllreduceCost.from_dict({
-        "world_size": n, "devices": ["cpu"] * n, "backend": "gloo", "reps": len(samples_ms),
-        "rows": [{"size_bytes": size_bytes, "samples_ms": samples_ms}],
-    })  # fmt: skip
+    cost = AllreduceCost.from_dict(
+        {
+            "world_size": n,
+            "devices": ["cpu"] * n,
+            "backend": "gloo",
+            "reps": len(samples_ms),
+            "rows": [{"size_bytes": size_bytes, "samples_ms": samples_ms}],
+        }
+    )
     (row,) = cost.rows
     assert row.algbw_gb_per_s == pytest.approx(size_bytes / (row.median_ms / 1e3) / 1e9)
     assert row.busbw_gb_per_s == pytest.approx(row.algbw_gb_per_s * 2 * (n - 1) / n)

@@ -27,13 +27,24 @@ KiB, MiB = 1024, 1024**2
 FAST = {"warmup_ms": 0.0, "rep_ms": 1.0, "min_reps": 2}
 
 
-def _row(kernel: str = "copy", n: int = 1000, samples=(1.0, 1.0, 1.0), calls: int = 1,
-         device: str = "cpu") -> BandwidthResult:  # fmt: skip
+def _row(
+    kernel: str = "copy",
+    n: int = 1000,
+    samples=(1.0, 1.0, 1.0),
+    calls: int = 1,
+    device: str = "cpu",
+) -> BandwidthResult:
     return BandwidthResult(
-        kernel=kernel, device=device, dtype="float64", n_elements=n, bytes_per_array=8 * n,
-        bytes_per_call=bandwidth.stream_bytes(kernel, n), calls_per_sample=calls,
-        timing=Timing(tuple(samples)), implementation="test",
-    )  # fmt: skip
+        kernel=kernel,
+        device=device,
+        dtype="float64",
+        n_elements=n,
+        bytes_per_array=8 * n,
+        bytes_per_call=bandwidth.stream_bytes(kernel, n),
+        calls_per_sample=calls,
+        timing=Timing(tuple(samples)),
+        implementation="test",
+    )
 
 
 # --------------------------------------------------------------------------- byte counting
@@ -41,9 +52,13 @@ def _row(kernel: str = "copy", n: int = 1000, samples=(1.0, 1.0, 1.0), calls: in
 
 @pytest.mark.parametrize(
     ("kernel", "expected"),
-    [("copy", 2 * 8 * 1000), ("scale", 2 * 8 * 1000), ("add", 3 * 8 * 1000),
-     ("triad", 3 * 8 * 1000)],
-)  # fmt: skip
+    [
+        ("copy", 2 * 8 * 1000),
+        ("scale", 2 * 8 * 1000),
+        ("add", 3 * 8 * 1000),
+        ("triad", 3 * 8 * 1000),
+    ],
+)
 def test_stream_bytes_count_each_array_once(kernel: str, expected: int) -> None:
     assert bandwidth.stream_bytes(kernel, 1000) == expected
     assert bandwidth.stream_bytes(kernel, 1000, itemsize_bytes=4) == expected // 2
@@ -100,12 +115,11 @@ def test_stream_kernel_runs_checks_and_counts(kernel: str) -> None:
         (lambda: stream_sweep.stream_sweep(sizes_bytes="big"), TypeError, "sizes_bytes"),
         (lambda: stream_sweep.stream_sweep(sizes_bytes=[]), ValueError, "sizes_bytes"),
         (lambda: stream_sweep.stream_sweep(sizes_bytes=[4]), ValueError, "sizes_bytes"),
-        (lambda: stream_sweep.stream_sweep(sizes_bytes=[MiB], min_reps=0), ValueError,
-         "min_reps"),
+        (lambda: stream_sweep.stream_sweep(sizes_bytes=[MiB], min_reps=0), ValueError, "min_reps"),
         (lambda: bandwidth.peak_bandwidth(kernels=("triad", "dot")), ValueError, "kernels"),
         (lambda: bandwidth.default_sizes(points_per_decade=0), ValueError, "points_per_decade"),
     ],
-)  # fmt: skip
+)
 def test_arguments_are_validated_by_name(call, error: type, name: str) -> None:
     with pytest.raises(error, match=name):
         call()
@@ -139,9 +153,12 @@ def test_sweep_rows_are_sorted_complete_and_peak_is_the_fastest() -> None:
 
 @pytest.mark.parametrize(
     "caches",
-    [(("L1d", 48 * KiB), ("L2", 2 * MiB), ("L3", 300 * MiB)),
-     (("L1d", 32 * KiB), ("L2", MiB), ("L3", 32 * MiB)), ()],
-)  # fmt: skip
+    [
+        (("L1d", 48 * KiB), ("L2", 2 * MiB), ("L3", 300 * MiB)),
+        (("L1d", 32 * KiB), ("L2", MiB), ("L3", 32 * MiB)),
+        (),
+    ],
+)
 def test_default_sizes_are_one_fixed_grid_whatever_the_caches(
     monkeypatch: pytest.MonkeyPatch, caches: tuple
 ) -> None:
@@ -156,7 +173,9 @@ def test_default_sizes_are_one_fixed_grid_whatever_the_caches(
     assert all(1.3 < r < 2.4 for r in ratios)  # log-spaced, about 4 per decade
 
 
-def test_dram_size_is_compared_with_all_the_last_level_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dram_size_is_compared_with_all_the_last_level_cache(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from labkit.machine import cpu
 
     rule = "STREAM asks for at least 4×; below that, part of the traffic comes from cache"
@@ -208,15 +227,26 @@ def test_sizes_that_do_not_fit_stay_in_the_table_as_rows_that_say_so(low_memory:
     sizes = [64 * KiB, 128 * KiB, MiB, 8 * MiB]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no stderr block that only some machines show
-        result = stream_sweep.stream_sweep(kernels=("copy", "triad"), sizes_bytes=sizes,
-                                           show_progress=False, **FAST)  # fmt: skip
+        result = stream_sweep.stream_sweep(
+            kernels=("copy", "triad"), sizes_bytes=sizes, show_progress=False, **FAST
+        )
     assert result.sizes_bytes == (64 * KiB, 128 * KiB)
     assert result.dropped_bytes_per_array == (MiB, 8 * MiB)
     assert result.budget_bytes == low_memory["budget"] and result.arrays == 3
     lines = result.table().splitlines()
     assert len(lines) == 1 + 4 + 1  # header, every size, the footnote
-    assert lines[3].split() == ["1", "MiB", "-", "-", "skipped:", "does", "not", "fit", "in",
-                                "memory"]  # fmt: skip
+    assert lines[3].split() == [
+        "1",
+        "MiB",
+        "-",
+        "-",
+        "skipped:",
+        "does",
+        "not",
+        "fit",
+        "in",
+        "memory",
+    ]
     assert "exceed this probe's budget of 1 MiB" in lines[-1]
     assert low_memory["asked"] and max(low_memory["asked"]) <= low_memory["budget"]
 
@@ -245,8 +275,9 @@ def test_peak_bandwidth_shrinks_its_default_size_with_a_warning(low_memory: dict
 
 def test_strided_read_shrinks_its_default_and_rejects_explicit_overruns(low_memory: dict) -> None:
     with pytest.warns(MemoryBudgetWarning, match="strided_read"):
-        result = strided.strided_read((1, 64), flush_cache=False, rep_ms=1.0, max_reps=3,
-                                      show_progress=False)  # fmt: skip
+        result = strided.strided_read(
+            (1, 64), flush_cache=False, rep_ms=1.0, max_reps=3, show_progress=False
+        )
     assert max(low_memory["asked"]) <= low_memory["budget"]
     assert result.rows[-1].span_bytes <= low_memory["budget"]
     with pytest.raises(MemoryBudgetError, match="strided_read"):
@@ -262,8 +293,9 @@ def test_pipeline_checks_its_explicit_size(low_memory: dict) -> None:
 
 
 def test_strided_read_structure() -> None:
-    result = strided.strided_read((16, 4), n_elements=4096, flush_cache=False, rep_ms=1.0,
-                                  max_reps=3, show_progress=False)  # fmt: skip
+    result = strided.strided_read(
+        (16, 4), n_elements=4096, flush_cache=False, rep_ms=1.0, max_reps=3, show_progress=False
+    )
     assert result.strides == (1, 4, 16)  # stride 1 is always the baseline
     assert result.device == "cpu" and result.dtype == "float32" and result.line_bytes == 64
     for row in result.rows:
@@ -282,11 +314,16 @@ def test_strided_read_structure() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "error", "name"),
-    [({"strides": []}, ValueError, "strides"), ({"strides": [0]}, ValueError, "strides"),
-     ({"strides": "1,2"}, TypeError, "strides"), ({"dtype": "int8"}, ValueError, "dtype"),
-     ({"flush_cache": 1}, TypeError, "flush_cache"), ({"max_reps": 1}, ValueError, "max_reps"),
-     ({"n_elements": 0}, ValueError, "n_elements")],
-)  # fmt: skip
+    [
+        ({"strides": []}, ValueError, "strides"),
+        ({"strides": [0]}, ValueError, "strides"),
+        ({"strides": "1,2"}, TypeError, "strides"),
+        ({"dtype": "int8"}, ValueError, "dtype"),
+        ({"flush_cache": 1}, TypeError, "flush_cache"),
+        ({"max_reps": 1}, ValueError, "max_reps"),
+        ({"n_elements": 0}, ValueError, "n_elements"),
+    ],
+)
 def test_strided_read_validates(kwargs: dict, error: type, name: str) -> None:
     with pytest.raises(error, match=name):
         strided.strided_read(**kwargs)
@@ -302,8 +339,9 @@ def test_pipeline_on_the_cpu_says_what_it_measures(op: str) -> None:
     assert "nothing to transfer" in result.note and "memcpy" in result.note
     for ms in (result.copy_in_ms, result.compute_ms, result.copy_back_ms, result.total_ms):
         assert ms > 0
-    assert result.sum_ms == pytest.approx(result.copy_in_ms + result.compute_ms
-                                          + result.copy_back_ms)  # fmt: skip
+    assert result.sum_ms == pytest.approx(
+        result.copy_in_ms + result.compute_ms + result.copy_back_ms
+    )
     assert 0 <= result.transfer_fraction <= 1
     assert "copy in" in str(result) and "× the compute time" in str(result)
     json.dumps(result.to_dict(), allow_nan=False)
@@ -327,10 +365,13 @@ def test_pipeline_accepts_a_function_and_rejects_unknown_ops() -> None:
 
 @pytest.mark.parametrize(
     "call",
-    [lambda: transfers.device_copy(device="cpu"), lambda: transfers.host_device_sweep(device="cpu"),
-     lambda: transfers.copy_compute_overlap(device="cpu"),
-     lambda: transfers.theoretical_peak_gb_per_s("cpu")],
-)  # fmt: skip
+    [
+        lambda: transfers.device_copy(device="cpu"),
+        lambda: transfers.host_device_sweep(device="cpu"),
+        lambda: transfers.copy_compute_overlap(device="cpu"),
+        lambda: transfers.theoretical_peak_gb_per_s("cpu"),
+    ],
+)
 def test_gpu_only_probes_say_they_need_a_gpu(call) -> None:
     with pytest.raises(ValueError, match="needs a CUDA GPU"):
         call()
@@ -348,8 +389,16 @@ def test_overlap_result_arithmetic() -> None:
     def t(ms: float) -> Timing:
         return Timing((ms, ms, ms), device="cuda:0")
 
-    result = transfers.OverlapResult("cuda:0", 8, 64 * MiB, 10, copy=t(8.0), compute=t(16.0),
-                                     serialized=t(24.0), overlapped=t(18.0))  # fmt: skip
+    result = transfers.OverlapResult(
+        "cuda:0",
+        8,
+        64 * MiB,
+        10,
+        copy=t(8.0),
+        compute=t(16.0),
+        serialized=t(24.0),
+        overlapped=t(18.0),
+    )
     assert result.speedup == pytest.approx(24 / 18)
     assert result.ideal_ms == pytest.approx(16.0 + 8.0 / 8)
     assert "1.33×" in str(result)
@@ -369,12 +418,24 @@ def test_device_copy_ratios() -> None:
 
 def test_transfer_sweep_lookup() -> None:
     rows = tuple(
-        BandwidthResult(kernel=f"{d} {m}", device="cuda:0", dtype="uint8", n_elements=s,
-                        bytes_per_array=s, bytes_per_call=s, calls_per_sample=1,
-                        timing=Timing((ms,)), implementation="test")
-        for d, m, s, ms in [("h2d", "pinned", MiB, 0.04), ("h2d", "pinned", 16 * MiB, 0.5),
-                            ("h2d", "pageable", MiB, 0.1), ("d2h", "pinned", MiB, 0.05)]
-    )  # fmt: skip
+        BandwidthResult(
+            kernel=f"{d} {m}",
+            device="cuda:0",
+            dtype="uint8",
+            n_elements=s,
+            bytes_per_array=s,
+            bytes_per_call=s,
+            calls_per_sample=1,
+            timing=Timing((ms,)),
+            implementation="test",
+        )
+        for d, m, s, ms in [
+            ("h2d", "pinned", MiB, 0.04),
+            ("h2d", "pinned", 16 * MiB, 0.5),
+            ("h2d", "pageable", MiB, 0.1),
+            ("d2h", "pinned", MiB, 0.05),
+        ]
+    )
     sweep = transfers.TransferSweep(rows, "cuda:0")
     assert len(sweep.rows_for("h2d", "pinned")) == 2
     assert sweep.peak("h2d", "pinned").bytes_per_array == 16 * MiB
@@ -386,10 +447,12 @@ def test_transfer_sweep_lookup() -> None:
 
 
 def test_modules_import_no_framework() -> None:
-    code = ("import labkit.bandwidth.stream, labkit.machine.memory, labkit.bandwidth.sweep, labkit.bandwidth.strided, "
-            "labkit.bandwidth.transfers, labkit.bandwidth.pipeline, labkit.cli.bench.bandwidth, labkit.cli.bench.cstream, sys; "
-            "print(sorted(m for m in ('torch', 'cupy', 'matplotlib', 'tensorflow', 'numpy') "
-            "if m in sys.modules))")  # fmt: skip
+    code = (
+        "import labkit.bandwidth.stream, labkit.machine.memory, labkit.bandwidth.sweep, labkit.bandwidth.strided, "
+        "labkit.bandwidth.transfers, labkit.bandwidth.pipeline, labkit.cli.bench.bandwidth, labkit.cli.bench.cstream, sys; "
+        "print(sorted(m for m in ('torch', 'cupy', 'matplotlib', 'tensorflow', 'numpy') "
+        "if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -405,8 +468,11 @@ def test_plot_stream_sweep_marks_caches_and_labels_bytes() -> None:
 
     from labkit.bandwidth import plots
 
-    rows = tuple(_row(k, n=n, samples=(0.01 * n / 1000,)) for k in ("copy", "triad")
-                 for n in (2048, 65536, 4 * 1024**2))  # fmt: skip
+    rows = tuple(
+        _row(k, n=n, samples=(0.01 * n / 1000,))
+        for k in ("copy", "triad")
+        for n in (2048, 65536, 4 * 1024**2)
+    )
     caches = (("L1d", 48 * KiB), ("L2", 2 * MiB), ("L3", 300 * MiB))
     sweep = stream_sweep.StreamSweep(rows, "cpu", "float64", caches)
     ax = plots.plot_stream_sweep(sweep)

@@ -158,8 +158,14 @@ def test_sweep_skips_batches_over_the_memory_budget(monkeypatch: pytest.MonkeyPa
     # room for batch 8 but not 64 (a quarter of the "free" memory is the budget)
     free = int(4 * fit.predict_bytes(12))
     monkeypatch.setattr(memory, "available_bytes", lambda device="cpu": free)
-    result = batch_sweep("cnn", input_shape=(3, 16, 16), batch_sizes=[1, 8, 64],
-                         modes="inference", device="cpu", **TINY)  # fmt: skip
+    result = batch_sweep(
+        "cnn",
+        input_shape=(3, 16, 16),
+        batch_sizes=[1, 8, 64],
+        modes="inference",
+        device="cpu",
+        **TINY,
+    )
     assert result.inference.batch_sizes == (1, 8)
     assert result.dropped == (64,)
     assert result.memory_note.startswith("skipped batch 64 and up")

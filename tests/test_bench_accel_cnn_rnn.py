@@ -42,8 +42,10 @@ def no_tensorflow(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_importing_the_modules_imports_no_framework() -> None:
-    code = ("import labkit.cli.bench.accel, labkit.cli.bench.cnn, labkit.cli.bench.rnn, sys, json; "
-            "print(json.dumps(sorted(sys.modules)))")  # fmt: skip
+    code = (
+        "import labkit.cli.bench.accel, labkit.cli.bench.cnn, labkit.cli.bench.rnn, sys, json; "
+        "print(json.dumps(sorted(sys.modules)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(json.loads(out.stdout.splitlines()[-1]))
     assert not loaded & {"torch", "matplotlib", "tensorflow", "cupy"}
@@ -83,8 +85,9 @@ def test_rnn_quick_text_torch(no_tensorflow: None, capsys: pytest.CaptureFixture
 
 
 @pytest.mark.parametrize("name", COMMANDS)
-def test_quick_json(name: str, no_tensorflow: None, capsys: pytest.CaptureFixture[str],
-                    _private_reference_dir: Path) -> None:  # fmt: skip
+def test_quick_json(
+    name: str, no_tensorflow: None, capsys: pytest.CaptureFixture[str], _private_reference_dir: Path
+) -> None:
     assert main(["bench", name, "--quick", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["benchmark"] == name and data["quick"] is True and data["recorded"] is None
@@ -102,7 +105,9 @@ def test_quick_json(name: str, no_tensorflow: None, capsys: pytest.CaptureFixtur
         }
     else:
         assert data["framework"] == "torch" and set(data["ratios"]) == {
-            "nn.LSTMCell loop / nn.LSTM", "nn.RNN / nn.LSTM"}  # fmt: skip
+            "nn.LSTMCell loop / nn.LSTM",
+            "nn.RNN / nn.LSTM",
+        }
     assert not _private_reference_dir.exists()
 
 
@@ -121,9 +126,11 @@ def test_rnn_quick_with_tensorflow_uses_keras(capsys: pytest.CaptureFixture[str]
 
 @pytest.mark.parametrize("name", COMMANDS)
 def test_record_without_a_gpu_writes_and_measures_nothing(
-    name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    name: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
     _private_reference_dir: Path,
-) -> None:  # fmt: skip
+) -> None:
     module = {"accel": bench_accel, "cnn": bench_cnn, "rnn": bench_rnn}[name]
     monkeypatch.setattr(gpu, "has_gpu", lambda: False)
     monkeypatch.setattr(module, "measure", lambda **kw: pytest.fail("measured"))
@@ -142,8 +149,9 @@ def test_record_with_quick_is_an_error(name: str, capsys: pytest.CaptureFixture[
 
 
 @pytest.mark.parametrize("name", COMMANDS)
-def test_missing_torch_is_one_line(name: str, monkeypatch: pytest.MonkeyPatch,
-                                   capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_missing_torch_is_one_line(
+    name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)
     assert main(["bench", name]) == 1
     captured = capsys.readouterr()
@@ -159,39 +167,81 @@ def _t(ms: float) -> Timing:
 
 
 def fake_accel() -> bench_accel.AccelResults:
-    sync = SyncPointsResult(device="cuda", steps=50, deferred=_t(2.0), item_per_step=_t(8.0),
-                            cpu_per_step=_t(9.0), print_per_step=_t(20.0))  # fmt: skip
+    sync = SyncPointsResult(
+        device="cuda",
+        steps=50,
+        deferred=_t(2.0),
+        item_per_step=_t(8.0),
+        cpu_per_step=_t(9.0),
+        print_per_step=_t(20.0),
+    )
     mixed = MixedPrecisionResult(
-        framework="torch", device="cuda", dtype="float16", steps=5, forward_fp32=_t(0.2),
-        forward_mixed=_t(0.1), train_fp32=_t(0.6), train_mixed=_t(0.4), max_abs_error=2.0**-11,
-        loss_fp32=2.30, loss_mixed=2.31, used_loss_scaling=True)  # fmt: skip
-    compiled = CompileResult("torch", "torch.compile", 2**24, eager=_t(1.0), compiled=_t(0.25),
-                             first_call_s=3.0)  # fmt: skip
+        framework="torch",
+        device="cuda",
+        dtype="float16",
+        steps=5,
+        forward_fp32=_t(0.2),
+        forward_mixed=_t(0.1),
+        train_fp32=_t(0.6),
+        train_mixed=_t(0.4),
+        max_abs_error=2.0**-11,
+        loss_fp32=2.30,
+        loss_mixed=2.31,
+        used_loss_scaling=True,
+    )
+    compiled = CompileResult(
+        "torch", "torch.compile", 2**24, eager=_t(1.0), compiled=_t(0.25), first_call_s=3.0
+    )
     return bench_accel.AccelResults(
-        device="cuda", launch=AsyncLaunchResult("Test GPU", launch_ms=0.5, synchronized_ms=20.0),
-        sync=sync, precision=(mixed,), compiled=compiled,
-        failed=(("bfloat16 autocast", "RuntimeError: pretend"),))  # fmt: skip
+        device="cuda",
+        launch=AsyncLaunchResult("Test GPU", launch_ms=0.5, synchronized_ms=20.0),
+        sync=sync,
+        precision=(mixed,),
+        compiled=compiled,
+        failed=(("bfloat16 autocast", "RuntimeError: pretend"),),
+    )
 
 
 def fake_cnn() -> bench_cnn.CnnResults:
     from labkit.models.throughput import BatchThroughput
 
     def curve(name: str, per_s: tuple[float, float]) -> bench_cnn.VariantCurve:
-        return bench_cnn.VariantCurve(name, tuple(
-            BatchThroughput(batch_size=b, image_size=224, images_per_s=r, median_ms=b / r * 1e3,
-                            device="cuda", dtype="float32", channels_last=True, inference=True,
-                            timing=_t(b / r * 1e3))
-            for b, r in zip((1, 256), per_s, strict=True)))  # fmt: skip
+        return bench_cnn.VariantCurve(
+            name,
+            tuple(
+                BatchThroughput(
+                    batch_size=b,
+                    image_size=224,
+                    images_per_s=r,
+                    median_ms=b / r * 1e3,
+                    device="cuda",
+                    dtype="float32",
+                    channels_last=True,
+                    inference=True,
+                    timing=_t(b / r * 1e3),
+                )
+                for b, r in zip((1, 256), per_s, strict=True)
+            ),
+        )
 
-    return bench_cnn.CnnResults(device="cuda", image_size=224, curves=(
-        curve("float32 NCHW", (1000.0, 40_000.0)),
-        curve("float16 autocast + channels_last", (900.0, 100_000.0))))  # fmt: skip
+    return bench_cnn.CnnResults(
+        device="cuda",
+        image_size=224,
+        curves=(
+            curve("float32 NCHW", (1000.0, 40_000.0)),
+            curve("float16 autocast + channels_last", (900.0, 100_000.0)),
+        ),
+    )
 
 
 def fake_rnn() -> bench_rnn.RnnResults:
-    return bench_rnn.RnnResults("torch", "cuda", dict(bench_rnn.SHAPE),
-                                {"nn.RNN": 0.2, "nn.LSTM": 0.25, "nn.LSTMCell loop": 5.0},
-                                note="TensorFlow is not installed here")  # fmt: skip
+    return bench_rnn.RnnResults(
+        "torch",
+        "cuda",
+        dict(bench_rnn.SHAPE),
+        {"nn.RNN": 0.2, "nn.LSTM": 0.25, "nn.LSTMCell loop": 5.0},
+        note="TensorFlow is not installed here",
+    )
 
 
 FAKES: dict[str, tuple[Any, Any]] = {
@@ -206,8 +256,10 @@ def test_fake_summaries_read_well() -> None:
     assert accel[0].startswith("cuda: matmuls launched: the host got control back after 500 µs")
     assert "(40.00×)" in accel[0]
     assert accel[1].startswith("cuda: .item() every step costs 4.00× the time of one sync")
-    assert accel[2].startswith("cuda: float16 autocast vs float32 (MLP 256→512→10, batch 256, "
-                               "GradScaler): forward 2.00×, train step 1.50×")  # fmt: skip
+    assert accel[2].startswith(
+        "cuda: float16 autocast vs float32 (MLP 256→512→10, batch 256, "
+        "GradScaler): forward 2.00×, train step 1.50×"
+    )
     assert "(1.00× the unit roundoff)" in accel[2]
     assert "first call 3.00 s" in accel[3] and "(4.00× steady-state speedup)" in accel[3]
     assert accel[4] == "cuda: bfloat16 autocast: not measured (RuntimeError: pretend)"
@@ -228,8 +280,11 @@ def test_record_with_a_gpu_stores_a_recording_learners_can_read(
     module, fake = FAKES[name]
     monkeypatch.setattr(gpu, "has_gpu", lambda: True)
     monkeypatch.setattr(module, "measure", lambda quick=False: fake())
-    monkeypatch.setattr(labkit.machine.reference, "gpu_identity", lambda: {
-        "gpu_name": "Test GPU", "driver": "1.0", "cuda": "12.4", "torch": "2.13.0"})  # fmt: skip
+    monkeypatch.setattr(
+        labkit.machine.reference,
+        "gpu_identity",
+        lambda: {"gpu_name": "Test GPU", "driver": "1.0", "cuda": "12.4", "torch": "2.13.0"},
+    )
     assert main(["bench", name, "--record"]) == 0
     assert "Recorded the GPU results to" in capsys.readouterr().out
     saved = reference.load(name)

@@ -30,9 +30,17 @@ def _private_reference_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
 def _row(kernel: str, gb_per_s: float, text: str = "test", device: str = "cpu") -> BandwidthResult:
     n = 1_000_000
     ms = stream_bytes(kernel, n) / (gb_per_s * 1e6)
-    return BandwidthResult(kernel=kernel, device=device, dtype="float64", n_elements=n,
-                           bytes_per_array=8 * n, bytes_per_call=stream_bytes(kernel, n),
-                           calls_per_sample=1, timing=Timing((ms,)), implementation=text)  # fmt: skip
+    return BandwidthResult(
+        kernel=kernel,
+        device=device,
+        dtype="float64",
+        n_elements=n,
+        bytes_per_array=8 * n,
+        bytes_per_call=stream_bytes(kernel, n),
+        calls_per_sample=1,
+        timing=Timing((ms,)),
+        implementation=text,
+    )
 
 
 # --------------------------------------------------------------------------- the C reference
@@ -64,8 +72,11 @@ def _fake_compiler(tmp_path: Path, body: str) -> str:
 @needs_cc
 def test_compile_falls_back_to_fewer_flags(tmp_path: Path) -> None:
     real = cstream.find_compiler()
-    picky = _fake_compiler(tmp_path, 'for a in "$@"; do case "$a" in -fopenmp|-march=native) '
-                                     f'echo "unsupported: $a" >&2; exit 1;; esac; done\nexec {real} "$@"')  # fmt: skip
+    picky = _fake_compiler(
+        tmp_path,
+        'for a in "$@"; do case "$a" in -fopenmp|-march=native) '
+        f'echo "unsupported: $a" >&2; exit 1;; esac; done\nexec {real} "$@"',
+    )
     exe, flags = cstream.compile_stream(tmp_path, picky)
     assert flags == ("-O3",) and exe.exists()
 
@@ -90,18 +101,23 @@ def test_no_compiler_skips_the_c_reference_cleanly(monkeypatch: pytest.MonkeyPat
     assert "triad not compared (no reference)" in text and "no C compiler" in text
 
 
-def test_a_broken_compiler_skips_the_c_reference(monkeypatch: pytest.MonkeyPatch,
-                                                 tmp_path: Path) -> None:  # fmt: skip
+def test_a_broken_compiler_skips_the_c_reference(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     broken = _fake_compiler(tmp_path, "exit 1")
     monkeypatch.setattr(cstream, "find_compiler", lambda: broken)
     result = bench_bandwidth.run_cpu(max_bytes=TINY, rounds=1)
     assert result.c_reference.status == "skipped" and "could not compile" in result.c_reference.note
 
 
-def test_a_c_reference_that_crashes_is_skipped_not_fatal(monkeypatch: pytest.MonkeyPatch,
-                                                         tmp_path: Path) -> None:  # fmt: skip
-    dies = _fake_compiler(tmp_path, """echo '{"ready": true, "n_elements": 8, "threads": 1, '"""
-                                    """'"openmp": false}'; exit 9""")  # fmt: skip
+def test_a_c_reference_that_crashes_is_skipped_not_fatal(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    dies = _fake_compiler(
+        tmp_path,
+        """echo '{"ready": true, "n_elements": 8, "threads": 1, '"""
+        """'"openmp": false}'; exit 9""",
+    )
     monkeypatch.setattr(cstream, "find_compiler", lambda: "/usr/bin/cc")
     monkeypatch.setattr(cstream, "compile_stream", lambda workdir, cc: (Path(dies), ("-O3",)))
     result = bench_bandwidth.run_cpu(max_bytes=TINY, rounds=2)
@@ -117,8 +133,12 @@ def test_a_c_reference_that_crashes_is_skipped_not_fatal(monkeypatch: pytest.Mon
 def test_run_cpu_measures_everyone_on_the_same_arrays() -> None:
     result = bench_bandwidth.run_cpu(max_bytes=TINY, rounds=2)
     assert result.bytes_per_array == TINY and result.c_reference.status == "ok"
-    rows = [*result.labkit.values(), *result.references["copy"], *result.references["triad"],
-            *result.informational]  # fmt: skip
+    rows = [
+        *result.labkit.values(),
+        *result.references["copy"],
+        *result.references["triad"],
+        *result.informational,
+    ]
     assert len(rows) == 6
     for row in rows:
         assert row.bytes_per_array == TINY and row.dtype == "float64"
@@ -133,12 +153,15 @@ def test_run_cpu_measures_everyone_on_the_same_arrays() -> None:
 def test_the_bar() -> None:
     def contest(copy: float, triad: float) -> bench_bandwidth.CpuBandwidth:
         return bench_bandwidth.CpuBandwidth(
-            bytes_per_array=8 * 10**6, rounds=1,
+            bytes_per_array=8 * 10**6,
+            rounds=1,
             labkit={"copy": _row("copy", copy), "triad": _row("triad", triad)},
-            references={"copy": (_row("copy", 10.0), _row("copy", 20.0)),
-                        "triad": (_row("triad", 20.0),)},
+            references={
+                "copy": (_row("copy", 10.0), _row("copy", 20.0)),
+                "triad": (_row("triad", 20.0),),
+            },
             c_reference=bench_bandwidth.CReference("ok", "compiled with cc -O3"),
-        )  # fmt: skip
+        )
 
     met = contest(19.0, 25.0)
     assert met.ratio("copy") == pytest.approx(0.95) and met.bar_met is True
@@ -203,17 +226,32 @@ def _fake_gpu_parts() -> dict:
     )
     sizes = (MiB, 64 * MiB)
     rows = tuple(
-        BandwidthResult(kernel=f"{d} {m}", device="cuda:0", dtype="uint8", n_elements=s,
-                        bytes_per_array=s, bytes_per_call=s, calls_per_sample=1,
-                        timing=Timing((s / (bw * 1e6),)), implementation="copy_")
-        for d in ("h2d", "d2h") for m, bw in (("pageable", 20.0), ("pinned", 50.0))
+        BandwidthResult(
+            kernel=f"{d} {m}",
+            device="cuda:0",
+            dtype="uint8",
+            n_elements=s,
+            bytes_per_array=s,
+            bytes_per_call=s,
+            calls_per_sample=1,
+            timing=Timing((s / (bw * 1e6),)),
+            implementation="copy_",
+        )
+        for d in ("h2d", "d2h")
+        for m, bw in (("pageable", 20.0), ("pinned", 50.0))
         for s in sizes
-    )  # fmt: skip
+    )
     strided_rows = tuple(
-        strided.StridedRow(stride=s, n_elements=1000, useful_bytes=4000, span_bytes=4000 * s,
-                           timing=Timing((0.01 * min(s, 8),)), slowdown=float(min(s, 8)))
+        strided.StridedRow(
+            stride=s,
+            n_elements=1000,
+            useful_bytes=4000,
+            span_bytes=4000 * s,
+            timing=Timing((0.01 * min(s, 8),)),
+            slowdown=float(min(s, 8)),
+        )
         for s in (1, 8, 64)
-    )  # fmt: skip
+    )
     return {
         "device": "cuda:0",
         "d2d": d2d,
@@ -231,8 +269,11 @@ def test_record_with_a_gpu_stores_a_recording_learners_can_read(
     monkeypatch.setattr(gpu, "has_gpu", lambda: True)
     monkeypatch.setattr(bench_bandwidth, "_torch_sees_cuda", lambda: True)
     monkeypatch.setattr(bench_bandwidth, "run_gpu", lambda max_bytes=None: _fake_gpu_parts())
-    monkeypatch.setattr(labkit.machine.reference, "gpu_identity", lambda: {
-        "gpu_name": "Test GPU", "driver": "1.0", "cuda": "12.4", "torch": "2.13.0"})  # fmt: skip
+    monkeypatch.setattr(
+        labkit.machine.reference,
+        "gpu_identity",
+        lambda: {"gpu_name": "Test GPU", "driver": "1.0", "cuda": "12.4", "torch": "2.13.0"},
+    )
     assert main(["bench", "bandwidth", "--record", "--max-bytes", str(TINY), "--rounds", "1"]) == 0
     out = capsys.readouterr().out
     assert "device-to-device copy" in out and "Recorded the GPU results to" in out
@@ -241,8 +282,9 @@ def test_record_with_a_gpu_stores_a_recording_learners_can_read(
     summary = saved.results["summary"]
     assert "labkit 4300 GB/s" in summary[0]
     assert any("datasheet peak 4800 GB/s" in line and "0.90×" in line for line in summary)
-    assert any(line.startswith("h2d best: pageable 20.0 GB/s, pinned 50.0 GB/s")
-               for line in summary)  # fmt: skip
+    assert any(
+        line.startswith("h2d best: pageable 20.0 GB/s, pinned 50.0 GB/s") for line in summary
+    )
     assert any("overlap: not measured (RuntimeError" in line for line in summary)
     assert any("stride 64: 8.00×" in line for line in summary)
     assert saved.results["d2d"]["ratio_to_best"] == pytest.approx(4300 / 4400)

@@ -58,10 +58,18 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeCupy:
             if write_kt_cache is not None:
                 path = write_kt_cache(tmp_path / f"{kernel}.json", device="Fake GPU 9000")
                 return tuning.replay(path, use_kernel_tuner=False)
-            configs = (tuning.TunedConfig({"TILE_DIM": 32, "BLOCK_ROWS": 8}, 0.125),
-                       tuning.TunedConfig({"TILE_DIM": 16, "BLOCK_ROWS": 4}, 0.3))  # fmt: skip
-            return tuning.TuningReplay("transpose_padded", "Fake GPU 9000", (4096, 4096),
-                                       {"TILE_DIM": (16, 32), "BLOCK_ROWS": (4, 8)}, configs, "fake")  # fmt: skip
+            configs = (
+                tuning.TunedConfig({"TILE_DIM": 32, "BLOCK_ROWS": 8}, 0.125),
+                tuning.TunedConfig({"TILE_DIM": 16, "BLOCK_ROWS": 4}, 0.3),
+            )
+            return tuning.TuningReplay(
+                "transpose_padded",
+                "Fake GPU 9000",
+                (4096, 4096),
+                {"TILE_DIM": (16, 32), "BLOCK_ROWS": (4, 8)},
+                configs,
+                "fake",
+            )
 
         return search
 
@@ -87,8 +95,9 @@ def test_no_gpu_prints_one_line_and_exits_0(capsys: pytest.CaptureFixture[str]) 
     assert reference.available() == []
 
 
-def test_missing_cupy_exits_1_with_the_install_command(monkeypatch: pytest.MonkeyPatch,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_missing_cupy_exits_1_with_the_install_command(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setitem(sys.modules, "cupy", None)
     assert bench_kernels.run_kernels_benchmark(quick=True) == 1
     assert "pip install cupy-cuda12x" in capsys.readouterr().err
@@ -120,8 +129,14 @@ def test_quick_run_on_a_fake_gpu(fake_gpu: FakeCupy, capsys: pytest.CaptureFixtu
     assert text.startswith("CUDA kernels in CuPy on Fake GPU 9000")
     for name, bar in bench_kernels.BARS:
         assert f"  {name}: " in text and f"(bar {bar:.2f})" in text
-    for title in ("Strided copy on", "Matrix transpose on", "SGEMM on", "Sum reduction on",
-                  "Block-size sweep of strided_copy on", "Kernel Tuner search of transpose_padded"):  # fmt: skip
+    for title in (
+        "Strided copy on",
+        "Matrix transpose on",
+        "SGEMM on",
+        "Sum reduction on",
+        "Block-size sweep of strided_copy on",
+        "Kernel Tuner search of transpose_padded",
+    ):
         assert title in text, title
     assert "Failed (each part" not in text and "--quick: toy sizes" in text
     assert "labkit bench kernels: stride sweep..." in out.err  # progress goes to stderr
@@ -164,13 +179,19 @@ def test_one_failing_part_does_not_stop_the_others(
 
 
 @needs_kernel_tuner
-def test_record_writes_the_recording_and_the_tuner_caches(fake_gpu: FakeCupy, monkeypatch: pytest.MonkeyPatch,
-                                                          capsys: pytest.CaptureFixture[str],
-                                                          _private_reference_dir: Path) -> None:  # fmt: skip
+def test_record_writes_the_recording_and_the_tuner_caches(
+    fake_gpu: FakeCupy,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    _private_reference_dir: Path,
+) -> None:
     from labkit.machine import reference
 
-    monkeypatch.setattr(reference, "gpu_identity", lambda: {"gpu_name": "Fake GPU 9000", "driver": None,
-                                                             "cuda": None, "torch": None})  # fmt: skip
+    monkeypatch.setattr(
+        reference,
+        "gpu_identity",
+        lambda: {"gpu_name": "Fake GPU 9000", "driver": None, "cuda": None, "torch": None},
+    )
     real_measure = bench_kernels.measure
     monkeypatch.setattr(bench_kernels, "measure", lambda quick=False: real_measure(quick=True))
     assert bench_kernels.run_kernels_benchmark(record=True) == 0

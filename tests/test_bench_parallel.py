@@ -33,8 +33,10 @@ def _private_reference_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> P
 
 
 def test_importing_the_module_imports_no_framework() -> None:
-    code = ("import labkit.cli.bench.parallel, labkit.cli.bench.roofline, sys, json; "
-            "print(json.dumps(sorted(sys.modules)))")  # fmt: skip
+    code = (
+        "import labkit.cli.bench.parallel, labkit.cli.bench.roofline, sys, json; "
+        "print(json.dumps(sorted(sys.modules)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(json.loads(out.stdout.splitlines()[-1]))
     assert not loaded & {"torch", "numpy", "matplotlib", "tensorflow", "cupy"}
@@ -105,8 +107,9 @@ def test_record_with_quick_is_an_error(capsys: pytest.CaptureFixture[str]) -> No
     assert captured.err.startswith("labkit: error: --record cannot be combined with --quick")
 
 
-def test_missing_torch_is_one_line(monkeypatch: pytest.MonkeyPatch,
-                                   capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_missing_torch_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)  # how Python marks a module as missing
     assert main(["bench", "parallel", "--quick"]) == 1
     captured = capsys.readouterr()
@@ -125,24 +128,44 @@ def test_bad_flag_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
 
 def _backend(op: str, key: str, label: str, ms_by_size: dict[int, float]) -> parallel.BackendSweep:
     points = tuple(parallel._point(op, size, Timing((ms,))) for size, ms in ms_by_size.items())
-    return parallel.BackendSweep(backend=key, label=label,
-                                 device="cuda" if key == "torch-cuda" else "cpu", points=points)  # fmt: skip
+    return parallel.BackendSweep(
+        backend=key, label=label, device="cuda" if key == "torch-cuda" else "cpu", points=points
+    )
 
 
 def fake_results() -> bench_parallel.ParallelResults:
     """Made-up sweeps where the GPU wins add from n = 1000 and matmul from n = 64."""
     add_sizes, mm_sizes = (10, 100, 1000, 10_000), (16, 64, 256)
-    add = parallel.SizeSweep("add", "float32", add_sizes, (
-        _backend("add", "numpy", "NumPy", {s: 1e-4 + s * 5e-6 for s in add_sizes}),
-        _backend("add", "torch-all-threads", "torch, 8 threads", {s: s * 1e-5 for s in add_sizes}),
-        _backend("add", "torch-cuda", "torch, CUDA", {s: 0.01 for s in add_sizes}),
-    ))  # fmt: skip
-    matmul = parallel.SizeSweep("matmul", "float32", mm_sizes, (
-        _backend("matmul", "torch-all-threads", "torch, 8 threads", {16: 0.001, 64: 0.1, 256: 1.0}),
-        _backend("matmul", "torch-cuda", "torch, CUDA", {16: 0.01, 64: 0.01, 256: 0.02}),
-    ))  # fmt: skip
-    launch = LaunchOverhead(device="cuda:0", kernel_us=4.5, round_trip_us=12.0,
-                            kernel=Timing((0.0045,)), round_trip=Timing((0.012,)))  # fmt: skip
+    add = parallel.SizeSweep(
+        "add",
+        "float32",
+        add_sizes,
+        (
+            _backend("add", "numpy", "NumPy", {s: 1e-4 + s * 5e-6 for s in add_sizes}),
+            _backend(
+                "add", "torch-all-threads", "torch, 8 threads", {s: s * 1e-5 for s in add_sizes}
+            ),
+            _backend("add", "torch-cuda", "torch, CUDA", {s: 0.01 for s in add_sizes}),
+        ),
+    )
+    matmul = parallel.SizeSweep(
+        "matmul",
+        "float32",
+        mm_sizes,
+        (
+            _backend(
+                "matmul", "torch-all-threads", "torch, 8 threads", {16: 0.001, 64: 0.1, 256: 1.0}
+            ),
+            _backend("matmul", "torch-cuda", "torch, CUDA", {16: 0.01, 64: 0.01, 256: 0.02}),
+        ),
+    )
+    launch = LaunchOverhead(
+        device="cuda:0",
+        kernel_us=4.5,
+        round_trip_us=12.0,
+        kernel=Timing((0.0045,)),
+        round_trip=Timing((0.012,)),
+    )
     return bench_parallel.ParallelResults(add=add, matmul=matmul, launch=launch)
 
 
@@ -151,11 +174,14 @@ def test_summary_of_made_up_sweeps() -> None:
     assert results.crossover_n("add") == pytest.approx(1000)
     lines = results.summary()
     assert lines[0].startswith("GPU launch overhead on cuda:0: 4.50 µs per kernel")
-    assert lines[1] == ("a + b (float32): the GPU is faster than the CPU (torch, 8 threads) "
-                        "from n ≈ 1,000 on")  # fmt: skip
+    assert lines[1] == (
+        "a + b (float32): the GPU is faster than the CPU (torch, 8 threads) from n ≈ 1,000 on"
+    )
     assert lines[2].startswith("n×n matmul (float32): the GPU is faster than the CPU")
-    assert lines[3] == ("a + b (float32) peak: torch, CUDA 1.00 G elements/s at n = 10,000; "
-                        "NumPy 200 M elements/s at n = 10,000")  # fmt: skip
+    assert lines[3] == (
+        "a + b (float32) peak: torch, CUDA 1.00 G elements/s at n = 10,000; "
+        "NumPy 200 M elements/s at n = 10,000"
+    )
     assert lines[4].startswith("n×n matmul (float32) peak: torch, CUDA 1.68 TFLOP/s at n = 256; ")
     text = str(results)
     assert "The GPU is faster than the CPU (all threads) from n ≈ 1,000 on." in text
@@ -171,8 +197,11 @@ def test_record_with_a_gpu_stores_a_recording_learners_can_read(
 
     monkeypatch.setattr(gpu, "has_gpu", lambda: True)
     monkeypatch.setattr(bench_parallel, "measure", lambda quick=False: fake_results())
-    monkeypatch.setattr(labkit.machine.reference, "gpu_identity", lambda: {
-        "gpu_name": "Test GPU", "driver": "1.0", "cuda": "12.4", "torch": "2.13.0"})  # fmt: skip
+    monkeypatch.setattr(
+        labkit.machine.reference,
+        "gpu_identity",
+        lambda: {"gpu_name": "Test GPU", "driver": "1.0", "cuda": "12.4", "torch": "2.13.0"},
+    )
     assert main(["bench", "parallel", "--record", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     saved = reference.load("parallelism")
@@ -181,11 +210,17 @@ def test_record_with_a_gpu_stores_a_recording_learners_can_read(
     summary = saved.results["summary"]
     assert summary and all(isinstance(line, str) for line in summary)
     assert summary == fake_results().summary()
-    assert saved.results["launch_overhead"] == {"device": "cuda:0", "kernel_us": 4.5,
-                                                "round_trip_us": 12.0}  # fmt: skip
+    assert saved.results["launch_overhead"] == {
+        "device": "cuda:0",
+        "kernel_us": 4.5,
+        "round_trip_us": 12.0,
+    }
     assert saved.results["crossover_n"]["add"] == pytest.approx(1000)
     assert saved.results["matmul"]["backends"]["torch-cuda"]["points"] == [
-        [16, 0.01], [64, 0.01], [256, 0.02]]  # fmt: skip
+        [16, 0.01],
+        [64, 0.01],
+        [256, 0.02],
+    ]
     monkeypatch.setattr(gpu, "has_gpu", lambda: False)
     lines = gpu.no_gpu_lines("the CPU/GPU crossover", reference="parallelism")
     assert lines[1].startswith("Result recorded on Test GPU on ")

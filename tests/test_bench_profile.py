@@ -40,8 +40,10 @@ def _private_reference_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> P
 
 
 def test_importing_the_modules_imports_no_framework() -> None:
-    code = ("import labkit.cli.bench.profile, labkit.profiling, sys, json; "
-            "print(json.dumps(sorted(sys.modules)))")  # fmt: skip
+    code = (
+        "import labkit.cli.bench.profile, labkit.profiling, sys, json; "
+        "print(json.dumps(sorted(sys.modules)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(json.loads(out.stdout.splitlines()[-1]))
     assert not loaded & {"torch", "matplotlib", "tensorflow", "cupy", "keras"}
@@ -70,8 +72,11 @@ def test_quick_measure_runs_every_part(quick: bench_profile.ProfileResults) -> N
     assert quick.nsys is None  # never in --quick
 
 
-def test_quick_text(quick: bench_profile.ProfileResults, monkeypatch: pytest.MonkeyPatch,
-                    capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_quick_text(
+    quick: bench_profile.ProfileResults,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     results = quick
     monkeypatch.setattr(bench_profile, "measure", lambda quick=False: results)
     assert bench_profile.run_profile_benchmark(quick=True) == 0
@@ -96,7 +101,8 @@ def test_quick_json_end_to_end(
     assert set(data["profiles"]) == {"sync_once", "item_every_step"}
     points = data["sync_points"]["item_every_step"]["points"]
     assert {"name": "aten::item", "phase": "logging", "calls": 2} in [
-        {k: p[k] for k in ("name", "phase", "calls")} for p in points]  # fmt: skip
+        {k: p[k] for k in ("name", "phase", "calls")} for p in points
+    ]
     assert data["stall"]["steps"] == 3 and data["failed"] == [] and data["nsys"] is None
     assert not _private_reference_dir.exists()
 
@@ -122,8 +128,9 @@ def test_record_with_quick_is_an_error() -> None:
         bench_profile.run_profile_benchmark(record=True, quick=True)
 
 
-def test_missing_torch_is_one_line(monkeypatch: pytest.MonkeyPatch,
-                                   capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_missing_torch_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)
     assert bench_profile.run_profile_benchmark() == 1
     captured = capsys.readouterr()
@@ -148,11 +155,22 @@ def _profile(sync: bool) -> TorchProfile:
     ) + ((OpStat("aten::item", 5, 0.01, 4.5, 0.0),) if sync else ())
     phases = tuple(PhaseStat(p, logging_ms if p == "logging" else 0.1, 0.3) for p in PHASES)
     return TorchProfile(
-        device="cuda", model="labkit.models.cnn.CNN", batch=128, image_size=128, steps=5,
-        sync_every_step=sync, ops=ops, phases=phases, step_ms=(1.5,) * 5 if sync else (0.6,) * 5,
-        self_cpu_total_ms=5.0, device_total_ms=5.5, device_busy_ms=5.5,
-        span_ms=8.0 if sync else 6.0, device_timeline=True, trace_path="/tmp/x.json",
-    )  # fmt: skip
+        device="cuda",
+        model="labkit.models.cnn.CNN",
+        batch=128,
+        image_size=128,
+        steps=5,
+        sync_every_step=sync,
+        ops=ops,
+        phases=phases,
+        step_ms=(1.5,) * 5 if sync else (0.6,) * 5,
+        self_cpu_total_ms=5.0,
+        device_total_ms=5.5,
+        device_busy_ms=5.5,
+        span_ms=8.0 if sync else 6.0,
+        device_timeline=True,
+        trace_path="/tmp/x.json",
+    )
 
 
 def fake_results(**overrides: Any) -> bench_profile.ProfileResults:
@@ -160,22 +178,33 @@ def fake_results(**overrides: Any) -> bench_profile.ProfileResults:
         "/tmp/x.json", 5, True, (SyncPoint("aten::item", "logging", 5, 4.5, 5),), 5, 0.01
     )
     values: dict[str, Any] = dict(
-        device="cuda", shape=dict(bench_profile.SHAPE),
-        sync_once=_profile(False), item_every_step=_profile(True),
-        sync_points_once=SyncReport("/tmp/y.json", 5, True, ()), sync_points_item=item,
+        device="cuda",
+        shape=dict(bench_profile.SHAPE),
+        sync_once=_profile(False),
+        item_every_step=_profile(True),
+        sync_points_once=SyncReport("/tmp/y.json", 5, True, ()),
+        sync_points_item=item,
         stall=SyncStallTiming("cuda", 10, 128, 128, sync_once=_t(10.0), item_every_step=_t(16.0)),
-        nsys=NsysRun("nsys profile ...", True, 0, 12.5, ("/tmp/report.nsys-rep",),
-                     {"cuda_gpu_kern_sum": [" Time (%)  Name", " 70.0  conv"]}),
-    )  # fmt: skip
+        nsys=NsysRun(
+            "nsys profile ...",
+            True,
+            0,
+            12.5,
+            ("/tmp/report.nsys-rep",),
+            {"cuda_gpu_kern_sum": [" Time (%)  Name", " 70.0  conv"]},
+        ),
+    )
     values.update(overrides)
     return bench_profile.ProfileResults(**values)
 
 
 def test_fake_summary_reads_well() -> None:
     lines = fake_results().summary()
-    assert lines[0] == ("cuda: 10 training steps (labkit.models.cnn.CNN, batch 128 of 3×128×128): "
-                        "loss read once 1.00 ms per step, loss.item() every step 1.60 ms per step "
-                        "(1.60× the time)")  # fmt: skip
+    assert lines[0] == (
+        "cuda: 10 training steps (labkit.models.cnn.CNN, batch 128 of 3×128×128): "
+        "loss read once 1.00 ms per step, loss.item() every step 1.60 ms per step "
+        "(1.60× the time)"
+    )
     assert lines[1].startswith("cuda: profile, sync once: host 600 µs per step; ")
     assert "device busy 5.50 ms of 6.00 ms (8% idle)" in lines[1]
     assert lines[2].endswith("logging phase 900 µs of host time per step")
@@ -184,8 +213,9 @@ def test_fake_summary_reads_well() -> None:
         lines[4]
         == "cuda: sync points, .item() every step: aten::item in logging ×5 (4.50 ms on the host)"
     )
-    assert lines[5].startswith("cuda: top operators by self device time (sync once): "
-                               "aten::convolution_backward 2.00 ms")  # fmt: skip
+    assert lines[5].startswith(
+        "cuda: top operators by self device time (sync once): aten::convolution_backward 2.00 ms"
+    )
     assert lines[6] == "cuda: nsys profile --stats=true: ran in 12.5 s"
     assert len(lines) == 7
     failed = fake_results(nsys=None, failed=(("nsys", "RuntimeError: x"),)).summary()
@@ -199,8 +229,11 @@ def test_record_with_a_gpu_stores_a_recording_learners_can_read(
 
     monkeypatch.setattr(gpu, "has_gpu", lambda: True)
     monkeypatch.setattr(bench_profile, "measure", lambda quick=False: fake_results())
-    monkeypatch.setattr(labkit.machine.reference, "gpu_identity", lambda: {
-        "gpu_name": "Test GPU", "driver": "1.0", "cuda": "12.4", "torch": "2.13.0"})  # fmt: skip
+    monkeypatch.setattr(
+        labkit.machine.reference,
+        "gpu_identity",
+        lambda: {"gpu_name": "Test GPU", "driver": "1.0", "cuda": "12.4", "torch": "2.13.0"},
+    )
     assert bench_profile.run_profile_benchmark(record=True) == 0
     out = capsys.readouterr().out
     assert "Recorded the GPU results to" in out and "self device" in out

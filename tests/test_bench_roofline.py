@@ -37,13 +37,19 @@ def _private_reference_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> P
 
 def test_standard_ops_per_device() -> None:
     cpu = [s.op.name for s in bench_roofline.standard_ops(on_gpu=False)]
-    assert cpu == ["add 67,108,864", "sum 67,108,864", "matmul 256×256 @ 256×256",
-                   "matmul 1024×1024 @ 1024×1024",
-                   "conv2d 32×64×56×56 * 64×64×3×3 (stride 1, padding 1)"]  # fmt: skip
+    assert cpu == [
+        "add 67,108,864",
+        "sum 67,108,864",
+        "matmul 256×256 @ 256×256",
+        "matmul 1024×1024 @ 1024×1024",
+        "conv2d 32×64×56×56 * 64×64×3×3 (stride 1, padding 1)",
+    ]
     on_gpu = bench_roofline.standard_ops(on_gpu=True)
     assert [(s.op.dtype, s.roof_dtype, s.tf32) for s in on_gpu[-3:]] == [
-        ("float32", "tf32", True), ("bfloat16", "bfloat16", False),
-        ("float16", "float16", False)]  # fmt: skip
+        ("float32", "tf32", True),
+        ("bfloat16", "bfloat16", False),
+        ("float16", "float16", False),
+    ]
     assert all(s.op.dim("n") == 4096 for s in on_gpu[-3:])
     assert "matmul 4096×4096 @ 4096×4096" in [
         s.op.name for s in on_gpu if s.roof_dtype == "float32"
@@ -77,7 +83,8 @@ def test_quick_json(capsys: pytest.CaptureFixture[str], _private_reference_dir: 
         assert op["ai"] == pytest.approx(op["flops"] / op["bytes"])
         assert op["bound"] in (roofline.MEMORY_BOUND, roofline.COMPUTE_BOUND)
         assert op["fraction_of_attainable"] == pytest.approx(
-            op["gflop_per_s"] / op["attainable_gflop_per_s"])  # fmt: skip
+            op["gflop_per_s"] / op["attainable_gflop_per_s"]
+        )
     assert all(isinstance(line, str) for line in data["summary"])
     assert len(data["devices"]) == (2 if gpu.has_gpu() else 1)
     assert not _private_reference_dir.exists()
@@ -127,8 +134,9 @@ def test_record_with_quick_is_an_error(capsys: pytest.CaptureFixture[str]) -> No
     assert captured.err.startswith("labkit: error: --record cannot be combined with --quick")
 
 
-def test_missing_torch_is_one_line(monkeypatch: pytest.MonkeyPatch,
-                                   capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_missing_torch_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)
     assert main(["bench", "roofline"]) == 1
     captured = capsys.readouterr()
@@ -141,8 +149,14 @@ def test_missing_torch_is_one_line(monkeypatch: pytest.MonkeyPatch,
 
 def _peak(dtype: str, gflop_per_s: float, n: int = 8192) -> PeakCompute:
     ms = 2 * n**3 / (gflop_per_s * 1e9) * 1e3
-    return PeakCompute(dtype=dtype, device="cuda", gflop_per_s=gflop_per_s, size=n, sizes=(n,),
-                       timings=(Timing((ms,)),))  # fmt: skip
+    return PeakCompute(
+        dtype=dtype,
+        device="cuda",
+        gflop_per_s=gflop_per_s,
+        size=n,
+        sizes=(n,),
+        timings=(Timing((ms,)),),
+    )
 
 
 def fake_gpu_roofline() -> bench_roofline.DeviceRoofline:
@@ -150,37 +164,64 @@ def fake_gpu_roofline() -> bench_roofline.DeviceRoofline:
     peaks = {"float32": _peak("float32", 50_000.0), "bfloat16": _peak("bfloat16", 800_000.0)}
     n = 2**28 // 8
     memory_row = BandwidthResult(
-        kernel="copy", device="cuda", dtype="float64", n_elements=n, bytes_per_array=8 * n,
-        bytes_per_call=stream_bytes("copy", n), calls_per_sample=1,
-        timing=Timing((stream_bytes("copy", n) / 4e9,)), implementation="a.copy_(b)",
-    )  # fmt: skip
+        kernel="copy",
+        device="cuda",
+        dtype="float64",
+        n_elements=n,
+        bytes_per_array=8 * n,
+        bytes_per_call=stream_bytes("copy", n),
+        calls_per_sample=1,
+        timing=Timing((stream_bytes("copy", n) / 4e9,)),
+        implementation="a.copy_(b)",
+    )
     line = roofline.Roofline("cuda", {d: p.gflop_per_s for d, p in peaks.items()}, 4000.0)
     placed = []
-    for cost, dtype, ms in ((roofline.add_cost(2**26), "float32", 0.0604),
-                            (roofline.matmul_cost(4096, 4096, 4096, "bfloat16"), "bfloat16", 0.25)):  # fmt: skip
-        measured = OpMeasurement(op=cost, device="cuda", median_ms=ms,
-                                 gflop_per_s=cost.flops / ms / 1e6, gb_per_s=cost.bytes / ms / 1e6,
-                                 timing=Timing((ms,)))  # fmt: skip
-        placed.append(bench_roofline.PlacedOp(
-            measurement=measured, roof_dtype=dtype,
-            attainable_gflop_per_s=line.attainable_gflop_per_s(cost.arithmetic_intensity, dtype),
-            bound=line.bound(cost, dtype)))  # fmt: skip
+    for cost, dtype, ms in (
+        (roofline.add_cost(2**26), "float32", 0.0604),
+        (roofline.matmul_cost(4096, 4096, 4096, "bfloat16"), "bfloat16", 0.25),
+    ):
+        measured = OpMeasurement(
+            op=cost,
+            device="cuda",
+            median_ms=ms,
+            gflop_per_s=cost.flops / ms / 1e6,
+            gb_per_s=cost.bytes / ms / 1e6,
+            timing=Timing((ms,)),
+        )
+        placed.append(
+            bench_roofline.PlacedOp(
+                measurement=measured,
+                roof_dtype=dtype,
+                attainable_gflop_per_s=line.attainable_gflop_per_s(
+                    cost.arithmetic_intensity, dtype
+                ),
+                bound=line.bound(cost, dtype),
+            )
+        )
     return bench_roofline.DeviceRoofline(
-        roofline=line, peaks=peaks, memory=memory_row, ops=tuple(placed),
+        roofline=line,
+        peaks=peaks,
+        memory=memory_row,
+        ops=tuple(placed),
         failed=(("conv2d x", "RuntimeError: pretend cuDNN failed"),),
-    )  # fmt: skip
+    )
 
 
 def test_summary_of_a_made_up_gpu() -> None:
     lines = fake_gpu_roofline().summary()
     assert lines[0] == "cuda: memory roof 4000 GB/s (best of copy and triad, 256 MiB per array)"
-    assert lines[1] == ("cuda: float32 compute roof 50.0 TFLOP/s (matmul n = 8192), "
-                        "ridge point 12.5 FLOP/byte")  # fmt: skip
-    assert lines[3] == ("cuda: add 67,108,864 (float32): 0.0833 FLOP/byte, 1.11 TFLOP/s = 333% of "
-                        "the 333 GFLOP/s attainable (float32 roof): memory-bound (above its roof: "
-                        "the data came from cache, or the roof run was disturbed)")  # fmt: skip
-    assert lines[4].startswith("cuda: matmul 4096×4096 @ 4096×4096 (bfloat16): 1365 FLOP/byte, "
-                               "550 TFLOP/s = 69% of the 800 TFLOP/s attainable")  # fmt: skip
+    assert lines[1] == (
+        "cuda: float32 compute roof 50.0 TFLOP/s (matmul n = 8192), ridge point 12.5 FLOP/byte"
+    )
+    assert lines[3] == (
+        "cuda: add 67,108,864 (float32): 0.0833 FLOP/byte, 1.11 TFLOP/s = 333% of "
+        "the 333 GFLOP/s attainable (float32 roof): memory-bound (above its roof: "
+        "the data came from cache, or the roof run was disturbed)"
+    )
+    assert lines[4].startswith(
+        "cuda: matmul 4096×4096 @ 4096×4096 (bfloat16): 1365 FLOP/byte, "
+        "550 TFLOP/s = 69% of the 800 TFLOP/s attainable"
+    )
     assert lines[4].endswith("compute-bound")
     assert lines[5] == "cuda: conv2d x: not measured (RuntimeError: pretend cuDNN failed)"
 
@@ -192,8 +233,11 @@ def test_record_with_a_gpu_stores_a_recording_learners_can_read(
 
     monkeypatch.setattr(gpu, "has_gpu", lambda: True)
     monkeypatch.setattr(bench_roofline, "measure", lambda quick=False: [fake_gpu_roofline()])
-    monkeypatch.setattr(labkit.machine.reference, "gpu_identity", lambda: {
-        "gpu_name": "Test GPU", "driver": "1.0", "cuda": "12.4", "torch": "2.13.0"})  # fmt: skip
+    monkeypatch.setattr(
+        labkit.machine.reference,
+        "gpu_identity",
+        lambda: {"gpu_name": "Test GPU", "driver": "1.0", "cuda": "12.4", "torch": "2.13.0"},
+    )
     assert main(["bench", "roofline", "--record"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("Roofline of cuda: memory roof 4000 GB/s")

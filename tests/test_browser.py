@@ -122,8 +122,12 @@ def _lab_command(root_dir: Path, port: int, token: str) -> list[str]:
     sys.path.insert(0, str(ROOT / "tools"))
     import lab
 
-    extra = ["--no-browser", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-             f"--IdentityProvider.token={token}"]  # fmt: skip
+    extra = [
+        "--no-browser",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}",
+    ]
     return lab.lab_command(extra, root=root_dir)
 
 

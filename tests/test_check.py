@@ -113,16 +113,24 @@ def test_roofline_prediction_uses_the_given_roofline() -> None:
     from labkit.roofline.model import Roofline
 
     cpu = Roofline("cpu", {"float32": 200.0}, 25.0)  # ridge 8 FLOP/byte
-    right = {"add": "memory-bound", "sum": "memory-bound", "matmul 4096": "compute-bound",
-             "conv 3x3": "compute-bound"}
+    right = {
+        "add": "memory-bound",
+        "sum": "memory-bound",
+        "matmul 4096": "compute-bound",
+        "conv 3x3": "compute-bound",
+    }
     assert check.roofline_prediction(right, cpu).passed
     # a machine whose ridge (1000 FLOP/byte) is above the conv's 144 and the matmul's 683
     slow_memory = Roofline("x", {"float32": 100_000.0}, 100.0)
     result = check.roofline_prediction(right, slow_memory)
     assert not result.passed and "conv 3x3" in result.message and "matmul 4096" in result.message
-    assert "missing: sum" in check.roofline_prediction(
-        {k: v for k, v in right.items() if k != "sum"}, cpu).message
-    assert "is 'memory-bound' or" in check.roofline_prediction({**right, "add": "slow"}, cpu).message
+    assert (
+        "missing: sum"
+        in check.roofline_prediction({k: v for k, v in right.items() if k != "sum"}, cpu).message
+    )
+    assert (
+        "is 'memory-bound' or" in check.roofline_prediction({**right, "add": "slow"}, cpu).message
+    )
     assert not check.roofline_prediction({k: None for k in right}, cpu).solved
     with pytest.raises(TypeError, match="roofline"):
         check.roofline_prediction(right, "cpu")

@@ -64,8 +64,13 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     environ = {**os.environ, "LABKIT_PROGRESS": "0", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "labkit", *args],
-        capture_output=True, text=True, cwd=ROOT, env=environ, timeout=120, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=environ,
+        timeout=120,
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -102,19 +107,25 @@ SUBPROCESS_CASES = [
     pytest.param(["doctor", "extra"], "unrecognized arguments", id="doctor-extra-argument"),
     pytest.param(["bench"], "needs a benchmark", id="bench-without-a-name"),
     pytest.param(["bench", "nosuch"], "invalid choice", id="unknown-benchmark"),
-    pytest.param(["bench", "timing", "--json=yes"], "ignored explicit argument",
-                 id="flag-with-a-value"),  # fmt: skip
+    pytest.param(
+        ["bench", "timing", "--json=yes"], "ignored explicit argument", id="flag-with-a-value"
+    ),
     pytest.param(["bench", "bandwidth", "--max-bytes", "lots"], "--max-bytes", id="not-a-number"),
     pytest.param(["bench", "bandwidth", "--max-bytes", "12"], "4096", id="max-bytes-too-small"),
-    pytest.param(["bench", "bandwidth", "--max-bytes"], "expected one argument",
-                 id="missing-value"),  # fmt: skip
+    pytest.param(
+        ["bench", "bandwidth", "--max-bytes"], "expected one argument", id="missing-value"
+    ),
     pytest.param(["bench", "bandwidth", "--rounds", "0"], "--rounds", id="rounds-zero"),
     pytest.param(["bench", "bandwidth", "--rounds", "1e3"], "--rounds", id="rounds-float"),
     pytest.param(["bench", "bandwidth", "--rounds", "100000"], "1 to 100", id="rounds-too-many"),
-    pytest.param(["bench", "parallel", "--quick", "--record"], "--record cannot be combined",
-                 id="record-with-quick"),  # fmt: skip
-    pytest.param(["bench", "timing", "--x\ny"], "unrecognized arguments",
-                 id="newline-in-an-argument"),  # fmt: skip
+    pytest.param(
+        ["bench", "parallel", "--quick", "--record"],
+        "--record cannot be combined",
+        id="record-with-quick",
+    ),
+    pytest.param(
+        ["bench", "timing", "--x\ny"], "unrecognized arguments", id="newline-in-an-argument"
+    ),
 ]
 
 
@@ -142,8 +153,15 @@ def test_unwritable_reference_folder_is_refused_before_measuring(tmp_path: Path)
         "raise SystemExit(main(['bench', 'timing', '--record']))\n"
     )
     env = {**os.environ, "LABKIT_REFERENCE_DIR": str(blocker / "sub")}
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            cwd=ROOT, env=env, timeout=120, check=False)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 2, result
     line = assert_one_line_error(result.stdout, result.stderr)
     assert "LABKIT_REFERENCE_DIR" in line and str(blocker / "sub") in line
@@ -161,9 +179,13 @@ def _is_int_in(text: str, low: int, high: int | None) -> bool:
 
 
 @CLI_SETTINGS
-@given(text=st.one_of(st.text(max_size=12),
-                      st.integers(max_value=registry.MIN_BYTES_PER_ARRAY - 1).map(str),
-                      st.floats().map(repr)))  # fmt: skip
+@given(
+    text=st.one_of(
+        st.text(max_size=12),
+        st.integers(max_value=registry.MIN_BYTES_PER_ARRAY - 1).map(str),
+        st.floats().map(repr),
+    )
+)
 def test_garbage_max_bytes_is_refused(no_benchmarks: None, capsys: Any, text: str) -> None:
     assume(not _is_int_in(text, registry.MIN_BYTES_PER_ARRAY, None))
     line = main_error(capsys, ["bench", "bandwidth", f"--max-bytes={text}"])
@@ -180,8 +202,9 @@ def test_garbage_rounds_are_refused(no_benchmarks: None, capsys: Any, text: str)
 
 @CLI_SETTINGS
 @given(name=st.text(min_size=1, max_size=12))
-def test_unknown_benchmarks_and_commands_are_refused(no_benchmarks: None, capsys: Any,
-                                                      name: str) -> None:  # fmt: skip
+def test_unknown_benchmarks_and_commands_are_refused(
+    no_benchmarks: None, capsys: Any, name: str
+) -> None:
     assume(name not in RUNNERS and not name.startswith("-"))
     main_error(capsys, ["bench", name])
     assume(name not in ("doctor", "bench"))
@@ -189,13 +212,23 @@ def test_unknown_benchmarks_and_commands_are_refused(no_benchmarks: None, capsys
 
 
 @CLI_SETTINGS
-@given(command=st.sampled_from(COMMANDS),
-       extra=st.lists(st.text(min_size=1, max_size=10), min_size=1, max_size=3))  # fmt: skip
+@given(
+    command=st.sampled_from(COMMANDS),
+    extra=st.lists(st.text(min_size=1, max_size=10), min_size=1, max_size=3),
+)
 def test_unknown_arguments_to_every_command_are_refused(
     no_benchmarks: None, capsys: Any, command: str, extra: list[str]
 ) -> None:
-    known = {"--json", "--record", "--quick", "--no-color", "--max-bytes", "--rounds", "-h",
-             "--help"}  # fmt: skip
+    known = {
+        "--json",
+        "--record",
+        "--quick",
+        "--no-color",
+        "--max-bytes",
+        "--rounds",
+        "-h",
+        "--help",
+    }
     # argparse accepts unambiguous prefixes of options ("--js" for "--json", "--rou=5"), and
     # "-hx" is -h (help, exit 0) followed by -x: leave out what could be a valid option
     options = [e.split("=", 1)[0] for e in extra if e.startswith("-")]
@@ -205,8 +238,9 @@ def test_unknown_arguments_to_every_command_are_refused(
 
 
 @pytest.mark.parametrize("name", WITH_QUICK)
-def test_record_with_quick_is_refused_for_every_benchmark(no_benchmarks: None, capsys: Any,
-                                                          name: str) -> None:  # fmt: skip
+def test_record_with_quick_is_refused_for_every_benchmark(
+    no_benchmarks: None, capsys: Any, name: str
+) -> None:
     line = main_error(capsys, ["bench", name, "--record", "--quick"])
     assert "--record cannot be combined with --quick" in line
 
@@ -242,8 +276,14 @@ def test_an_error_inside_a_benchmark_prints_a_traceback(tmp_path: Path) -> None:
         "from labkit.cli.main import main\n"
         "sys.exit(main(['bench', 'timing']))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 1
     assert "Traceback" in done.stderr and "TypeError: a bug in labkit" in done.stderr
 

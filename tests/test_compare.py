@@ -72,9 +72,15 @@ def test_comparison_is_frozen_and_serializable():
 
 @pytest.mark.parametrize(
     ("speedup", "text"),
-    [(3.2147, "3.21×"), (0.5, "0.50×"), (1.0, "1.00×"), (99.994, "99.99×"), (152.3, "152×"),
-     (math.inf, "inf×")],
-)  # fmt: skip
+    [
+        (3.2147, "3.21×"),
+        (0.5, "0.50×"),
+        (1.0, "1.00×"),
+        (99.994, "99.99×"),
+        (152.3, "152×"),
+        (math.inf, "inf×"),
+    ],
+)
 def test_format_speedup(speedup, text):
     assert format_speedup(speedup) == text
 

@@ -24,9 +24,16 @@ import constrain  # noqa: E402
 GiB = 1024**3
 
 
-@pytest.mark.parametrize(("text", "size"), [("8G", 8 * GiB), ("512M", 512 * 1024**2),
-                                            ("8GiB", 8 * GiB), ("1.5G", 3 * GiB // 2),
-                                            (str(GiB), GiB)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("8G", 8 * GiB),
+        ("512M", 512 * 1024**2),
+        ("8GiB", 8 * GiB),
+        ("1.5G", 3 * GiB // 2),
+        (str(GiB), GiB),
+    ],
+)
 def test_sizes_parse(text: str, size: int) -> None:
     assert constrain.parse_size(text) == size
 
@@ -96,12 +103,27 @@ def test_a_v1_child_gets_limit_in_bytes(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("version", "own", "made", "parent"),
     [
-        (1, "4:memory:/process_api/abc\n", ["process_api/abc"], "process_api/abc"),  # inside our own
-        (2, "0::/user.slice/session-1.scope\n", ["user.slice/session-1.scope"], "user.slice"),  # beside it
-        (2, "0::/\n", [], ""),  # at the root, which may hold processes and still hand down controllers
+        (
+            1,
+            "4:memory:/process_api/abc\n",
+            ["process_api/abc"],
+            "process_api/abc",
+        ),  # inside our own
+        (
+            2,
+            "0::/user.slice/session-1.scope\n",
+            ["user.slice/session-1.scope"],
+            "user.slice",
+        ),  # beside it
+        (
+            2,
+            "0::/\n",
+            [],
+            "",
+        ),  # at the root, which may hold processes and still hand down controllers
         (1, "4:memory:/docker/xyz\n", [], ""),  # no cgroup namespace: the mount is our own cgroup
     ],
-)  # fmt: skip
+)
 def test_the_new_cgroup_stays_inside_every_limit_this_process_has(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: int, own: str, made: list, parent: str
 ) -> None:
@@ -142,8 +164,12 @@ def test_leftover_processes_are_killed_before_the_cgroup_goes(
 
 def test_exit_statuses_read_as_a_shell_reads_them(capfd: pytest.CaptureFixture[str]) -> None:
     assert constrain.main(["--", sys.executable, "-c", "raise SystemExit(3)"]) == 3
-    assert constrain.main(["--", sys.executable, "-c",
-                           "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"]) == 143  # fmt: skip
+    assert (
+        constrain.main(
+            ["--", sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"]
+        )
+        == 143
+    )
     assert constrain.main(["--", "no-such-command-labkit"]) == 127
     assert "'no-such-command-labkit' is not a command here" in capfd.readouterr().err
 
@@ -201,10 +227,20 @@ def test_a_real_memory_limit_is_what_labkit_sees() -> None:
         "print(c.limit_bytes, memory._host_available_bytes() <= c.limit_bytes)"
     )
     done = subprocess.run(
-        [sys.executable, str(TOOLS / "constrain.py"), "--memory-limit", "1G", "--",
-         sys.executable, "-c", probe],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(TOOLS / "constrain.py"),
+            "--memory-limit",
+            "1G",
+            "--",
+            sys.executable,
+            "-c",
+            probe,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = done.stdout.strip().splitlines()
     if done.returncode == 2 and "COMMAND was not run" in done.stderr:
         pytest.skip(f"no memory-limited cgroup can be made here: {done.stderr.strip()}")

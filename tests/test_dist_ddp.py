@@ -129,8 +129,11 @@ def test_train_ddp_runs_as_a_file() -> None:
     """Given as a file path (as torchrun accepts it), the script finds labkit and parses its options."""
     out = subprocess.run(
         [sys.executable, str(ROOT / "labkit/scaling/train_ddp.py"), "--help"],
-        check=True, timeout=60, capture_output=True, text=True,
-    )  # fmt: skip
+        check=True,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    )
     assert "--batch-per-rank" in out.stdout and "--accum-steps" in out.stdout
 
 
@@ -143,8 +146,20 @@ def test_train_ddp_runs_alone_as_a_group_of_one(
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
     out = tmp_path / "alone.json"
-    args = ["--width", "8", "--steps", "2", "--warmup-steps", "1", "--allreduce-reps", "1",
-            "--accum-steps", "2", "--out", str(out)]  # fmt: skip
+    args = [
+        "--width",
+        "8",
+        "--steps",
+        "2",
+        "--warmup-steps",
+        "1",
+        "--allreduce-reps",
+        "1",
+        "--accum-steps",
+        "2",
+        "--out",
+        str(out),
+    ]
     assert train_ddp.main(args) == 0
     data = json.loads(out.read_text())
     assert data["world_size"] == 1 and data["params_identical"] is True
@@ -226,8 +241,14 @@ def test_finish_frees_the_group_so_no_gloo_thread_outlives_it() -> None:
     destroy_process_group could not join gloo's threads; one still letting go
     of a collective's tensors when Python shut down aborted the process.
     """
-    out = subprocess.run([sys.executable, "-c", FINISH_FREES_THE_GROUP], cwd=ROOT, timeout=120,
-                         capture_output=True, text=True, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", FINISH_FREES_THE_GROUP],
+        cwd=ROOT,
+        timeout=120,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     threads = json.loads(out.stdout.splitlines()[-1])
     assert threads["during"], "no gloo thread seen while training: the check sees nothing"
     assert threads["after"] == [], "the process group outlived finish(); see worker.finish"
@@ -260,8 +281,10 @@ def test_run_process_stops_the_tree_on_timeout() -> None:
     with pytest.raises(DistTimeoutError) as info:
         launch.run_process([sys.executable, "-c", code], timeout_s=2, what="a sleeper")
     assert len(info.value.pids) == 2
-    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-                   for p in info.value.pids)  # fmt: skip
+    assert not any(
+        psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+        for p in info.value.pids
+    )
 
 
 def test_worker_error_reads_torchruns_root_cause() -> None:
@@ -325,9 +348,11 @@ def test_bus_bandwidth_factor_follows_nccl_tests() -> None:
 
 
 def test_importing_labkit_dist_imports_no_framework() -> None:
-    code = ("import labkit.scaling.launch, labkit.scaling.train_ddp, labkit.scaling.allreduce, "
-            "labkit.scaling.accumulation, labkit.scaling.mirrored, sys, json; "
-            "print(json.dumps(sorted(sys.modules)))")  # fmt: skip
+    code = (
+        "import labkit.scaling.launch, labkit.scaling.train_ddp, labkit.scaling.allreduce, "
+        "labkit.scaling.accumulation, labkit.scaling.mirrored, sys, json; "
+        "print(json.dumps(sorted(sys.modules)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(json.loads(out.stdout.splitlines()[-1]))
     assert not loaded & {"torch", "tensorflow", "keras", "matplotlib", "cupy", "numba", "jax"}

@@ -52,9 +52,16 @@ def test_module_main_says_so_when_tensorflow_is_missing(
 
 
 def test_from_dict_reads_a_baseline() -> None:
-    run = {"replicas": 2, "devices": ["/cpu:0", "/cpu:1"], "cross_device_ops": "X",
-           "global_batch": 8, "parameter_count": 10, "step_ms": [2.0, 2.0],
-           "epoch_losses": [1.0, 0.5], "replicas_identical": True}  # fmt: skip
+    run = {
+        "replicas": 2,
+        "devices": ["/cpu:0", "/cpu:1"],
+        "cross_device_ops": "X",
+        "global_batch": 8,
+        "parameter_count": 10,
+        "step_ms": [2.0, 2.0],
+        "epoch_losses": [1.0, 0.5],
+        "replicas_identical": True,
+    }
     base = {**run, "replicas": 1, "devices": ["/cpu:0"], "global_batch": 4, "step_ms": [1.0]}
     data = {"tf_version": "x", "batch_per_replica": 4, "width": 8, "runs": [base, run]}
     result = MirroredRun.from_dict(data)

@@ -45,11 +45,18 @@ def test_sbatch_script_is_valid_bash() -> None:
 
 def test_sbatch_script_asks_for_what_a_multi_node_job_needs() -> None:
     text = SBATCH.read_text()
-    for line in ("#SBATCH --nodes=", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=",
-                 "#SBATCH --cpus-per-task=", "#SBATCH --time=",
-                 'scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1',
-                 "--rdzv-backend=c10d", "# export NCCL_DEBUG=INFO", "NCCL_SOCKET_IFNAME",
-                 "NCCL_IB_HCA"):  # fmt: skip
+    for line in (
+        "#SBATCH --nodes=",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --gpus-per-node=",
+        "#SBATCH --cpus-per-task=",
+        "#SBATCH --time=",
+        'scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1',
+        "--rdzv-backend=c10d",
+        "# export NCCL_DEBUG=INFO",
+        "NCCL_SOCKET_IFNAME",
+        "NCCL_IB_HCA",
+    ):
         assert line in text
 
 
@@ -77,15 +84,20 @@ def test_single_node_path_of_the_sbatch_script(tmp_path: Path) -> None:
     }
     env.pop("OMP_NUM_THREADS", None)
     extra = ["--width", "16", "--steps", "2", "--warmup-steps", "1", "--allreduce-reps", "1"]
-    result = launch.run_process(["bash", str(SBATCH), *extra], timeout_s=120, env=env,
-                                what="the sbatch script")  # fmt: skip
+    result = launch.run_process(
+        ["bash", str(SBATCH), *extra], timeout_s=120, env=env, what="the sbatch script"
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     printed = [line for line in result.stdout.splitlines() if line.startswith("+ ")]
     assert len(printed) == 1
     expected = launch.launch_command(
-        1, 2, f"localhost:{port}", rdzv_id="4242", python=sys.executable,
+        1,
+        2,
+        f"localhost:{port}",
+        rdzv_id="4242",
+        python=sys.executable,
         script_args=[*DEFAULT_TRAIN_ARGS, *extra, "--out", str(out)],
-    )  # fmt: skip
+    )
     assert shlex.split(printed[0][2:]) == expected
     data = json.loads(out.read_text())
     assert data["world_size"] == 2 and data["nnodes"] == 1 and data["backend"] == "gloo"
@@ -94,13 +106,23 @@ def test_single_node_path_of_the_sbatch_script(tmp_path: Path) -> None:
 
 
 def test_launch_command_builds_the_multi_node_form() -> None:
-    cmd = launch.launch_command(4, 8, "node001:29500", rdzv_id="123", python="python",
-                                script_args=["--width", "4096"])  # fmt: skip
+    cmd = launch.launch_command(
+        4, 8, "node001:29500", rdzv_id="123", python="python", script_args=["--width", "4096"]
+    )
     assert cmd == [
-        "python", "-m", "torch.distributed.run", "--nnodes=4", "--nproc-per-node=8",
-        "--rdzv-id=123", "--rdzv-backend=c10d", "--rdzv-endpoint=node001:29500",
-        "-m", "labkit.scaling.train_ddp", "--width", "4096",
-    ]  # fmt: skip
+        "python",
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=4",
+        "--nproc-per-node=8",
+        "--rdzv-id=123",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=node001:29500",
+        "-m",
+        "labkit.scaling.train_ddp",
+        "--width",
+        "4096",
+    ]
     assert "--nproc-per-node=gpu" in launch.launch_command(2, "gpu", "node001")
 
 
@@ -122,6 +144,8 @@ def test_launch_command_validates(args: tuple, error: type, match: str) -> None:
 def test_launch_module_prints_the_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert launch.main(["2", "4", "node001:29500", "--rdzv-id", "7", "--", "--width", "64"]) == 0
     out = capsys.readouterr().out.strip()
-    assert out == ("python -m torch.distributed.run --nnodes=2 --nproc-per-node=4 --rdzv-id=7 "
-                   "--rdzv-backend=c10d --rdzv-endpoint=node001:29500 -m labkit.scaling.train_ddp "
-                   "--width 64")  # fmt: skip
+    assert out == (
+        "python -m torch.distributed.run --nnodes=2 --nproc-per-node=4 --rdzv-id=7 "
+        "--rdzv-backend=c10d --rdzv-endpoint=node001:29500 -m labkit.scaling.train_ddp "
+        "--width 64"
+    )

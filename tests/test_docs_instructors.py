@@ -82,7 +82,9 @@ def _render(code: ast.JoinedStr, name: str) -> str:
         ):
             parts.append(name)
         else:
-            raise AssertionError(f"diagnose.py: a finding code this test cannot expand: {ast.dump(code)}")
+            raise AssertionError(
+                f"diagnose.py: a finding code this test cannot expand: {ast.dump(code)}"
+            )
     return "".join(parts)
 
 
@@ -100,12 +102,16 @@ def emitted_codes() -> set[str]:
         elif isinstance(code, ast.JoinedStr):
             codes |= {_render(code, name) for name in _allowed_frameworks(call, parents)}
         else:
-            raise AssertionError(f"diagnose.py: a finding code that is neither a string nor an f-string: {ast.dump(code)}")
+            raise AssertionError(
+                f"diagnose.py: a finding code that is neither a string nor an f-string: {ast.dump(code)}"
+            )
     return codes
 
 
 def _section(text: str, title: str) -> str:
-    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, flags=re.MULTILINE | re.DOTALL)
+    match = re.search(
+        rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, flags=re.MULTILINE | re.DOTALL
+    )
     assert match, f"docs/instructors.md has no '## {title}' section"
     return match.group(1)
 
@@ -131,9 +137,16 @@ def documented_codes() -> tuple[set[str], list[str]]:
 
 def test_the_code_reader_finds_the_findings() -> None:
     codes = emitted_codes()
-    assert {"no-gpu", "torch-cpu-build", "tensorflow-memory-growth", "cupy-multiple-wheels"} <= codes
+    assert {
+        "no-gpu",
+        "torch-cpu-build",
+        "tensorflow-memory-growth",
+        "cupy-multiple-wheels",
+    } <= codes
     assert {f"{fw}-broken" for fw in FRAMEWORKS} <= codes
-    assert "torch-driver-too-old" in codes and "cupy-driver-too-old" not in codes  # the elif excludes CuPy
+    assert (
+        "torch-driver-too-old" in codes and "cupy-driver-too-old" not in codes
+    )  # the elif excludes CuPy
     assert len(codes) >= 15
 
 
@@ -146,7 +159,9 @@ def test_every_code_in_the_troubleshooting_table_exists() -> None:
     codes, bare = documented_codes()
     unknown = codes - emitted_codes()
     assert not unknown, f"docs/instructors.md names codes labkit never emits: {sorted(unknown)}"
-    assert not bare, f"rows whose last column names no code and is not 'not detected by doctor': {bare}"
+    assert not bare, (
+        f"rows whose last column names no code and is not 'not detected by doctor': {bare}"
+    )
 
 
 # --------------------------------------------------------------------------- syllabi
@@ -156,8 +171,12 @@ def _notebook_headings(path: Path) -> tuple[dict[int, str], dict[int, str]]:
     """Sections ``## N · title`` and exercises (``Exercise N: title``) of a notebook."""
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
     text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
-    sections = {int(n): t.strip() for n, t in re.findall(r"^## (\d+) · (.+)$", text, flags=re.MULTILINE)}
-    exercises = {int(n): t for n, t in re.findall(r"^### Exercise (\d+): (.+)$", text, flags=re.MULTILINE)}
+    sections = {
+        int(n): t.strip() for n, t in re.findall(r"^## (\d+) · (.+)$", text, flags=re.MULTILINE)
+    }
+    exercises = {
+        int(n): t for n, t in re.findall(r"^### Exercise (\d+): (.+)$", text, flags=re.MULTILINE)
+    }
     bold = re.findall(r"^\*\*Exercise (\d+): (.+?)\*\*", text, flags=re.MULTILINE)
     exercises.update({int(n): t for n, t in bold})
     for title in re.findall(r"^## \d+ · Exercise: (.+)$", text, flags=re.MULTILINE):
@@ -187,7 +206,9 @@ def test_every_notebook_section_and_exercise_the_syllabi_name_exists() -> None:
                     problems.append(f"{number} does not exist")
                 continue
             if notebook is None:
-                problems.append(f"{kind}{number} *{title}* has no notebook link before it: {line[:80]}")
+                problems.append(
+                    f"{kind}{number} *{title}* has no notebook link before it: {line[:80]}"
+                )
                 continue
             sections, exercises = _notebook_headings(notebook)
             actual = (sections if kind == "§" else exercises).get(int(number))

@@ -26,8 +26,11 @@ def test_has_gpu_agrees_with_torch():
 
 def test_has_gpu_uses_cupy_only_without_torch(monkeypatch):
     monkeypatch.setattr(gpu, "is_installed", lambda name: name == "cupy")
-    monkeypatch.setattr(gpu, "import_optional", lambda name, purpose=None: SimpleNamespace(
-        is_available=lambda: True))  # fmt: skip
+    monkeypatch.setattr(
+        gpu,
+        "import_optional",
+        lambda name, purpose=None: SimpleNamespace(is_available=lambda: True),
+    )
     assert gpu.has_gpu() is True
     monkeypatch.setattr(gpu, "is_installed", lambda name: False)
     assert gpu.has_gpu() is False
@@ -38,8 +41,11 @@ def test_has_gpu_treats_a_broken_cuda_as_no_gpu(monkeypatch):
         raise RuntimeError("driver exploded")
 
     monkeypatch.setattr(gpu, "is_installed", lambda name: name == "torch")
-    monkeypatch.setattr(gpu, "import_optional", lambda name, purpose=None: SimpleNamespace(
-        cuda=SimpleNamespace(is_available=broken)))  # fmt: skip
+    monkeypatch.setattr(
+        gpu,
+        "import_optional",
+        lambda name, purpose=None: SimpleNamespace(cuda=SimpleNamespace(is_available=broken)),
+    )
     assert gpu.has_gpu() is False
 
 

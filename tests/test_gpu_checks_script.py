@@ -17,9 +17,23 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tools" / "gpu_checks.sh"
-STEPS = ("doctor", "doctor_json", "bench_timing", "bench_bandwidth", "bench_parallel",
-         "bench_roofline", "bench_accel", "bench_cnn", "bench_rnn", "bench_kernels",
-         "bench_batching", "bench_profile", "pytest_gpu", "gpu_notebooks", "notebook_times")  # fmt: skip
+STEPS = (
+    "doctor",
+    "doctor_json",
+    "bench_timing",
+    "bench_bandwidth",
+    "bench_parallel",
+    "bench_roofline",
+    "bench_accel",
+    "bench_cnn",
+    "bench_rnn",
+    "bench_kernels",
+    "bench_batching",
+    "bench_profile",
+    "pytest_gpu",
+    "gpu_notebooks",
+    "notebook_times",
+)
 
 needs_bash = pytest.mark.skipif(shutil.which("bash") is None, reason="no bash here")
 
@@ -32,10 +46,10 @@ def test_the_script_parses() -> None:
 
 @needs_bash
 def test_with_no_budget_every_step_is_skipped_and_logged(tmp_path: Path) -> None:
-    env = {**os.environ, "OUT": str(tmp_path), "GPU_CHECKS_BUDGET_S": "0",
-           "PYTHON": sys.executable}  # fmt: skip
-    result = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env,
-                            timeout=60, cwd=tmp_path)  # fmt: skip
+    env = {**os.environ, "OUT": str(tmp_path), "GPU_CHECKS_BUDGET_S": "0", "PYTHON": sys.executable}
+    result = subprocess.run(
+        ["bash", str(SCRIPT)], capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path
+    )
     assert result.returncode == 1  # nothing ran, so not everything was ok
     summary = (tmp_path / "summary.txt").read_text(encoding="utf-8").splitlines()
     assert summary[0].startswith("gpu_checks.sh on ") and summary[-1].startswith("done in ")
@@ -51,5 +65,5 @@ def test_notebook_times_runs_last_within_a_budget_that_fits_one_device_call() ->
     steps = re.findall(r"^\s*step (\w+) ", text, flags=re.MULTILINE)
     assert steps[-1] == "notebook_times" and tuple(steps) == STEPS
     assert '--json "$OUT/notebook_times.json"' in text
-    budget = re.search(r'GPU_CHECKS_BUDGET_S:-(\d+)', text)
+    budget = re.search(r"GPU_CHECKS_BUDGET_S:-(\d+)", text)
     assert budget is not None and 560 <= int(budget.group(1)) < 590

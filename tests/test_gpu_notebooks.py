@@ -22,7 +22,9 @@ import gpu_notebooks  # noqa: E402
 
 PEAK = 4_800.0  # GB/s, an H200's theoretical bandwidth
 
-FAKE_GPU = "import types\nlabkit = types.SimpleNamespace(require_gpu=lambda what, reference=None: True)"
+FAKE_GPU = (
+    "import types\nlabkit = types.SimpleNamespace(require_gpu=lambda what, reference=None: True)"
+)
 
 
 def _notebook(*sources: str) -> nbformat.NotebookNode:
@@ -57,10 +59,12 @@ def test_sane_gpu_output_passes() -> None:
         ("speedup 0.00×", "not a finite positive number"),
         ("median nan ms", "'nan' printed"),
         ("rate -inf GFLOP/s", "'-inf' printed"),
-        ("Strided copy on H200\n  rates count bytes read and written\n  stride 1 ...",
-         "1 kernel experiment(s), but only 0 say"),
+        (
+            "Strided copy on H200\n  rates count bytes read and written\n  stride 1 ...",
+            "1 kernel experiment(s), but only 0 say",
+        ),
     ],
-)  # fmt: skip
+)
 def test_implausible_gpu_output_is_caught(text: str, expected: str) -> None:
     problems = gpu_notebooks.sanity_problems(text, peak_gb_per_s=PEAK)
     assert any(expected in p for p in problems), problems
@@ -72,8 +76,10 @@ def test_without_a_known_peak_only_the_peak_check_is_skipped() -> None:
 
 
 def test_verified_kernel_tables_pass() -> None:
-    text = ("Strided copy on H200: 64 MiB\n  rates count bytes read and written\n"
-            "  every kernel's output was verified before timing (largest error 0)\n") * 2  # fmt: skip
+    text = (
+        "Strided copy on H200: 64 MiB\n  rates count bytes read and written\n"
+        "  every kernel's output was verified before timing (largest error 0)\n"
+    ) * 2
     assert gpu_notebooks.sanity_problems(text, peak_gb_per_s=PEAK) == []
 
 
@@ -83,8 +89,13 @@ def test_verified_kernel_tables_pass() -> None:
 def test_a_live_cell_that_mentions_a_missing_package_is_still_checked() -> None:
     """notebook 02's device copy also says CuPy's references were skipped: still a live cell."""
     call = 'if labkit.require_gpu("x"):\n    print(1)'
-    nb = _executed((call, "device copy 7.0 TB/s\nCuPy references skipped: cupy is not installed. "
-                          "Install it with: pip install cupy-cuda12x\n"))  # fmt: skip
+    nb = _executed(
+        (
+            call,
+            "device copy 7.0 TB/s\nCuPy references skipped: cupy is not installed. "
+            "Install it with: pip install cupy-cuda12x\n",
+        )
+    )
     run = gpu_notebooks.GpuRun("fake.ipynb")
     gpu_notebooks.check_gpu_cells(nb, run, peak_gb_per_s=PEAK)
     assert run.gpu_cells_live == [0] and run.gpu_cells_skipped == {}
@@ -93,8 +104,15 @@ def test_a_live_cell_that_mentions_a_missing_package_is_still_checked() -> None:
     ]
 
 
-@pytest.mark.parametrize(("text", "bad"), [("copy -3.2 GB/s", True), ("copy 3.2 GiB/s", False),
-                                           ("pinned 55 MB/s", False), ("copy 6000 GB/sec", True)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "bad"),
+    [
+        ("copy -3.2 GB/s", True),
+        ("copy 3.2 GiB/s", False),
+        ("pinned 55 MB/s", False),
+        ("copy 6000 GB/sec", True),
+    ],
+)
 def test_rates_in_every_unit_are_read(text: str, bad: bool) -> None:
     assert bool(gpu_notebooks.sanity_problems(text, peak_gb_per_s=PEAK)) is bad
 
@@ -105,11 +123,14 @@ def test_each_gpu_cell_must_run_live() -> None:
         ("print('cpu cell')", "cpu cell\n"),
         (call, "copy 4.31 TB/s\n"),
         (call, "No GPU here: this cell would show x.\n"),
-        (call, "tensorflow is not installed (needed for the cuDNN LSTM on a GPU). Install it "
-               "with: pip install tensorflow\n"),
+        (
+            call,
+            "tensorflow is not installed (needed for the cuDNN LSTM on a GPU). Install it "
+            "with: pip install tensorflow\n",
+        ),
         (call, ""),
         (call, "copy 7.0 TB/s\n"),
-    )  # fmt: skip
+    )
     run = gpu_notebooks.GpuRun("fake.ipynb")
     gpu_notebooks.check_gpu_cells(nb, run, peak_gb_per_s=PEAK)
     assert run.gpu_cells_live == [1, 5]
@@ -157,8 +178,11 @@ def test_a_fake_gpu_notebook_runs_and_is_checked(
 
 
 def test_the_script_runner_names_the_cell_that_raised(tmp_path: Path) -> None:
-    nb = _notebook(FAKE_GPU, "print('one', end='')\nraise ValueError('broken kernel')",
-                   'if labkit.require_gpu("x"):\n    print("never")')  # fmt: skip
+    nb = _notebook(
+        FAKE_GPU,
+        "print('one', end='')\nraise ValueError('broken kernel')",
+        'if labkit.require_gpu("x"):\n    print("never")',
+    )
     path = _write(tmp_path, nb)
     work = tmp_path / "work"
     work.mkdir()
@@ -172,8 +196,11 @@ def test_the_script_runner_names_the_cell_that_raised(tmp_path: Path) -> None:
 
 
 def test_a_gpu_cell_that_only_draws_counts_as_live_in_a_script(tmp_path: Path) -> None:
-    nb = _notebook(FAKE_GPU, 'if labkit.require_gpu("a plot"):\n'
-                             '    import matplotlib.pyplot as plt\n    plt.plot([1, 2])')  # fmt: skip
+    nb = _notebook(
+        FAKE_GPU,
+        'if labkit.require_gpu("a plot"):\n'
+        "    import matplotlib.pyplot as plt\n    plt.plot([1, 2])",
+    )
     path = _write(tmp_path, nb)
     work = tmp_path / "work"
     work.mkdir()
@@ -183,10 +210,12 @@ def test_a_gpu_cell_that_only_draws_counts_as_live_in_a_script(tmp_path: Path) -
 
 def test_dataloader_workers_do_not_rerun_the_script(tmp_path: Path) -> None:
     """Workers start with forkserver/spawn; a script with a file would be re-run by each one."""
-    nb = _notebook("import torch\nfrom torch.utils.data import DataLoader\n"
-                   "ctx = __import__('multiprocessing').get_context('spawn')\n"
-                   "print(sum(len(b) for b in DataLoader(list(range(8)), batch_size=4, num_workers=1,"
-                   " multiprocessing_context=ctx)))")  # fmt: skip
+    nb = _notebook(
+        "import torch\nfrom torch.utils.data import DataLoader\n"
+        "ctx = __import__('multiprocessing').get_context('spawn')\n"
+        "print(sum(len(b) for b in DataLoader(list(range(8)), batch_size=4, num_workers=1,"
+        " multiprocessing_context=ctx)))"
+    )
     path = _write(tmp_path, nb)
     work = tmp_path / "work"
     work.mkdir()
@@ -200,7 +229,10 @@ def test_the_script_runner_reads_notebooks_without_nbformat(tmp_path: Path) -> N
     path = _write(tmp_path, _notebook("print('hi')"))
     nb = gpu_notebooks._nodes(json.loads(path.read_text()))
     assert nb.cells[0].cell_type == "code" and gpu_notebooks._source(nb.cells[0]) == "print('hi')"
-    assert "print('\\n' + '<<<labkit-test-gpu cell 0>>>', flush=True)" in gpu_notebooks.script_source(nb)
+    assert (
+        "print('\\n' + '<<<labkit-test-gpu cell 0>>>', flush=True)"
+        in gpu_notebooks.script_source(nb)
+    )
 
 
 def test_without_a_gpu_it_stops_at_once(capsys: pytest.CaptureFixture[str]) -> None:
@@ -212,7 +244,9 @@ def test_without_a_gpu_it_stops_at_once(capsys: pytest.CaptureFixture[str]) -> N
     assert "make test-gpu needs one" in capsys.readouterr().err
 
 
-def test_under_a_profile_it_refuses(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_under_a_profile_it_refuses(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("LABKIT_PROFILE", "reference")
     assert gpu_notebooks.main([]) == 2
     assert "runs without a profile" in capsys.readouterr().err
@@ -225,8 +259,10 @@ def test_main_with_a_fake_gpu_writes_its_summary(
         monkeypatch.setenv(name, os.environ.get(name, ""))
     monkeypatch.setattr(gpu_notebooks, "gpu_here", lambda: ("Fake H200", PEAK))
     monkeypatch.setattr(gpu_notebooks, "uses_jupyter", lambda: False)
-    path = _write(tmp_path, _notebook(
-        FAKE_GPU, 'if labkit.require_gpu("the copy"):\n    print("copy 4.31 TB/s")'))  # fmt: skip
+    path = _write(
+        tmp_path,
+        _notebook(FAKE_GPU, 'if labkit.require_gpu("the copy"):\n    print("copy 4.31 TB/s")'),
+    )
     out_json = tmp_path / "out.json"
     assert gpu_notebooks.main(["--json", str(out_json), str(path)]) == 0
     out = capsys.readouterr().out

@@ -12,7 +12,9 @@ HEAVY = ["torch", "tensorflow", "keras", "cupy", "numba", "jax", "triton", "matp
 def _modules_after(code: str) -> set[str]:
     out = subprocess.run(
         [sys.executable, "-c", f"{code}\nimport sys, json; print(json.dumps(sorted(sys.modules)))"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return set(json.loads(out.splitlines()[-1]))
 

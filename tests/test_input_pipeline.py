@@ -147,8 +147,12 @@ def test_loader_with_a_worker_process_and_no_warning() -> None:
         run = measure_loader(num_workers=1, pin_memory=True, prefetch_factor=2, **FAST)
     _check_run(run)
     assert run.label == "num_workers=1, pin_memory, prefetch_factor=2"
-    assert run.settings == {"num_workers": 1, "pin_memory": False, "prefetch_factor": 2,
-                            "usable_cpus": input_pipeline.usable_cpus()}  # fmt: skip
+    assert run.settings == {
+        "num_workers": 1,
+        "pin_memory": False,
+        "prefetch_factor": 2,
+        "usable_cpus": input_pipeline.usable_cpus(),
+    }
     assert run.notes == (PIN_MEMORY_CPU_NOTE,)
 
 

@@ -57,8 +57,10 @@ class FakeKernel:
         self.name, self.macros, self.owner = name, macros, owner
 
     def _check_launch(self, grid: Any, block: Any, args: Any) -> None:
-        for what, dims, limits in (("grid", grid, (2**31 - 1, 65535, 65535)),
-                                   ("block", block, (1024, 1024, 64))):  # fmt: skip
+        for what, dims, limits in (
+            ("grid", grid, (2**31 - 1, 65535, 65535)),
+            ("block", block, (1024, 1024, 64)),
+        ):
             assert isinstance(dims, tuple) and 1 <= len(dims) <= 3, (
                 f"{what} must be a tuple: {dims!r}"
             )
@@ -83,8 +85,9 @@ class FakeKernel:
     ) -> None:
         self._check_launch(grid, block, args)
         self.owner.launches.append((self.name, grid, block, dict(self.macros)))
-        getattr(self, "_" + self.name)(tuple(grid) + (1,) * (3 - len(grid)),
-                                       tuple(block) + (1,) * (3 - len(block)), *args)  # fmt: skip
+        getattr(self, "_" + self.name)(
+            tuple(grid) + (1,) * (3 - len(grid)), tuple(block) + (1,) * (3 - len(block)), *args
+        )
 
     # ----- emulations: write only what the launch covers
 
@@ -225,8 +228,12 @@ class FakeCupy(types.ModuleType):
         class Device:
             def __init__(self, index: int = 0) -> None:
                 self.id = index
-                self.attributes = {"MultiProcessorCount": 4, "MaxThreadsPerMultiProcessor": 2048,
-                                   "L2CacheSize": 1 << 20, "MaxThreadsPerBlock": 1024}  # fmt: skip
+                self.attributes = {
+                    "MultiProcessorCount": 4,
+                    "MaxThreadsPerMultiProcessor": 2048,
+                    "L2CacheSize": 1 << 20,
+                    "MaxThreadsPerBlock": 1024,
+                }
 
             def synchronize(self) -> None:
                 return None
@@ -244,10 +251,13 @@ class FakeCupy(types.ModuleType):
         )
         self.compiler = types.SimpleNamespace(CompileException=CompileException)
         self.cuda = types.SimpleNamespace(
-            Device=Device, runtime=runtime, compiler=self.compiler, Event=FakeEvent,
+            Device=Device,
+            runtime=runtime,
+            compiler=self.compiler,
+            Event=FakeEvent,
             get_current_stream=lambda: None,
             get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3,
-        )  # fmt: skip
+        )
 
         class RandomState:
             def __init__(self, seed: int = 0) -> None:
@@ -341,9 +351,13 @@ def test_real_cupy_without_a_gpu_is_a_clear_error() -> None:
         pytest.skip("this machine has a GPU")
     assert cupy_run.cupy_gpu_available() is False
     x = np.zeros(8, dtype=np.float32)
-    for call in (lambda: cupy_run.strided_copy(x, 1), lambda: cupy_run.transpose(x),
-                 lambda: cupy_run.stride_sweep(), lambda: cupy_run.get_kernel("sgemm_naive"),
-                 lambda: cupy_run.gpu_name()):  # fmt: skip
+    for call in (
+        lambda: cupy_run.strided_copy(x, 1),
+        lambda: cupy_run.transpose(x),
+        lambda: cupy_run.stride_sweep(),
+        lambda: cupy_run.get_kernel("sgemm_naive"),
+        lambda: cupy_run.gpu_name(),
+    ):
         with pytest.raises(cupy_run.NoCudaGpuError, match=r"No CUDA GPU here.*require_gpu") as info:
             call()
         assert "cupy.is_available() is False" in str(info.value)
@@ -370,8 +384,10 @@ def test_importing_the_package_imports_no_framework() -> None:
     import json
     import subprocess
 
-    code = ("import labkit.kernels, labkit.kernels.cupy_run, labkit.kernels.tuning, sys, json; "
-            "print(json.dumps(sorted(sys.modules)))")  # fmt: skip
+    code = (
+        "import labkit.kernels, labkit.kernels.cupy_run, labkit.kernels.tuning, sys, json; "
+        "print(json.dumps(sorted(sys.modules)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(json.loads(out.stdout.splitlines()[-1]))
     assert not loaded & {"cupy", "torch", "kernel_tuner", "matplotlib", "numpy", "tensorflow"}

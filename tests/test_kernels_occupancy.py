@@ -24,8 +24,9 @@ from labkit.kernels.resources import KernelResources  # noqa: E402
 
 
 def _occ(gpu: str, threads: int, regs: int, smem: int = 0) -> occ.Occupancy:
-    return occ.occupancy(gpu, threads_per_block=threads, registers_per_thread=regs,
-                         shared_bytes_per_block=smem)  # fmt: skip
+    return occ.occupancy(
+        gpu, threads_per_block=threads, registers_per_thread=regs, shared_bytes_per_block=smem
+    )
 
 
 def test_full_occupancy_limited_by_threads_and_registers_at_once() -> None:
@@ -94,8 +95,12 @@ def test_a_block_with_too_many_registers_cannot_launch() -> None:
 def test_other_architectures() -> None:
     # RTX 3090 (sm_86): 48 warps per SM, so 256 threads give 6 blocks, limited by threads.
     o = _occ("RTX 3090", 256, 32)
-    assert (o.blocks_per_sm, o.max_warps_per_sm, o.percent, o.limited_by) == (6, 48, 100.0,
-                                                                               ("threads",))  # fmt: skip
+    assert (o.blocks_per_sm, o.max_warps_per_sm, o.percent, o.limited_by) == (
+        6,
+        48,
+        100.0,
+        ("threads",),
+    )
     # L4 (sm_89): 24 blocks of 2 warps fill the 48 warp slots: threads and blocks tie.
     assert _occ("L4", 64, 32).limited_by == ("threads", "blocks")
     assert "(limited by threads, blocks and registers)" in str(_occ("H100", 64, 32))
@@ -125,7 +130,10 @@ def test_the_limits_are_the_programming_guides(arch, threads, blocks, smem_kb, b
     assert lim.max_shared_bytes_per_block == block_kb * 1024
     assert lim.reserved_shared_bytes_per_block == reserved
     assert (lim.registers_per_sm, lim.max_registers_per_block, lim.max_registers_per_thread) == (
-        65536, 65536, 255)  # fmt: skip
+        65536,
+        65536,
+        255,
+    )
     assert lim.max_warps_per_sm == threads // 32
 
 
@@ -153,7 +161,7 @@ def test_gpu_names_and_arches() -> None:
             {"threads_per_block": 256, "registers_per_thread": 32, "shared_bytes_per_block": -1},
             ValueError,
             "shared_bytes_per_block",
-        ),  # fmt: skip
+        ),
     ],
 )
 def test_bad_arguments_are_named(kwargs, error, match) -> None:
@@ -188,8 +196,9 @@ def test_sweep_checks_the_architecture_and_its_arguments() -> None:
         occ.occupancy_sweep("H100", _kernel(32, 0), block_sizes=())
     with pytest.raises(ValueError, match="block_sizes must be from 1 to 1024"):
         occ.occupancy_sweep("H100", _kernel(32, 0), block_sizes=[64, 2048])
-    small = occ.occupancy_sweep("sm_90", _kernel(32, 0, "sm_90a"), [256, 128, 128],
-                                dynamic_shared_bytes=48 * 1024)  # fmt: skip
+    small = occ.occupancy_sweep(
+        "sm_90", _kernel(32, 0, "sm_90a"), [256, 128, 128], dynamic_shared_bytes=48 * 1024
+    )
     assert small.block_sizes == (128, 256) and small.shared_bytes_per_block == 48 * 1024
 
 
@@ -245,18 +254,24 @@ def _occupancy_header() -> Path | None:
     nvcc = find_compiler()
     if nvcc:
         roots.insert(0, Path(nvcc).resolve().parent.parent)
-    return next((r / "include" for r in roots if (r / "include" / "cuda_occupancy.h").is_file()),
-                None)  # fmt: skip
+    return next(
+        (r / "include" for r in roots if (r / "include" / "cuda_occupancy.h").is_file()), None
+    )
 
 
-@pytest.mark.skipif(shutil.which("g++") is None or _occupancy_header() is None,
-                    reason="needs g++ and the CUDA toolkit's cuda_occupancy.h")  # fmt: skip
+@pytest.mark.skipif(
+    shutil.which("g++") is None or _occupancy_header() is None,
+    reason="needs g++ and the CUDA toolkit's cuda_occupancy.h",
+)
 def test_matches_cuda_occupancy_h(tmp_path: Path) -> None:
     """cuda_occupancy.h implements cudaOccupancyMaxActiveBlocksPerMultiprocessor on the host."""
     (tmp_path / "oracle.cpp").write_text(ORACLE)
     exe = tmp_path / "oracle"
-    subprocess.run(["g++", "-O1", f"-I{_occupancy_header()}", "-o", str(exe),
-                    str(tmp_path / "oracle.cpp")], check=True, timeout=120)  # fmt: skip
+    subprocess.run(
+        ["g++", "-O1", f"-I{_occupancy_header()}", "-o", str(exe), str(tmp_path / "oracle.cpp")],
+        check=True,
+        timeout=120,
+    )
     bits = {1: "threads", 2: "registers", 4: "shared memory", 8: "blocks"}
     cases = [
         (arch, lim, t, r, s)
@@ -282,8 +297,9 @@ def test_matches_cuda_occupancy_h(tmp_path: Path) -> None:
     answers = out.stdout.split("\n")
     for (arch, _lim, t, r, s), answer in zip(cases, answers, strict=False):
         err, blocks, factors = map(int, answer.split())
-        mine = occ.occupancy(arch, threads_per_block=t, registers_per_thread=r,
-                             shared_bytes_per_block=s)  # fmt: skip
+        mine = occ.occupancy(
+            arch, threads_per_block=t, registers_per_thread=r, shared_bytes_per_block=s
+        )
         assert err == 0
         assert mine.blocks_per_sm == blocks, (arch, t, r, s)
         if blocks:

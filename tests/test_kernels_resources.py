@@ -108,7 +108,7 @@ def test_parse_skips_device_functions_and_old_formats() -> None:
         ("_Z7mangledPfi", "mangled"),
         ("_ZN3foo3barEv", "foo::bar"),
         ("_Z6kernelILi32EEvPf", "kernel"),
-    ],  # fmt: skip
+    ],
 )
 def test_short_names(symbol: str, name: str) -> None:
     assert res._short_name(symbol) == name
@@ -202,8 +202,10 @@ def test_finds_nvcc_in_cuda_home_and_in_the_pip_wheels(monkeypatch, tmp_path: Pa
 
 @pytest.mark.skipif(os.name != "posix", reason="the fake nvcc is a shell script")
 def test_compile_with_a_fake_nvcc_orders_kernels_as_in_the_source(tmp_path: Path) -> None:
-    source = 'extern "C" __global__ void transpose_tiled(){}\n__global__ void mangled(){}\n' \
-             'extern "C" __global__ void usescst(){}\n'  # fmt: skip
+    source = (
+        'extern "C" __global__ void transpose_tiled(){}\n__global__ void mangled(){}\n'
+        'extern "C" __global__ void usescst(){}\n'
+    )
     nvcc = _fake_nvcc(tmp_path / "bin" / "nvcc", PTXAS_SM80)
     rows = res.compile_resources(source, arch="sm_80", nvcc=str(nvcc))
     assert [r.name for r in rows] == ["transpose_tiled", "mangled", "usescst"]

@@ -108,8 +108,15 @@ def test_race_demo_is_wrong_every_run_and_the_runs_disagree() -> None:
 
 
 def test_race_demo_text_without_running() -> None:
-    demo = sim.RaceDemo(n=4, block=2, seed=0, start_together=False, wrong_per_run=(3, 3),
-                        differ_from_first=(0, 0), wrong_indices=((1, 2, 3), (1, 2, 3)))  # fmt: skip
+    demo = sim.RaceDemo(
+        n=4,
+        block=2,
+        seed=0,
+        start_together=False,
+        wrong_per_run=(3, 3),
+        differ_from_first=(0, 0),
+        wrong_indices=((1, 2, 3), (1, 2, 3)),
+    )
     assert not demo.runs_disagree
     assert demo.verdict.endswith("the same elements are wrong in every run")
     assert "one after another" in str(demo)
@@ -180,10 +187,21 @@ def test_importing_the_simulator_imports_no_numba() -> None:
 
 
 def test_simulated_run_text_for_a_reduction_and_an_unsupported_kernel() -> None:
-    run = sim._compare("reduce_shared", 4, 2, np.array([7.0], np.float32),
-                       np.array([9.0], np.float32), 0.5)  # fmt: skip
+    run = sim._compare(
+        "reduce_shared", 4, 2, np.array([7.0], np.float32), np.array([9.0], np.float32), 0.5
+    )
     assert not run.passed and run.max_abs_error == 2.0
     assert "WRONG (sum 7, NumPy's 9, max |error| 2)" in str(run)
-    skipped = sim.SimulatedRun("reduce_warp_shuffle", 4, 2, False, False, None, None, 16, None,
-                               note="not simulated: no shuffles")  # fmt: skip
+    skipped = sim.SimulatedRun(
+        "reduce_warp_shuffle",
+        4,
+        2,
+        False,
+        False,
+        None,
+        None,
+        16,
+        None,
+        note="not simulated: no shuffles",
+    )
     assert str(skipped).endswith("not simulated: no shuffles")

@@ -33,9 +33,20 @@ def _nvcc(source: Path, tmp_path: Path, *options: str) -> subprocess.CompletedPr
     """Compile ``source`` for both arches in one nvcc call (a fatbin holds one cubin per arch)."""
     gencode = [f"-gencode=arch=compute_{a[3:]},code={a}" for a in ARCHES]
     return subprocess.run(
-        [str(NVCC), "-fatbin", "-std=c++17", *gencode, *options, str(source), "-o", str(tmp_path / "out.fatbin")],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            str(NVCC),
+            "-fatbin",
+            "-std=c++17",
+            *gencode,
+            *options,
+            str(source),
+            "-o",
+            str(tmp_path / "out.fatbin"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 # --------------------------------------------------------------------------- the registry
@@ -56,8 +67,10 @@ def test_every_kernel_is_in_its_file_as_extern_c() -> None:
 
 def test_files_hold_no_kernel_the_registry_misses() -> None:
     for file in sources.kernel_files():
-        names = re.findall(r'extern "C" __global__ void(?: __launch_bounds__\([^)]*\))?\s+(\w+)\(',
-                           sources.kernel_source(file))  # fmt: skip
+        names = re.findall(
+            r'extern "C" __global__ void(?: __launch_bounds__\([^)]*\))?\s+(\w+)\(',
+            sources.kernel_source(file),
+        )
         assert names and all(sources.KERNELS[n].file == file for n in names), file
 
 
@@ -116,10 +129,18 @@ def test_the_cu_files_are_package_data_and_found_when_installed(tmp_path: Path) 
         for data in (ROOT / "labkit").glob(pattern):
             (site / data.relative_to(ROOT)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(data, site / data.relative_to(ROOT))
-    code = ("import labkit.kernels.sources as s; "
-            "print(s.kernel_path('sgemm_tiled')); print(len(s.kernel_source('reduce_shared')))")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=tmp_path, env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})  # fmt: skip
+    code = (
+        "import labkit.kernels.sources as s; "
+        "print(s.kernel_path('sgemm_tiled')); print(len(s.kernel_source('reduce_shared')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+    )
     path, length = out.stdout.split()
     assert Path(path) == site / "labkit" / "kernels" / "sgemm.cu" and int(length) > 1000
 
@@ -155,14 +176,16 @@ KERNEL_TUNER_CONFIGS = [
 
 @needs_nvcc
 @pytest.mark.parametrize(("kernel", "params", "names"), KERNEL_TUNER_CONFIGS)
-def test_kernel_tuner_configurations_compile(kernel: str, params: dict[str, int], names: tuple[str, ...],
-                                             tmp_path: Path) -> None:  # fmt: skip
+def test_kernel_tuner_configurations_compile(
+    kernel: str, params: dict[str, int], names: tuple[str, ...], tmp_path: Path
+) -> None:
     """The source exactly as Kernel Tuner compiles it: its #defines prepended, then #line 1."""
     util = pytest.importorskip("kernel_tuner.util")
     threads = tuple(params.get(n, 1) for n in names) + (1,) * (3 - len(names))
     block_names = [*names, "block_size_y", "block_size_z"][:3]
-    _, code = util.prepare_kernel_string(kernel, sources.kernel_source(kernel), params, (8, 8, 1), threads,
-                                         block_names, "CUDA", None)  # fmt: skip
+    _, code = util.prepare_kernel_string(
+        kernel, sources.kernel_source(kernel), params, (8, 8, 1), threads, block_names, "CUDA", None
+    )
     assert code.startswith("#define grid_size_x 8") and "#line 1\n" in code
     source = tmp_path / "instance.cu"
     source.write_text(code)

@@ -31,27 +31,45 @@ TRANSPOSE_PARAMS = {"TILE_DIM": [16, 32], "BLOCK_ROWS": [4, 8, 32]}
 TIMES = {(16, 4): 0.30, (16, 8): 0.25, (32, 4): 0.20, (32, 8): 0.125}
 
 
-def write_kt_cache(path: Path, *, device: str = "NVIDIA H200", kernel: str = "transpose_padded",
-                   problem_size: tuple[int, ...] = (4096, 4096),
-                   tune_params: dict[str, list[int]] | None = None,
-                   times: dict[tuple[int, ...], float] | None = None,
-                   failed: tuple[tuple[int, ...], ...] = ((32, 32),), close: bool = True) -> Path:  # fmt: skip
+def write_kt_cache(
+    path: Path,
+    *,
+    device: str = "NVIDIA H200",
+    kernel: str = "transpose_padded",
+    problem_size: tuple[int, ...] = (4096, 4096),
+    tune_params: dict[str, list[int]] | None = None,
+    times: dict[tuple[int, ...], float] | None = None,
+    failed: tuple[tuple[int, ...], ...] = ((32, 32),),
+    close: bool = True,
+) -> Path:
     """A cache written the way Kernel Tuner 1.x writes one during a run."""
     params = tune_params or TRANSPOSE_PARAMS
     kernel_options = Options(kernel_name=kernel, problem_size=problem_size)
     tuning_options = Options(tune_params=params, objective="time", simulation_mode=False)
-    runner = types.SimpleNamespace(get_device_info=lambda: types.SimpleNamespace(name=device),
-                                   simulation_mode=False)  # fmt: skip
+    runner = types.SimpleNamespace(
+        get_device_info=lambda: types.SimpleNamespace(name=device), simulation_mode=False
+    )
     cache = kt_util.process_cache(str(path), kernel_options, tuning_options, runner)
     for values, time_ms in (times or TIMES).items():
         entry: dict[str, Any] = dict(zip(params, values, strict=True))
-        entry.update(time=time_ms, times=[time_ms] * 7, compile_time=210.0, verification_time=3.0,
-                     benchmark_time=1.5, timestamp="2026-11-30 12:00:00+00:00")  # fmt: skip
+        entry.update(
+            time=time_ms,
+            times=[time_ms] * 7,
+            compile_time=210.0,
+            verification_time=3.0,
+            benchmark_time=1.5,
+            timestamp="2026-11-30 12:00:00+00:00",
+        )
         kt_util.store_cache(",".join(map(str, values)), entry, str(path), cache)
     for values in failed:
         entry = dict(zip(params, values, strict=True))
-        entry.update(__error__=kt_util.RuntimeFailedConfig(), compile_time=200.0,
-                     verification_time=0, benchmark_time=0, timestamp="2026-11-30 12:00:01+00:00")  # fmt: skip
+        entry.update(
+            __error__=kt_util.RuntimeFailedConfig(),
+            compile_time=200.0,
+            verification_time=0,
+            benchmark_time=0,
+            timestamp="2026-11-30 12:00:01+00:00",
+        )
         kt_util.store_cache(",".join(map(str, values)), entry, str(path), cache)
     if close:
         kt_util.close_cache(str(path))
@@ -100,8 +118,10 @@ def test_replay_without_a_gpu(cache_file: Path, use_kernel_tuner: bool) -> None:
         ({"TILE_DIM": 32, "BLOCK_ROWS": 32}, "RuntimeFailedConfig")
     ]
     text = str(result)
-    assert text.startswith("Kernel Tuner search of transpose_padded on NVIDIA H200, problem size 4,096 x 4,096: "
-                           "5 configurations, 1 failed")  # fmt: skip
+    assert text.startswith(
+        "Kernel Tuner search of transpose_padded on NVIDIA H200, problem size 4,096 x 4,096: "
+        "5 configurations, 1 failed"
+    )
     assert "TILE_DIM=32, BLOCK_ROWS=8" in text and "2.40×" in text
     assert result.summary()[1] == "  best: TILE_DIM=32, BLOCK_ROWS=8: 125 µs"
     assert json.loads(json.dumps(result.to_dict()))["configs"][0]["params"] == {
@@ -135,8 +155,12 @@ def test_replay_errors_are_clear(tmp_path: Path) -> None:
 def test_record_cache_labels_it_and_kernel_tuner_still_reads_it(
     cache_file: Path, _private_reference_dir: Path
 ) -> None:
-    saved = tuning.record_cache(cache_file, "transpose", block_size_names=("TILE_DIM", "BLOCK_ROWS"),
-                                recorded=datetime.date(2026, 11, 30))  # fmt: skip
+    saved = tuning.record_cache(
+        cache_file,
+        "transpose",
+        block_size_names=("TILE_DIM", "BLOCK_ROWS"),
+        recorded=datetime.date(2026, 11, 30),
+    )
     assert saved == _private_reference_dir / "kernel_tuner_transpose.cache.json"
     assert saved == tuning.recorded_cache_path("transpose")
     data = json.loads(saved.read_text())
@@ -176,8 +200,12 @@ def _kt_space(params: dict[str, Any], restrictions: Any, names: list[str]) -> se
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        space = Searchspace({k: list(v) for k, v in params.items()}, list(restrictions), 1024,
-                            block_size_names=names)  # fmt: skip
+        space = Searchspace(
+            {k: list(v) for k, v in params.items()},
+            list(restrictions),
+            1024,
+            block_size_names=names,
+        )
     return {tuple(c) for c in space.list}
 
 
@@ -225,19 +253,44 @@ def fake_tuner(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     monkeypatch.setattr(labkit.machine.memory, "available_bytes", lambda device="cpu": 64 << 20)
     calls: list[dict[str, Any]] = []
 
-    def tune_kernel(kernel_name: str, kernel_source: str, problem_size: Any, arguments: list[Any],
-                    tune_params: dict[str, list[Any]], **kw: Any) -> tuple[list[Any], dict[str, Any]]:  # fmt: skip
-        calls.append(dict(kw, kernel_name=kernel_name, problem_size=problem_size, arguments=arguments,
-                          tune_params=tune_params, source=kernel_source))  # fmt: skip
+    def tune_kernel(
+        kernel_name: str,
+        kernel_source: str,
+        problem_size: Any,
+        arguments: list[Any],
+        tune_params: dict[str, list[Any]],
+        **kw: Any,
+    ) -> tuple[list[Any], dict[str, Any]]:
+        calls.append(
+            dict(
+                kw,
+                kernel_name=kernel_name,
+                problem_size=problem_size,
+                arguments=arguments,
+                tune_params=tune_params,
+                source=kernel_source,
+            )
+        )
         assert 'extern "C" __global__' in kernel_source and kernel_name in kernel_source
         assert kw["lang"] == "cupy" and kw["compiler_options"] == ["--std=c++17"]
         assert all(isinstance(a, np.ndarray) or type(a) is np.int32 for a in arguments)
         space = sorted(_kt_space(tune_params, kw["restrictions"], kw["block_size_names"]))
-        written = write_kt_cache(Path(kw["cache"]), device="Fake GPU 9000", kernel=kernel_name,
-                                 problem_size=problem_size, tune_params=tune_params,
-                                 times={c: 0.1 + 0.01 * i for i, c in enumerate(space)}, failed=())  # fmt: skip
-        ok = kw["verify"](kw["answer"], [kw["answer"][i] if a is not None and i == _out(kw["answer"]) else a
-                                         for i, a in enumerate(arguments)])  # fmt: skip
+        written = write_kt_cache(
+            Path(kw["cache"]),
+            device="Fake GPU 9000",
+            kernel=kernel_name,
+            problem_size=problem_size,
+            tune_params=tune_params,
+            times={c: 0.1 + 0.01 * i for i, c in enumerate(space)},
+            failed=(),
+        )
+        ok = kw["verify"](
+            kw["answer"],
+            [
+                kw["answer"][i] if a is not None and i == _out(kw["answer"]) else a
+                for i, a in enumerate(arguments)
+            ],
+        )
         assert ok, "the verify function must accept the right answer"
         return [], {"cache": str(written)}
 
@@ -290,8 +343,9 @@ def test_tuning_without_a_gpu_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) 
         tuning.tune_transpose()
 
 
-def test_a_failing_search_says_what_kernel_tuner_printed(fake_tuner: list[dict[str, Any]],
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_a_failing_search_says_what_kernel_tuner_printed(
+    fake_tuner: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     import kernel_tuner
 
     def broken(*args: Any, **kwargs: Any) -> Any:
@@ -299,8 +353,11 @@ def test_a_failing_search_says_what_kernel_tuner_printed(fake_tuner: list[dict[s
         raise RuntimeError("NVRTC_ERROR_COMPILATION")
 
     monkeypatch.setattr(kernel_tuner, "tune_kernel", broken)
-    with pytest.raises(RuntimeError, match=r"(?s)Kernel Tuner failed on transpose_padded: RuntimeError: "
-                                           r"NVRTC_ERROR_COMPILATION\nits last output:\n.*'oops'"):  # fmt: skip
+    with pytest.raises(
+        RuntimeError,
+        match=r"(?s)Kernel Tuner failed on transpose_padded: RuntimeError: "
+        r"NVRTC_ERROR_COMPILATION\nits last output:\n.*'oops'",
+    ):
         tuning.tune_transpose(64)
 
 

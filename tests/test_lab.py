@@ -103,9 +103,12 @@ def _get(url: str) -> int:
 def _launch_command(args: list[str]) -> list[str]:
     """`make lab` itself when this venv is the set-up one, else the script make runs."""
     venv = Path(sys.prefix)
-    up_to_date = subprocess.run(
-        ["make", "-q", "-C", str(ROOT), f"VENV={venv}", "setup"], capture_output=True
-    ).returncode == 0
+    up_to_date = (
+        subprocess.run(
+            ["make", "-q", "-C", str(ROOT), f"VENV={venv}", "setup"], capture_output=True
+        ).returncode
+        == 0
+    )
     if up_to_date and list(venv.glob(".installed-*")):
         return ["make", "-s", "-C", str(ROOT), f"VENV={venv}", f"LAB_ARGS={' '.join(args)}", "lab"]
     return [sys.executable, str(ROOT / "tools" / "lab.py"), *args]
@@ -125,9 +128,12 @@ def _serving(tmp_path: Path, launch: Callable[[list[str]], list[str]]) -> Iterat
     log = tmp_path / "lab.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            launch(args), stdout=out, stderr=subprocess.STDOUT, env=env,
+            launch(args),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
             start_new_session=True,
-        )  # fmt: skip
+        )
     try:
         status, deadline = None, time.monotonic() + 90
         while time.monotonic() < deadline and proc.poll() is None:

@@ -208,8 +208,9 @@ class OomAbove(torch.nn.Module):
 @pytest.fixture
 def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> dict:
     calls: dict = {"empty_cache": 0, "fractions": [], "resets": 0, "gc": 0}
-    monkeypatch.setattr(largest_batch.gc, "collect",
-                        lambda *a: calls.__setitem__("gc", calls["gc"] + 1) or 0)  # fmt: skip
+    monkeypatch.setattr(
+        largest_batch.gc, "collect", lambda *a: calls.__setitem__("gc", calls["gc"] + 1) or 0
+    )
     monkeypatch.setattr(largest_batch, "_require_cuda", lambda device: torch.device("cpu"))
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(

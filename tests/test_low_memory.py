@@ -183,55 +183,154 @@ def _probe_table() -> list[tuple[str, Callable[[], Any], bool, Callable[[Any], b
 
     return [
         # STREAM kernels: the default (DRAM-sized) array shrinks; an explicit one is checked
-        ("stream_kernel default size", lambda: bandwidth.stream_kernel(
-            "copy", min_reps=1, **FAST), True, None),
-        ("stream_kernel 4 MiB", lambda: bandwidth.stream_kernel(
-            "triad", 4 * MiB, min_reps=1, **FAST), True, None),
-        ("peak_bandwidth default size", lambda: bandwidth.peak_bandwidth(
-            min_reps=1, **FAST), True, None),
-        ("stream_sweep default sizes", lambda: stream_sweep.stream_sweep(
-            ("copy", "add"), points_per_decade=1, min_reps=1, show_progress=False, **FAST),
-         True, _dropped_stream),
-        ("stream_sweep explicit sizes", lambda: stream_sweep.stream_sweep(
-            ("triad",), [64 * KiB, MiB, 4 * MiB], min_reps=1, show_progress=False, **FAST),
-         True, _dropped_stream),
-        ("strided_read default n, no flush", lambda: strided.strided_read(
-            (1, 4), flush_cache=False, rep_ms=1.0, max_reps=3, show_progress=False), True, None),
-        ("strided_read with cache flush", lambda: strided.strided_read(
-            (1, 2), n_elements=1024, rep_ms=1.0, max_reps=3, show_progress=False), True, None),
-        ("bench with a cache flush", lambda: bench(
-            lambda: None, flush_l2=True, warn=False, **FAST), False, None),
-        ("pipeline_breakdown 1 MiB", lambda: pipeline.pipeline_breakdown(
-            MiB, "scale", "cpu", **FAST), True, None),
-        ("sweep_add default sizes", lambda: parallel.sweep_add(
-            backends=("python", "numpy", "torch-1-thread"), python_max_call_ms=20.0,
-            show_progress=False, **FAST), True, _dropped_parallel),
-        ("sweep_matmul explicit sizes", lambda: parallel.sweep_matmul(
-            [16, 128, 512], backends=("numpy", "torch-all-threads"), show_progress=False,
-            **FAST), True, _dropped_parallel),
-        ("measure_peak_compute", lambda: measure_peak_compute(
-            "cpu", ("float32", "bfloat16"), (64, 256, 1024), show_progress=False, **FAST),
-         True, None),
+        (
+            "stream_kernel default size",
+            lambda: bandwidth.stream_kernel("copy", min_reps=1, **FAST),
+            True,
+            None,
+        ),
+        (
+            "stream_kernel 4 MiB",
+            lambda: bandwidth.stream_kernel("triad", 4 * MiB, min_reps=1, **FAST),
+            True,
+            None,
+        ),
+        (
+            "peak_bandwidth default size",
+            lambda: bandwidth.peak_bandwidth(min_reps=1, **FAST),
+            True,
+            None,
+        ),
+        (
+            "stream_sweep default sizes",
+            lambda: stream_sweep.stream_sweep(
+                ("copy", "add"), points_per_decade=1, min_reps=1, show_progress=False, **FAST
+            ),
+            True,
+            _dropped_stream,
+        ),
+        (
+            "stream_sweep explicit sizes",
+            lambda: stream_sweep.stream_sweep(
+                ("triad",), [64 * KiB, MiB, 4 * MiB], min_reps=1, show_progress=False, **FAST
+            ),
+            True,
+            _dropped_stream,
+        ),
+        (
+            "strided_read default n, no flush",
+            lambda: strided.strided_read(
+                (1, 4), flush_cache=False, rep_ms=1.0, max_reps=3, show_progress=False
+            ),
+            True,
+            None,
+        ),
+        (
+            "strided_read with cache flush",
+            lambda: strided.strided_read(
+                (1, 2), n_elements=1024, rep_ms=1.0, max_reps=3, show_progress=False
+            ),
+            True,
+            None,
+        ),
+        (
+            "bench with a cache flush",
+            lambda: bench(lambda: None, flush_l2=True, warn=False, **FAST),
+            False,
+            None,
+        ),
+        (
+            "pipeline_breakdown 1 MiB",
+            lambda: pipeline.pipeline_breakdown(MiB, "scale", "cpu", **FAST),
+            True,
+            None,
+        ),
+        (
+            "sweep_add default sizes",
+            lambda: parallel.sweep_add(
+                backends=("python", "numpy", "torch-1-thread"),
+                python_max_call_ms=20.0,
+                show_progress=False,
+                **FAST,
+            ),
+            True,
+            _dropped_parallel,
+        ),
+        (
+            "sweep_matmul explicit sizes",
+            lambda: parallel.sweep_matmul(
+                [16, 128, 512], backends=("numpy", "torch-all-threads"), show_progress=False, **FAST
+            ),
+            True,
+            _dropped_parallel,
+        ),
+        (
+            "measure_peak_compute",
+            lambda: measure_peak_compute(
+                "cpu", ("float32", "bfloat16"), (64, 256, 1024), show_progress=False, **FAST
+            ),
+            True,
+            None,
+        ),
         ("measure_op add 1M", lambda: measure_op(add_cost(1 << 20), "cpu", **FAST), True, None),
-        ("measure_op matmul 512", lambda: measure_op(
-            matmul_cost(512, 512, 512), "cpu", **FAST), True, None),
-        ("throughput_by_batch", lambda: throughput_by_batch(
-            cnn(), [1, 8, 64], image_size=16, device="cpu", **FAST), True, None),
-        ("time_sync_stall", lambda: time_sync_stall(
-            1, 8, image_size=16, device="cpu", min_reps=1, **FAST), True, None),
-        ("measure_loader", lambda: measure_loader(
-            batch_size=8, steps=2, warmup_steps=0, step_ms=0.0,
-            dataset=SyntheticImages(64, decode_px=32, image_size=16)), True, None),
+        (
+            "measure_op matmul 512",
+            lambda: measure_op(matmul_cost(512, 512, 512), "cpu", **FAST),
+            True,
+            None,
+        ),
+        (
+            "throughput_by_batch",
+            lambda: throughput_by_batch(cnn(), [1, 8, 64], image_size=16, device="cpu", **FAST),
+            True,
+            None,
+        ),
+        (
+            "time_sync_stall",
+            lambda: time_sync_stall(1, 8, image_size=16, device="cpu", min_reps=1, **FAST),
+            True,
+            None,
+        ),
+        (
+            "measure_loader",
+            lambda: measure_loader(
+                batch_size=8,
+                steps=2,
+                warmup_steps=0,
+                step_ms=0.0,
+                dataset=SyntheticImages(64, decode_px=32, image_size=16),
+            ),
+            True,
+            None,
+        ),
         ("synthetic_images 512", lambda: data.synthetic_images(512, 16), True, None),
         ("matmul_workload 512", lambda: matmul_workload(512), True, None),
-        ("measure_thread_scaling", lambda: measure_thread_scaling(
-            "matmul", (1,), matmul_size=256, rounds=1, show_progress=False, **FAST), True, None),
+        (
+            "measure_thread_scaling",
+            lambda: measure_thread_scaling(
+                "matmul", (1,), matmul_size=256, rounds=1, show_progress=False, **FAST
+            ),
+            True,
+            None,
+        ),
         ("sync_points_benchmark", lambda: sync_points_benchmark_fast(sync_points), True, None),
-        ("torch_compile_benchmark (no compile)", lambda: compilers.torch_compile_benchmark(
-            size=1 << 18, compiler=lambda f: f, device="cpu", **FAST_ACCEL), True, None),
-        ("mlp_side_by_side torch", lambda: side_by_side.mlp_side_by_side(
-            64, (64, 128, 10), variants=("torch",), **FAST_ACCEL), True, None),
-    ]  # fmt: skip
+        (
+            "torch_compile_benchmark (no compile)",
+            lambda: compilers.torch_compile_benchmark(
+                size=1 << 18, compiler=lambda f: f, device="cpu", **FAST_ACCEL
+            ),
+            True,
+            None,
+        ),
+        (
+            "mlp_side_by_side torch",
+            lambda: side_by_side.mlp_side_by_side(
+                64, (64, 128, 10), variants=("torch",), **FAST_ACCEL
+            ),
+            True,
+            None,
+        ),
+    ]
 
 
 def sync_points_benchmark_fast(sync_points: Any) -> Any:
@@ -243,7 +342,7 @@ PROBE_NAMES = [name for name, *_ in _probe_table()]
 
 @pytest.mark.parametrize("name", PROBE_NAMES)
 def test_every_probe_fits_its_budget_or_refuses_clearly(name: str, free_bytes: int) -> None:
-    (_, call, torch_too, dropped), = [p for p in _probe_table() if p[0] == name]  # fmt: skip
+    ((_, call, torch_too, dropped),) = [p for p in _probe_table() if p[0] == name]
     with warnings.catch_warnings(), contextlib.suppress(MemoryBudgetError):
         warnings.simplefilter("ignore")
         call()  # untraced first: modules a probe imports on first use are not its buffers
@@ -269,8 +368,9 @@ def test_every_probe_fits_its_budget_or_refuses_clearly(name: str, free_bytes: i
 
 
 @pytest.mark.parametrize("free", [64 * MiB, 1 * MiB, 0], ids=lambda b: f"{b // KiB}KiB-free")
-def test_largest_batch_cpu_stays_within_its_budget(monkeypatch: pytest.MonkeyPatch,
-                                                   free: int) -> None:  # fmt: skip
+def test_largest_batch_cpu_stays_within_its_budget(
+    monkeypatch: pytest.MonkeyPatch, free: int
+) -> None:
     """It measures its own steps with torch.profiler: each step's peak must fit the budget."""
     from labkit.batching import largest as largest_batch
 
@@ -296,8 +396,9 @@ def test_largest_batch_cpu_stays_within_its_budget(monkeypatch: pytest.MonkeyPat
 
 
 @pytest.mark.parametrize("free", [64 * MiB, 8 * MiB, 0], ids=lambda b: f"{b // KiB}KiB-free")
-def test_batch_sweep_times_only_batches_whose_step_fits(monkeypatch: pytest.MonkeyPatch,
-                                                        free: int) -> None:  # fmt: skip
+def test_batch_sweep_times_only_batches_whose_step_fits(
+    monkeypatch: pytest.MonkeyPatch, free: int
+) -> None:
     """batch_sweep fits a memory line with torch.profiler; its largest timed step is re-measured."""
     from labkit.batching import largest as largest_batch
     from labkit.batching import step as training_step
@@ -306,8 +407,14 @@ def test_batch_sweep_times_only_batches_whose_step_fits(monkeypatch: pytest.Monk
     _simulate_free(monkeypatch, free)
     budget = int(free * DEFAULT_FRACTION)
     try:
-        sweep = batching.batch_sweep("mlp", batch_sizes=(1, 16, 256, 4096, 65536),
-                                     modes=("train",), device="cpu", min_reps=1, **FAST)  # fmt: skip
+        sweep = batching.batch_sweep(
+            "mlp",
+            batch_sizes=(1, 16, 256, 4096, 65536),
+            modes=("train",),
+            device="cpu",
+            min_reps=1,
+            **FAST,
+        )
     except MemoryBudgetError as exc:
         assert_clear_refusal(exc)
         return
@@ -336,9 +443,10 @@ def test_gpu_kernel_sizes_shrink_or_refuse(monkeypatch: pytest.MonkeyPatch, free
     _simulate_free(monkeypatch, free)
     budget = int(free * DEFAULT_FRACTION)
     if free == 0:
-        for size_of in (lambda: cupy_run._elements(None, arrays=3, multiple=1024, what="x",
-                                                   quick=True),
-                        lambda: cupy_run._square_side(None, arrays=3, quick=True, what="x")):  # fmt: skip
+        for size_of in (
+            lambda: cupy_run._elements(None, arrays=3, multiple=1024, what="x", quick=True),
+            lambda: cupy_run._square_side(None, arrays=3, quick=True, what="x"),
+        ):
             with pytest.raises(MemoryBudgetError):
                 size_of()
         return
@@ -392,8 +500,10 @@ def test_tensorflow_probes_refuse_before_importing_tensorflow(
 
     _simulate_free(monkeypatch, 0)
     had_tf = "tensorflow" in sys.modules
-    for probe in (lambda: tf_xla_benchmark(1 << 20),
-                  lambda: measure_tf_pipeline("parallel+cache", step_ms=1.0)):  # fmt: skip
+    for probe in (
+        lambda: tf_xla_benchmark(1 << 20),
+        lambda: measure_tf_pipeline("parallel+cache", step_ms=1.0),
+    ):
         with pytest.raises(MemoryBudgetError) as info:
             probe()
         assert_clear_refusal(info.value)
@@ -442,8 +552,9 @@ def test_explicit_sizes_beyond_the_machine_are_refused_before_allocating(
 def test_a_sweep_drops_sizes_over_the_budget_but_within_the_machine(one_gib_free: int) -> None:
     from labkit.bandwidth import sweep as stream_sweep
 
-    sweep = stream_sweep.stream_sweep(("copy",), [64 * KiB, 512 * MiB], min_reps=1,
-                                      show_progress=False, **FAST)  # fmt: skip
+    sweep = stream_sweep.stream_sweep(
+        ("copy",), [64 * KiB, 512 * MiB], min_reps=1, show_progress=False, **FAST
+    )
     assert sweep.sizes_bytes == (64 * KiB,) and sweep.dropped_bytes_per_array == (512 * MiB,)
     assert "512 MiB" in sweep.table() and "skipped: does not fit in memory" in sweep.table()
 
@@ -488,8 +599,9 @@ def _fake_row(kernel: str, nbytes: int, device: str) -> Any:
     from labkit.timing.bench import Timing
 
     timing = Timing((1.0, 1.0, 1.0), label=kernel, device=device)
-    return BandwidthResult(kernel, device, "float64", max(1, nbytes // 8), nbytes, 2 * nbytes, 1,
-                           timing, "fake")  # fmt: skip
+    return BandwidthResult(
+        kernel, device, "float64", max(1, nbytes // 8), nbytes, 2 * nbytes, 1, timing, "fake"
+    )
 
 
 SWEEP_BYTES = [64 * KiB, MiB, 16 * MiB, 64 * MiB]
@@ -557,8 +669,16 @@ def test_host_device_sweep_ends_cleanly_when_memory_runs_out(
     def ones(size: int, *, dtype: Any = None, pin_memory: bool = False) -> Any:
         return real_ones(size, dtype=dtype)
 
-    def row(on_device: Any, hosts: Any, size: int, direction: str, kind: str, device: str,
-            warmup_ms: float, rep_ms: float) -> Any:  # fmt: skip
+    def row(
+        on_device: Any,
+        hosts: Any,
+        size: int,
+        direction: str,
+        kind: str,
+        device: str,
+        warmup_ms: float,
+        rep_ms: float,
+    ) -> Any:
         if size >= 16 * MiB:
             raise _oom("a staging buffer")
         return _fake_row(f"{direction} {kind}", size, device)
@@ -592,9 +712,12 @@ def test_size_sweep_on_gpu_ends_that_backend_cleanly(
 
     monkeypatch.setattr(gpu, "has_gpu", lambda: True)
     monkeypatch.setattr(parallel, "_make_case", make_case)
-    monkeypatch.setattr(parallel, "_device_of", lambda key: "cpu" if key != "torch-cuda" else "cuda")
-    sweep = parallel.sweep_add([64, 1024, 4096, 16384], ("numpy", "torch-cuda"),
-                               show_progress=False, **FAST)  # fmt: skip
+    monkeypatch.setattr(
+        parallel, "_device_of", lambda key: "cpu" if key != "torch-cuda" else "cuda"
+    )
+    sweep = parallel.sweep_add(
+        [64, 1024, 4096, 16384], ("numpy", "torch-cuda"), show_progress=False, **FAST
+    )
     assert sweep.backend("numpy").sizes == (64, 1024, 4096, 16384)
     cuda = sweep.backend("torch-cuda")
     assert cuda.sizes == (64, 1024) and cuda.skipped == (4096, 16384)
@@ -617,9 +740,9 @@ def test_peak_compute_stops_a_dtype_at_the_size_that_ran_out(
         return real_pair(torch, m, n, k, dtype, dev)
 
     monkeypatch.setattr(roofline_measure, "_random_pair", pair)
-    peaks = roofline_measure.measure_peak_compute("cpu", ("float32",), (32, 64, 256, 512),
-                                                  max_call_ms=1e9, show_progress=False,
-                                                  **FAST)  # fmt: skip
+    peaks = roofline_measure.measure_peak_compute(
+        "cpu", ("float32",), (32, 64, 256, 512), max_call_ms=1e9, show_progress=False, **FAST
+    )
     assert peaks["float32"].sizes == (32, 64)
     assert "the largest size that fit is n=64" in peaks["float32"].out_of_memory
     assert peaks["float32"].out_of_memory in capsys.readouterr().out
@@ -641,11 +764,13 @@ def test_batch_sweep_ends_a_curve_cleanly_when_memory_runs_out(
             raise _oom(f"batch {batch}")
         return real_batch(model, shape, batch, device, seed=seed)
 
-    monkeypatch.setattr(largest_batch, "fit_memory",
-                        lambda *a, **k: SimpleNamespace(predict_bytes=lambda b: 1))  # fmt: skip
+    monkeypatch.setattr(
+        largest_batch, "fit_memory", lambda *a, **k: SimpleNamespace(predict_bytes=lambda b: 1)
+    )
     monkeypatch.setattr(batching, "make_batch", make_batch)
-    sweep = batching.batch_sweep("mlp", batch_sizes=(1, 8, 64, 512), device="cpu", min_reps=1,
-                                 **FAST)  # fmt: skip
+    sweep = batching.batch_sweep(
+        "mlp", batch_sizes=(1, 8, 64, 512), device="cpu", min_reps=1, **FAST
+    )
     assert sweep.curve("train").batch_sizes == (1, 8)
     assert sweep.curve("inference").batch_sizes == (1, 8)
     assert sweep.out_of_memory_batch == 64
@@ -668,7 +793,8 @@ def test_throughput_by_batch_ends_cleanly_when_memory_runs_out(
         return real_time(torch, model, batch, *args)
 
     monkeypatch.setattr(throughput, "_time_batch", time_batch)
-    results = throughput.throughput_by_batch(CNN(), [1, 4, 16, 64], image_size=16, device="cpu",
-                                             **FAST)  # fmt: skip
+    results = throughput.throughput_by_batch(
+        CNN(), [1, 4, 16, 64], image_size=16, device="cpu", **FAST
+    )
     assert [r.batch_size for r in results] == [1, 4]
     assert "the largest size that fit is batch 4" in capsys.readouterr().out

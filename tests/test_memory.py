@@ -35,8 +35,10 @@ def test_parse_device(text: str, parsed: tuple[str, int | None]) -> None:
     assert memory.parse_device(text) == parsed
 
 
-@pytest.mark.parametrize(("device", "error"), [("gpu", ValueError), ("cuda:x", ValueError),
-                                               ("cpu:0", ValueError), (0, TypeError)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("device", "error"),
+    [("gpu", ValueError), ("cuda:x", ValueError), ("cpu:0", ValueError), (0, TypeError)],
+)
 def test_parse_device_rejects_names_it_does_not_know(device: object, error: type) -> None:
     with pytest.raises(error, match="device"):
         memory.parse_device(device)
@@ -57,8 +59,16 @@ def test_check_fits_explains_what_was_asked_what_is_free_and_what_to_do(free_4mi
     with pytest.raises(MemoryBudgetError) as info:
         memory.check_fits(2 * MiB, arrays=3, what="the triad probe")
     text = str(info.value)
-    for part in ("the triad probe", "3 × 2 MiB = 6 MiB", "4 MiB", "host", "25%", "1 MiB",
-                 "smaller size", "close other programs"):  # fmt: skip
+    for part in (
+        "the triad probe",
+        "3 × 2 MiB = 6 MiB",
+        "4 MiB",
+        "host",
+        "25%",
+        "1 MiB",
+        "smaller size",
+        "close other programs",
+    ):
         assert part in text, part
     assert isinstance(info.value, ValueError)  # callers catching ValueError see it
 
@@ -84,8 +94,9 @@ def test_fit_sizes_keeps_what_fits_sorted_and_reports_the_rest(free_4mib: None) 
         ({"requested_bytes": 10, "extra_bytes": -1}, ValueError, "extra_bytes"),
     ],
 )
-def test_arguments_are_validated_by_name(free_4mib: None, kwargs: dict, error: type,
-                                         name: str) -> None:  # fmt: skip
+def test_arguments_are_validated_by_name(
+    free_4mib: None, kwargs: dict, error: type, name: str
+) -> None:
     with pytest.raises(error, match=name):
         memory.fit_bytes(**kwargs)
     with pytest.raises(error, match=name):
@@ -128,13 +139,18 @@ def _host_psutil(monkeypatch: pytest.MonkeyPatch, available: int, total: int = 2
 def test_cgroup_v2_limit_caps_the_free_memory(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     # a JupyterHub pod: 2 GiB limit, 1.5 GiB charged of which 512 MiB is reclaimable cache,
     # on a node with 250 GiB available
-    _cgroup_tree(tmp_path, monkeypatch, "0::/kubepods/pod1/abc\n", {
-        "cgroup.controllers": "cpu memory\n",
-        "kubepods/pod1/abc/memory.max": f"{2 * 1024**3}\n",
-        "kubepods/pod1/abc/memory.current": f"{1536 * MiB}\n",
-        "kubepods/pod1/abc/memory.stat": f"anon 1\ninactive_file {512 * MiB}\nactive_file 9\n",
-        "kubepods/pod1/memory.max": "max\n",
-    })  # fmt: skip
+    _cgroup_tree(
+        tmp_path,
+        monkeypatch,
+        "0::/kubepods/pod1/abc\n",
+        {
+            "cgroup.controllers": "cpu memory\n",
+            "kubepods/pod1/abc/memory.max": f"{2 * 1024**3}\n",
+            "kubepods/pod1/abc/memory.current": f"{1536 * MiB}\n",
+            "kubepods/pod1/abc/memory.stat": f"anon 1\ninactive_file {512 * MiB}\nactive_file 9\n",
+            "kubepods/pod1/memory.max": "max\n",
+        },
+    )
     _host_psutil(monkeypatch, 250 * 1024**3)
     container = memory.container_memory()
     assert container is not None
@@ -146,12 +162,17 @@ def test_cgroup_v2_limit_caps_the_free_memory(tmp_path, monkeypatch: pytest.Monk
 
 
 def test_cgroup_parent_limit_binds_when_tighter(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _cgroup_tree(tmp_path, monkeypatch, "0::/user/job\n", {
-        "user/job/memory.max": f"{8 * 1024**3}\n",
-        "user/job/memory.current": f"{1 * 1024**3}\n",
-        "user/memory.max": f"{4 * 1024**3}\n",
-        "user/memory.current": f"{3 * 1024**3}\n",
-    })  # fmt: skip
+    _cgroup_tree(
+        tmp_path,
+        monkeypatch,
+        "0::/user/job\n",
+        {
+            "user/job/memory.max": f"{8 * 1024**3}\n",
+            "user/job/memory.current": f"{1 * 1024**3}\n",
+            "user/memory.max": f"{4 * 1024**3}\n",
+            "user/memory.current": f"{3 * 1024**3}\n",
+        },
+    )
     _host_psutil(monkeypatch, 100 * 1024**3)
     assert memory.available_bytes("cpu") == 1 * 1024**3
 
@@ -161,23 +182,32 @@ def test_cgroup_v1_and_a_container_without_its_own_namespace(
 ) -> None:
     # Docker on cgroup v1 without a cgroup namespace: /proc/self/cgroup names /docker/<id>,
     # but the container's own cgroup is mounted at the root of the memory hierarchy
-    _cgroup_tree(tmp_path, monkeypatch, "12:cpu,cpuacct:/docker/abc\n4:memory:/docker/abc\n", {
-        "memory/memory.limit_in_bytes": f"{3 * 1024**3}\n",
-        "memory/memory.usage_in_bytes": f"{1 * 1024**3}\n",
-        "memory/memory.stat": f"cache 5\ntotal_inactive_file {256 * MiB}\n",
-    })  # fmt: skip
+    _cgroup_tree(
+        tmp_path,
+        monkeypatch,
+        "12:cpu,cpuacct:/docker/abc\n4:memory:/docker/abc\n",
+        {
+            "memory/memory.limit_in_bytes": f"{3 * 1024**3}\n",
+            "memory/memory.usage_in_bytes": f"{1 * 1024**3}\n",
+            "memory/memory.stat": f"cache 5\ntotal_inactive_file {256 * MiB}\n",
+        },
+    )
     _host_psutil(monkeypatch, 60 * 1024**3)
     assert memory.available_bytes("cpu") == 2 * 1024**3 + 256 * MiB
 
 
-@pytest.mark.parametrize("files", [
-    {},  # not Linux, or no cgroup file system
-    {"memory.max": "max\n", "memory.current": "123\n"},  # v2 without a limit
-    {"memory/memory.limit_in_bytes": "9223372036854771712\n"},  # v1's "unlimited"
-    {"memory.max": "garbage\n"},  # unreadable values mean no limit
-])  # fmt: skip
-def test_no_cgroup_limit_leaves_psutil_alone(tmp_path, monkeypatch: pytest.MonkeyPatch,
-                                             files: dict) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    "files",
+    [
+        {},  # not Linux, or no cgroup file system
+        {"memory.max": "max\n", "memory.current": "123\n"},  # v2 without a limit
+        {"memory/memory.limit_in_bytes": "9223372036854771712\n"},  # v1's "unlimited"
+        {"memory.max": "garbage\n"},  # unreadable values mean no limit
+    ],
+)
+def test_no_cgroup_limit_leaves_psutil_alone(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, files: dict
+) -> None:
     _cgroup_tree(tmp_path, monkeypatch, "0::/\n4:memory:/\n", files)
     _host_psutil(monkeypatch, 5 * 1024**3)
     assert memory.container_memory() is None
@@ -207,9 +237,15 @@ def test_doctor_shows_the_container_limit_only_when_there_is_one(
     info = cpu.cpu_info()
     assert info.memory_limit_bytes is None and info.memory_available_bytes == 200 * 1024**3
     assert memory_line(info) == "  memory         256 GiB total, 200 GiB available"  # unchanged
-    _cgroup_tree(tmp_path / "limited", monkeypatch, "0::/\n", {
-        "memory.max": f"{2 * 1024**3}\n", "memory.current": f"{512 * MiB}\n",
-    })  # fmt: skip
+    _cgroup_tree(
+        tmp_path / "limited",
+        monkeypatch,
+        "0::/\n",
+        {
+            "memory.max": f"{2 * 1024**3}\n",
+            "memory.current": f"{512 * MiB}\n",
+        },
+    )
     info = cpu.cpu_info()
     assert info.memory_limit_bytes == 2 * 1024**3
     assert info.memory_available_bytes == 1536 * MiB
@@ -260,24 +296,27 @@ def test_allocate_shrinking_steps_down_past_sizes_that_fail(monkeypatch) -> None
             raise MemoryError
         return f"buffers of {size}"
 
-    got, kept, failed = memory.allocate_shrinking([10, 100, 1000, 5000, 9000], allocate,
-                                                  device="cuda:0", what="a sweep")  # fmt: skip
+    got, kept, failed = memory.allocate_shrinking(
+        [10, 100, 1000, 5000, 9000], allocate, device="cuda:0", what="a sweep"
+    )
     assert got == "buffers of 1000" and kept == (10, 100, 1000) and failed == (5000, 9000)
     assert released == ["cuda:0", "cuda:0"]
     with pytest.raises(MemoryBudgetError, match="a sweep: allocating even 10 B"):
-        memory.allocate_shrinking([10, 20], lambda size: allocate(10**9), device="cuda",
-                                  what="a sweep")  # fmt: skip
+        memory.allocate_shrinking(
+            [10, 20], lambda size: allocate(10**9), device="cuda", what="a sweep"
+        )
     with pytest.raises(ValueError, match="boom"):
-        memory.allocate_shrinking([10], lambda size: (_ for _ in ()).throw(ValueError("boom")),
-                                  device="cpu", what="x")  # fmt: skip
+        memory.allocate_shrinking(
+            [10], lambda size: (_ for _ in ()).throw(ValueError("boom")), device="cpu", what="x"
+        )
 
 
-@pytest.mark.parametrize(("device", "expected"), [("cpu", "cpu"), ("cuda", "cuda"),
-                                                  ("cuda:1", "cuda:1"), ("mps", "cpu"),
-                                                  ("xpu:0", "cpu")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("device", "expected"),
+    [("cpu", "cpu"), ("cuda", "cuda"), ("cuda:1", "cuda:1"), ("mps", "cpu"), ("xpu:0", "cpu")],
+)
 def test_memory_device(device: str, expected: str) -> None:
     assert memory.memory_device(device) == expected
-
 
 
 # --------------------------------------------------------------------------- CPU quotas
@@ -289,11 +328,17 @@ def test_memory_device(device: str, expected: str) -> None:
         ("0::/kubepods/pod1\n", {"kubepods/pod1/cpu.max": "200000 100000\n"}, 2.0),
         ("0::/kubepods/pod1\n", {"kubepods/pod1/cpu.max": "max 100000\n"}, None),
         ("0::/a/b\n", {"a/cpu.max": "150000 100000\n", "a/b/cpu.max": "400000 100000\n"}, 1.5),
-        ("4:cpu,cpuacct:/docker/x\n", {"cpu,cpuacct/docker/x/cpu.cfs_quota_us": "50000\n",
-                                       "cpu,cpuacct/docker/x/cpu.cfs_period_us": "100000\n"}, 0.5),
+        (
+            "4:cpu,cpuacct:/docker/x\n",
+            {
+                "cpu,cpuacct/docker/x/cpu.cfs_quota_us": "50000\n",
+                "cpu,cpuacct/docker/x/cpu.cfs_period_us": "100000\n",
+            },
+            0.5,
+        ),
         ("4:cpu:/\n", {"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
     ],
-)  # fmt: skip
+)
 def test_a_cgroup_cpu_quota_is_read(
     tmp_path, monkeypatch: pytest.MonkeyPatch, own: str, files: dict, expected: float | None
 ) -> None:
@@ -301,7 +346,9 @@ def test_a_cgroup_cpu_quota_is_read(
     assert container.container_cpus() == expected
 
 
-def test_usable_cpus_is_the_affinity_within_the_quota(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_usable_cpus_is_the_affinity_within_the_quota(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import os
 
     from labkit.batching import loaders as input_pipeline
@@ -313,18 +360,30 @@ def test_usable_cpus_is_the_affinity_within_the_quota(tmp_path, monkeypatch: pyt
     assert input_pipeline.usable_cpus() == 64
 
 
-def test_the_shared_last_level_cache_counts_every_instance(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_shared_last_level_cache_counts_every_instance(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two L3 slices (AMD CCDs, or two sockets) of 32 MiB: a run on all CPUs has 64 MiB of L3."""
     from labkit.machine import cpu
 
     for n in range(4):
         shared = "0-1" if n < 2 else "2-3"
-        for index, (level, kind, size) in enumerate([("1", "Data", "32K"), ("1", "Instruction", "32K"),
-                                                     ("2", "Unified", "1024K"), ("3", "Unified", "32768K")]):  # fmt: skip
+        for index, (level, kind, size) in enumerate(
+            [
+                ("1", "Data", "32K"),
+                ("1", "Instruction", "32K"),
+                ("2", "Unified", "1024K"),
+                ("3", "Unified", "32768K"),
+            ]
+        ):
             folder = tmp_path / f"cpu{n}" / "cache" / f"index{index}"
             folder.mkdir(parents=True)
-            for name, text in (("level", level), ("type", kind), ("size", size),
-                               ("shared_cpu_list", shared if level == "3" else str(n))):  # fmt: skip
+            for name, text in (
+                ("level", level),
+                ("type", kind),
+                ("size", size),
+                ("shared_cpu_list", shared if level == "3" else str(n)),
+            ):
                 (folder / name).write_text(text + "\n")
     monkeypatch.setattr(cpu, "_SYS_CPU", tmp_path)
     assert cpu.shared_last_level_cache_bytes([0, 1, 2, 3]) == 64 * 1024**2

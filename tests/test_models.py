@@ -254,7 +254,9 @@ def test_throughput_by_batch_runs_on_cpu(options: dict) -> None:
 def test_throughput_skips_batches_that_do_not_fit(monkeypatch: pytest.MonkeyPatch) -> None:
     import labkit.machine.memory
 
-    monkeypatch.setattr(labkit.machine.memory, "available_bytes", lambda device="cpu": 4 * 1024 * 1024)
+    monkeypatch.setattr(
+        labkit.machine.memory, "available_bytes", lambda device="cpu": 4 * 1024 * 1024
+    )
     with pytest.warns(UserWarning, match="skipped 1 batch size"):
         points = throughput_by_batch(CNN(), [1, 4096], 16, device="cpu", warmup_ms=0, rep_ms=1)
     assert [p.batch_size for p in points] == [1]

@@ -65,7 +65,9 @@ def test_seed_rnn_shapes_and_params(tf) -> None:
 
 def test_seed_rnn_cuda_error_text(tf) -> None:
     assert rnn_keras.seed_rnn_calls_cuda() == "'RNN' object has no attribute 'cuda'"
-    assert rnn_keras.seed_tensor_calls_cuda().endswith("EagerTensor' object has no attribute 'cuda'")
+    assert rnn_keras.seed_tensor_calls_cuda().endswith(
+        "EagerTensor' object has no attribute 'cuda'"
+    )
 
 
 @pytest.mark.parametrize("kind", rnn_keras.KERAS_RNN_KINDS)
@@ -89,7 +91,9 @@ def test_keras_rnn_validates() -> None:
 
 
 def test_time_keras_rnns_runs(tf) -> None:
-    timings = rnn_keras.time_keras_rnns(batch=2, steps=4, features=3, units=4, warmup_ms=0, rep_ms=1)
+    timings = rnn_keras.time_keras_rnns(
+        batch=2, steps=4, features=3, units=4, warmup_ms=0, rep_ms=1
+    )
     assert [t.kind for t in timings] == ["SimpleRNN", "LSTM", "LSTM-no-cudnn"]
     assert all(t.timing.n >= 5 and t.median_ms > 0 for t in timings)
     gpu = bool(tf.config.list_physical_devices("GPU"))

@@ -32,14 +32,26 @@ def _good() -> dict:
         "metadata": {"kernelspec": {"name": "gpu-labkit"}},
         "cells": [
             {"cell_type": "markdown", "source": "# Title", "metadata": {}},
-            {"cell_type": "code", "source": "x = 1", "execution_count": 1, "outputs": [],
-             "metadata": {}},
-            {"cell_type": "code", "source": "print(x)", "execution_count": 2, "metadata": {},
-             "outputs": [{"output_type": "stream", "name": "stdout", "text": "1\n"}]},
+            {
+                "cell_type": "code",
+                "source": "x = 1",
+                "execution_count": 1,
+                "outputs": [],
+                "metadata": {},
+            },
+            {
+                "cell_type": "code",
+                "source": "print(x)",
+                "execution_count": 2,
+                "metadata": {},
+                "outputs": [{"output_type": "stream", "name": "stdout", "text": "1\n"}],
+            },
         ],
     }
     nb["metadata"]["labkit"] = {
-        "built_by": "make notebooks", "source_sha256": nbcheck.source_hash(nb), "profile": "reference"
+        "built_by": "make notebooks",
+        "source_sha256": nbcheck.source_hash(nb),
+        "profile": "reference",
     }
     return nb
 
@@ -62,8 +74,9 @@ def test_no_outputs_fails(tmp_path: Path) -> None:
 
 def test_error_output_fails(tmp_path: Path) -> None:
     nb = _good()
-    nb["cells"][2]["outputs"] = [{"output_type": "error", "ename": "NameError", "evalue": "x",
-                                  "traceback": []}]
+    nb["cells"][2]["outputs"] = [
+        {"output_type": "error", "ename": "NameError", "evalue": "x", "traceback": []}
+    ]
     assert any("stores an error (NameError" in p for p in _check(tmp_path, nb))
 
 
@@ -133,13 +146,18 @@ def test_every_sanitize_section_is_read_by_nbval() -> None:
 @pytest.mark.parametrize(
     ("stored", "fresh"),
     [
-        ("op: median 1.23 ms (IQR 0.0150 ms, min 1.20 ms, n=81) on cpu [noisy: IQR is 14% of "
-         "the median]\n", "op: median 812 µs (IQR 3.00 µs, min 800 µs, n=1203) on cpu\n"),
-        ("                 median      IQR\nbase (baseline)  8.03 ms   878 µs  n=12  1.00×  *\n"
-         "fast             2.01 ms  52.7 µs  n=51  3.99×  *\n* noisy: IQR is more than 10% of "
-         "the median\n",
-         "                 median      IQR\nbase (baseline)  12.1 ms  1.02 ms  n=9  1.00×\n"
-         "fast             3.00 ms  10.1 µs  n=40  4.03×\n"),
+        (
+            "op: median 1.23 ms (IQR 0.0150 ms, min 1.20 ms, n=81) on cpu [noisy: IQR is 14% of "
+            "the median]\n",
+            "op: median 812 µs (IQR 3.00 µs, min 800 µs, n=1203) on cpu\n",
+        ),
+        (
+            "                 median      IQR\nbase (baseline)  8.03 ms   878 µs  n=12  1.00×  *\n"
+            "fast             2.01 ms  52.7 µs  n=51  3.99×  *\n* noisy: IQR is more than 10% of "
+            "the median\n",
+            "                 median      IQR\nbase (baseline)  12.1 ms  1.02 ms  n=9  1.00×\n"
+            "fast             3.00 ms  10.1 µs  n=40  4.03×\n",
+        ),
         ("rate: 155.0 GFLOP/s, 23.5 GiB, 28.1 GB/s\n", "rate: 98.2 GFLOP/s, 7.8 GiB, 3.1 GB/s\n"),
     ],
 )

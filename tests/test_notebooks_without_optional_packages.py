@@ -35,8 +35,10 @@ def run_without(name: str, missing: str) -> subprocess.CompletedProcess[str]:
     assert json.loads(path.read_text())["cells"], name
     return subprocess.run(
         [sys.executable, "-c", RUNNER, str(path), str(path.parent), missing],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.mark.parametrize(

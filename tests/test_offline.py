@@ -56,7 +56,9 @@ print(json.dumps(result))
 
 
 def _guard() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("offline_net_under_test", ROOT / "tools" / "offline_net.py")
+    spec = importlib.util.spec_from_file_location(
+        "offline_net_under_test", ROOT / "tools" / "offline_net.py"
+    )
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -65,9 +67,12 @@ def _guard() -> ModuleType:
 
 def _offline(*cmd: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["bash", str(OFFLINE), *cmd], capture_output=True, text=True, timeout=120,
+        ["bash", str(OFFLINE), *cmd],
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, **(env or {})},
-    )  # fmt: skip
+    )
 
 
 def _probe(env: dict[str, str] | None = None, *, via_child: bool = False) -> dict:
@@ -94,8 +99,13 @@ def test_guard_blocks_public_addresses_and_allows_the_loopback() -> None:
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
-    before = (socket.socket.connect, socket.socket.connect_ex, socket.socket.sendto,
-              socket.getaddrinfo, socket.gethostbyname)  # fmt: skip
+    before = (
+        socket.socket.connect,
+        socket.socket.connect_ex,
+        socket.socket.sendto,
+        socket.getaddrinfo,
+        socket.gethostbyname,
+    )
     guard.install()
     try:
         with socket.socket() as s, pytest.raises(OSError) as blocked:
@@ -120,16 +130,31 @@ def test_guard_blocks_public_addresses_and_allows_the_loopback() -> None:
         guard.uninstall()
         server.close()
     assert not guard.installed()
-    assert before == (socket.socket.connect, socket.socket.connect_ex, socket.socket.sendto,
-                      socket.getaddrinfo, socket.gethostbyname)  # fmt: skip
+    assert before == (
+        socket.socket.connect,
+        socket.socket.connect_ex,
+        socket.socket.sendto,
+        socket.getaddrinfo,
+        socket.gethostbyname,
+    )
 
 
 @pytest.mark.parametrize(
     ("host", "allowed"),
-    [("127.0.0.1", True), ("127.1.2.3", True), ("::1", True), ("::ffff:127.0.0.1", True),
-     ("0.0.0.0", True), ("localhost", True), ("", True), ("10.0.0.1", False),
-     ("8.8.8.8", False), ("2001:db8::1", False), ("pypi.org", False)],
-)  # fmt: skip
+    [
+        ("127.0.0.1", True),
+        ("127.1.2.3", True),
+        ("::1", True),
+        ("::ffff:127.0.0.1", True),
+        ("0.0.0.0", True),
+        ("localhost", True),
+        ("", True),
+        ("10.0.0.1", False),
+        ("8.8.8.8", False),
+        ("2001:db8::1", False),
+        ("pypi.org", False),
+    ],
+)
 def test_guard_allowed_hosts(host: str, allowed: bool) -> None:
     assert _guard().allowed_host(host) is allowed
 
@@ -165,7 +190,11 @@ def test_offline_sh_falls_back_to_the_guard_loudly(tmp_path: Path) -> None:
     assert "WARNING" in done.stderr and "Operation not permitted" in done.stderr
     assert "NOT cut off" in done.stderr  # says what the fallback cannot do
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert (result["method"], result["public"], result["loopback"]) == ("guard", "ENETUNREACH", "ping")
+    assert (result["method"], result["public"], result["loopback"]) == (
+        "guard",
+        "ENETUNREACH",
+        "ping",
+    )
 
 
 @pytest.mark.parametrize("lo", ["ip", "python"])
@@ -198,11 +227,30 @@ def test_offline_sh_rejects_a_bad_mode() -> None:
 # --------------------------------------------------------------------------- the sources
 
 #: Modules that reach the network (and their submodules).
-NETWORK_CLIENTS = ("urllib.request", "http.client", "requests", "httpx", "urllib3", "ftplib",
-                   "aiohttp", "huggingface_hub", "tensorflow_datasets", "torchvision.datasets")  # fmt: skip
+NETWORK_CLIENTS = (
+    "urllib.request",
+    "http.client",
+    "requests",
+    "httpx",
+    "urllib3",
+    "ftplib",
+    "aiohttp",
+    "huggingface_hub",
+    "tensorflow_datasets",
+    "torchvision.datasets",
+)
 #: Dotted names that download data sets or weights.
-DOWNLOADERS = ("keras.datasets", "torch.hub", "tfds", "hf_hub", "fetch_openml", "load_data",
-               "from_pretrained", "urlretrieve", "sklearn.datasets.fetch_")  # fmt: skip
+DOWNLOADERS = (
+    "keras.datasets",
+    "torch.hub",
+    "tfds",
+    "hf_hub",
+    "fetch_openml",
+    "load_data",
+    "from_pretrained",
+    "urlretrieve",
+    "sklearn.datasets.fetch_",
+)
 #: The only socket use allowed: labkit.scaling names the host in its results. torchrun's
 #: --standalone rendezvous and gloo (inside torch) stay on this machine.
 SOCKET_ALLOWED = {"labkit/scaling/worker.py": {"gethostname"}}
@@ -220,12 +268,17 @@ def _dotted(node: ast.AST) -> str:
 
 def _sources() -> list[tuple[str, str]]:
     """(where, code) for every labkit module and every notebook code cell."""
-    found = [(str(p.relative_to(ROOT)), p.read_text()) for p in sorted((ROOT / "labkit").rglob("*.py"))]
+    found = [
+        (str(p.relative_to(ROOT)), p.read_text()) for p in sorted((ROOT / "labkit").rglob("*.py"))
+    ]
     for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         for index, cell in enumerate(json.loads(path.read_text())["cells"]):
             if cell["cell_type"] == "code":
                 found.append((f"{path.name} cell {index}", "".join(cell["source"])))
-    assert sum(w.startswith("labkit/") for w, _ in found) > 30 and sum("cell" in w for w, _ in found) > 100
+    assert (
+        sum(w.startswith("labkit/") for w, _ in found) > 30
+        and sum("cell" in w for w, _ in found) > 100
+    )
     return found
 
 
@@ -256,8 +309,11 @@ def test_no_network_clients_in_labkit_or_notebooks() -> None:
     for where, code in _sources():
         tree = _tree(where, code)
         bad += [(where, n) for n in _imports(tree) if _under(n, NETWORK_CLIENTS)]
-        bad += [(where, d) for node in ast.walk(tree) if isinstance(node, ast.Attribute)
-                and _under(d := _dotted(node), NETWORK_CLIENTS)]  # fmt: skip
+        bad += [
+            (where, d)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and _under(d := _dotted(node), NETWORK_CLIENTS)
+        ]
     assert not bad, f"these reach the network (tests and notebooks run offline): {bad}"
 
 
@@ -267,8 +323,11 @@ def test_no_dataset_downloads_in_labkit_or_notebooks() -> None:
         tree = _tree(where, code)
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):
-                bad += [(where, "download=True") for k in node.keywords
-                        if k.arg == "download" and isinstance(k.value, ast.Constant) and k.value.value]  # fmt: skip
+                bad += [
+                    (where, "download=True")
+                    for k in node.keywords
+                    if k.arg == "download" and isinstance(k.value, ast.Constant) and k.value.value
+                ]
             if isinstance(node, (ast.Attribute, ast.Name)):
                 name = _dotted(node)
                 bad += [(where, name) for d in DOWNLOADERS if d in name]
@@ -286,8 +345,11 @@ def test_sockets_only_where_labkit_dist_needs_them() -> None:
             bad += [(where, n) for n in uses]
             continue
         bad += [(where, n) for n in uses if n != "socket"]
-        attrs = {node.attr for node in ast.walk(tree)
-                 if isinstance(node, ast.Attribute) and _dotted(node.value) == "socket"}  # fmt: skip
+        attrs = {
+            node.attr
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and _dotted(node.value) == "socket"
+        }
         bad += [(where, f"socket.{a}") for a in attrs - allowed]
     assert not bad, f"sockets beyond {SOCKET_ALLOWED}: {bad}"
     for where, names in SOCKET_ALLOWED.items():  # the allowance still names something real
@@ -296,8 +358,11 @@ def test_sockets_only_where_labkit_dist_needs_them() -> None:
 
 def test_ci_sets_up_online_then_tests_offline() -> None:
     """.ci/run: the network is used for the setup only; the tests and the matrix run without it."""
-    lines = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()
-             if ln.strip() and not ln.strip().startswith("#")]  # fmt: skip
+    lines = [
+        ln.strip()
+        for ln in (ROOT / ".ci" / "run").read_text().splitlines()
+        if ln.strip() and not ln.strip().startswith("#")
+    ]
     make = [ln for ln in lines if "make " in ln]
     assert make == [
         "make setup setup-matrix",
@@ -313,7 +378,9 @@ def test_ci_sets_up_online_then_tests_offline() -> None:
 
 
 def _runner() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("run_notebooks_under_test", ROOT / "tools" / "run_notebooks.py")
+    spec = importlib.util.spec_from_file_location(
+        "run_notebooks_under_test", ROOT / "tools" / "run_notebooks.py"
+    )
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
@@ -337,7 +404,9 @@ def _stream(text: str, name: str = "stdout") -> dict:
 
 def test_matrix_checker_catches_errors_tracebacks_and_silent_skips() -> None:
     runner = _runner()
-    gone = runner.Optional("widgetlib", ("labkit_no_such_module",), "pip install widgetlib", ("04",))
+    gone = runner.Optional(
+        "widgetlib", ("labkit_no_such_module",), "pip install widgetlib", ("04",)
+    )
     here = runner.Optional("numpy", ("numpy",), "pip install numpy", ("04",))
     said = "Skipped: widgetlib is not installed for X. Install it with: pip install widgetlib\n"
     clean = runner.check_outputs(_executed([_stream(said)]), "04_x.ipynb", (gone, here))
@@ -349,12 +418,20 @@ def test_matrix_checker_catches_errors_tracebacks_and_silent_skips() -> None:
     broken = runner.check_outputs(_executed([_stream(said)], [error]), "04_x.ipynb", (gone,))
     assert broken.problems == ["cell 1: error output ValueError: bad"]
     trace = _stream("Traceback (most recent call last):\n", "stderr")
-    assert "Traceback" in runner.check_outputs(_executed([_stream(said), trace]), "04_x.ipynb", (gone,)).problems[0]
+    assert (
+        "Traceback"
+        in runner.check_outputs(_executed([_stream(said), trace]), "04_x.ipynb", (gone,)).problems[
+            0
+        ]
+    )
     fake = _stream("numpy is not installed. Install it with: pip install numpy\n")
     lying = runner.check_outputs(_executed([fake]), "04_x.ipynb", (here,))
     assert not lying.ok and "but it is installed here" in lying.problems[0]
     wrong_hint = _stream("Skipped: widgetlib is not installed.\n")
-    assert "install command" in runner.check_outputs(_executed([wrong_hint]), "04_x.ipynb", (gone,)).problems[0]
+    assert (
+        "install command"
+        in runner.check_outputs(_executed([wrong_hint]), "04_x.ipynb", (gone,)).problems[0]
+    )
 
 
 def test_matrix_table_matches_labkit_wording() -> None:
@@ -362,7 +439,9 @@ def test_matrix_table_matches_labkit_wording() -> None:
     from labkit.core.optional import MissingPackageError
 
     for package in _runner().optional_packages():
-        if package.name != "numba-cuda":  # the simulator words its own (checked in test_kernels_simulator)
+        if (
+            package.name != "numba-cuda"
+        ):  # the simulator words its own (checked in test_kernels_simulator)
             message = str(MissingPackageError(package.name, "a cell"))
             assert package.says_missing(message) and package.hint in message, package
 

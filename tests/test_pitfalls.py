@@ -61,8 +61,9 @@ def fake_gpu():
 
 def test_naive_clock_sees_only_the_launch_on_an_async_device(fake_gpu):
     clock, device, kernel, log = fake_gpu
-    result = pitfalls.naive_timing(kernel, reps=8, warmup_ms=0, rep_ms=40 * TICK_MS,
-                                   device=device, clock=clock, label="kernel")  # fmt: skip
+    result = pitfalls.naive_timing(
+        kernel, reps=8, warmup_ms=0, rep_ms=40 * TICK_MS, device=device, clock=clock, label="kernel"
+    )
     assert result.naive_ms == TICK_MS / 16
     assert result.synced.median_ms == 4 * TICK_MS + TICK_MS / 16
     assert result.ratio == pytest.approx(65.0)
@@ -84,8 +85,9 @@ def test_close_results_on_a_gpu_are_explained_differently():
 def test_on_the_cpu_both_agree_and_the_text_says_why():
     torch = pytest.importorskip("torch")
     fn, args = pitfalls.matmul_workload(16, "cpu")
-    result = pitfalls.naive_timing(fn, *args, reps=5, warmup_ms=0.2, rep_ms=1.0, warn=False,
-                                   label="matmul 16²")  # fmt: skip
+    result = pitfalls.naive_timing(
+        fn, *args, reps=5, warmup_ms=0.2, rep_ms=1.0, warn=False, label="matmul 16²"
+    )
     assert result.device == "cpu" and not result.on_gpu
     assert result.label == "matmul 16²" and result.naive_reps == 5
     assert result.naive_ms > 0 and isinstance(result.synced, Timing)
@@ -156,8 +158,16 @@ def test_run_timing_benchmark_prints_a_table(small_cpu, capsys):
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0] == "Same work, timed with a bare host clock and with labkit.bench (median):"
-    assert lines[2].split() == ["device", "work", "naive", "clock", "synchronized", "IQR", "n",
-                                "synced/naive"]  # fmt: skip
+    assert lines[2].split() == [
+        "device",
+        "work",
+        "naive",
+        "clock",
+        "synchronized",
+        "IQR",
+        "n",
+        "synced/naive",
+    ]
     assert lines[3].startswith("cpu     matmul 32²")
     assert "cpu: On the CPU both agree" in out
 
@@ -200,8 +210,11 @@ def test_missing_torch_is_a_message_not_a_traceback(monkeypatch, capsys):
 
 def test_recording_stores_gpu_rows_that_require_gpu_then_prints(small_cpu, monkeypatch, capsys):
     """The whole path a CPU-only learner sees, with a recording made by the recording code."""
-    monkeypatch.setattr(reference, "gpu_identity", lambda: {
-        "gpu_name": "Test GPU", "driver": None, "cuda": "12.4", "torch": "2.13.0"})  # fmt: skip
+    monkeypatch.setattr(
+        reference,
+        "gpu_identity",
+        lambda: {"gpu_name": "Test GPU", "driver": None, "cuda": "12.4", "torch": "2.13.0"},
+    )
     gpu_row = pitfalls.NaiveVsSynced(
         "matmul 2048²", "cuda:0", 0.01, 20, Timing((0.5, 0.5, 0.5), device="cuda:0")
     )

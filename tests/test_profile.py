@@ -116,7 +116,9 @@ def test_threads_are_the_profile_s_even_on_one_cpu(
     assert parallel.cpu_threads() == 1
 
 
-def test_a_hidden_gpu_is_no_gpu(monkeypatch: pytest.MonkeyPatch, reference: profile.Profile) -> None:
+def test_a_hidden_gpu_is_no_gpu(
+    monkeypatch: pytest.MonkeyPatch, reference: profile.Profile
+) -> None:
     fake_torch = SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: True))
     monkeypatch.setattr(gpu, "is_installed", lambda name: name == "torch")
     monkeypatch.setattr(gpu, "import_optional", lambda name, why: fake_torch)
@@ -125,7 +127,9 @@ def test_a_hidden_gpu_is_no_gpu(monkeypatch: pytest.MonkeyPatch, reference: prof
     assert gpu.has_gpu() is True
 
 
-def test_a_hidden_gpu_is_not_probed(monkeypatch: pytest.MonkeyPatch, reference: profile.Profile) -> None:
+def test_a_hidden_gpu_is_not_probed(
+    monkeypatch: pytest.MonkeyPatch, reference: profile.Profile
+) -> None:
     def probe(*args: object, **kwargs: object) -> None:
         raise AssertionError("the driver was probed although the profile hides GPUs")
 
@@ -144,14 +148,18 @@ def test_setup_prints_memory_warnings_on_stdout(capsys: pytest.CaptureFixture[st
     try:
         with warnings.catch_warnings():
             notebook.setup()
-            warnings.warn("peak_bandwidth: measuring 128 MiB per array", MemoryBudgetWarning, stacklevel=1)
+            warnings.warn(
+                "peak_bandwidth: measuring 128 MiB per array", MemoryBudgetWarning, stacklevel=1
+            )
         out, err = capsys.readouterr()
     finally:
         warnings.showwarning = saved
     assert out == "note: peak_bandwidth: measuring 128 MiB per array\n" and err == ""
 
 
-def test_build_notebooks_refuses_to_run_without_the_profile(capsys: pytest.CaptureFixture[str]) -> None:
+def test_build_notebooks_refuses_to_run_without_the_profile(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     assert build_notebooks.main(["notebooks/00_setup_and_devices.ipynb"]) == 2
     assert "make notebooks" in capsys.readouterr().err
 
@@ -189,13 +197,25 @@ def test_with_profile_hands_its_variables_to_every_child_even_on_one_cpu() -> No
         " torch.get_num_threads(), len(os.sched_getaffinity(0)))"
     )
     done = subprocess.run(
-        [sys.executable, str(TOOLS / "with_profile.py"), "reference", "--", sys.executable, "-c", probe],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            str(TOOLS / "with_profile.py"),
+            "reference",
+            "--",
+            sys.executable,
+            "-c",
+            probe,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
         preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),
         env={k: v for k, v in os.environ.items() if k not in profile.THREAD_VARIABLES},
-    )  # fmt: skip
+    )
     if done.returncode == 2 and "cannot provide" in done.stderr:
-        pytest.skip("less than the profile's 6 GiB became free meanwhile (other tests run alongside)")
+        pytest.skip(
+            "less than the profile's 6 GiB became free meanwhile (other tests run alongside)"
+        )
     assert done.returncode == 0, done.stderr
     first, last = done.stdout.strip().splitlines()
     assert first.startswith("with_profile: profile 'reference'")

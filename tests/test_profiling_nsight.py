@@ -52,13 +52,24 @@ OLD_STATS = """\
 
 def test_nsight_commands() -> None:
     nsys, ncu = nsight_commands()
-    assert nsys == ("nsys profile -t cuda,nvtx,osrt --stats=true --force-overwrite true "
-                    "-o report python train.py")  # fmt: skip
+    assert nsys == (
+        "nsys profile -t cuda,nvtx,osrt --stats=true --force-overwrite true "
+        "-o report python train.py"
+    )
     assert ncu == "ncu --set full -k regex:conv -c 1 -f -o report python train.py"
-    nsys, ncu = nsight_commands("-m labkit.profiling.nsys_target", args=["--steps", "5"],
-                                kernel_regex="sgemm|gemm", output="my run")  # fmt: skip
-    assert shlex.split(nsys)[-5:] == ["python", "-m", "labkit.profiling.nsys_target",
-                                      "--steps", "5"]  # fmt: skip
+    nsys, ncu = nsight_commands(
+        "-m labkit.profiling.nsys_target",
+        args=["--steps", "5"],
+        kernel_regex="sgemm|gemm",
+        output="my run",
+    )
+    assert shlex.split(nsys)[-5:] == [
+        "python",
+        "-m",
+        "labkit.profiling.nsys_target",
+        "--steps",
+        "5",
+    ]
     assert "'regex:sgemm|gemm'" in ncu and "'my run'" in ncu
 
 
@@ -116,8 +127,9 @@ def test_run_nsys_reads_the_stats(tmp_path: Path) -> None:
     stats_file = tmp_path / "stats.txt"
     stats_file.write_text(MODERN_STATS)
     args_file = tmp_path / "args.txt"
-    exe = _fake_nsys(tmp_path, f'echo "$@" > {args_file}\ntouch {tmp_path}/out/report.nsys-rep\n'
-                               f"cat {stats_file}")  # fmt: skip
+    exe = _fake_nsys(
+        tmp_path, f'echo "$@" > {args_file}\ntouch {tmp_path}/out/report.nsys-rep\ncat {stats_file}'
+    )
     run = run_nsys(steps=3, batch=2, image_size=8, out_dir=tmp_path / "out", nsys=exe)
     assert run.ok and run.returncode == 0 and run.error == ""
     assert run.report_files == (str(tmp_path / "out" / "report.nsys-rep"),)
@@ -125,7 +137,15 @@ def test_run_nsys_reads_the_stats(tmp_path: Path) -> None:
     passed = args_file.read_text().split()
     assert passed[:4] == ["profile", "-t", "cuda,nvtx,osrt", "--stats=true"]
     assert passed[passed.index(sys.executable) :][1:] == [
-        "-m", "labkit.profiling.nsys_target", "--steps", "3", "--batch", "2", "--image-size", "8"]  # fmt: skip
+        "-m",
+        "labkit.profiling.nsys_target",
+        "--steps",
+        "3",
+        "--batch",
+        "2",
+        "--image-size",
+        "8",
+    ]
     text = str(run)
     assert text.startswith("nsys profile --stats=true: ran in ") and "nsys nvtx_sum:" in text
     assert json.dumps(run.to_dict())
@@ -148,8 +168,19 @@ def test_nsys_target_runs_training_steps(capsys: pytest.CaptureFixture[str]) -> 
     pytest.importorskip("torch")
     from labkit.profiling import nsys_target
 
-    code = nsys_target.main(["--steps", "2", "--batch", "2", "--image-size", "8",
-                             "--device", "cpu", "--item-every-step"])  # fmt: skip
+    code = nsys_target.main(
+        [
+            "--steps",
+            "2",
+            "--batch",
+            "2",
+            "--image-size",
+            "8",
+            "--device",
+            "cpu",
+            "--item-every-step",
+        ]
+    )
     assert code == 0
     assert capsys.readouterr().out.startswith("2 training steps on cpu, mean loss ")
     with pytest.raises(SystemExit):

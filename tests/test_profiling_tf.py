@@ -100,8 +100,9 @@ def test_a_fresh_process_prints_nothing_either(tmp_path: Path) -> None:
         f"profile_keras_training(steps=1, batch=4, image_size=8, warmup_steps=1, "
         f"logdir={str(tmp_path)!r})"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
+    )
     assert done.stdout == "" and done.stderr == ""
     assert list(tmp_path.glob("plugins/profile/*/*.xplane.pb"))
 

@@ -42,8 +42,7 @@ def once(tmp_path_factory: pytest.TempPathFactory) -> TorchProfile:
 
 @pytest.fixture(scope="module")
 def every(tmp_path_factory: pytest.TempPathFactory) -> TorchProfile:
-    return profile_training(**TOY, trace_dir=tmp_path_factory.mktemp("every"),
-                            sync_every_step=True)  # fmt: skip
+    return profile_training(**TOY, trace_dir=tmp_path_factory.mktemp("every"), sync_every_step=True)
 
 
 # --------------------------------------------------------------------------- the trace file
@@ -118,8 +117,14 @@ def test_read_trace_formats_and_errors(tmp_path: Path) -> None:
 
 def test_operator_table_has_the_training_ops(once: TorchProfile) -> None:
     names = {o.name for o in once.ops}
-    for expected in ("aten::conv2d", "aten::convolution", "aten::convolution_backward",
-                     "aten::linear", "aten::addmm", "Optimizer.step#SGD.step"):  # fmt: skip
+    for expected in (
+        "aten::conv2d",
+        "aten::convolution",
+        "aten::convolution_backward",
+        "aten::linear",
+        "aten::addmm",
+        "Optimizer.step#SGD.step",
+    ):
         assert expected in names, expected
     assert once.op("aten::conv2d").calls == 2 and once.op("aten::mm").calls == 4
     assert not names & set(PHASES) and not any(n.startswith("ProfilerStep") for n in names)
@@ -143,7 +148,9 @@ def test_phases_steps_and_totals(once: TorchProfile) -> None:
 def test_printed_profile_has_a_stable_structure(once: TorchProfile, every: TorchProfile) -> None:
     for profile, item_calls in ((once, "0"), (every, "2")):
         lines = str(profile).splitlines()
-        assert lines[0].startswith("PyTorch profile: labkit.models.cnn.CNN training on cpu, batch 4")
+        assert lines[0].startswith(
+            "PyTorch profile: labkit.models.cnn.CNN training on cpu, batch 4"
+        )
         header = next(i for i, line in enumerate(lines) if line.strip().startswith("operator "))
         assert lines[header].split() == ["operator", "calls", "self", "CPU", "total", "CPU"]
         rows = lines[header + 1 : header + 1 + len(STABLE_OPS)]
@@ -157,7 +164,8 @@ def test_printed_profile_has_a_stable_structure(once: TorchProfile, every: Torch
 def test_top_ops_and_operator_order(once: TorchProfile) -> None:
     top = once.top_ops(3)
     assert len(top) == 3 and [o.self_cpu_ms for o in top] == sorted(
-        (o.self_cpu_ms for o in top), reverse=True)  # fmt: skip
+        (o.self_cpu_ms for o in top), reverse=True
+    )
     table = once.table(top=3).splitlines()
     assert len(table) == 4 and [r.split()[0] for r in table[1:]] == [o.name for o in top]
     names = once.operators_by_self_time()
@@ -285,9 +293,17 @@ def test_sync_points_on_a_gpu_trace(tmp_path: Path) -> None:
 
 def test_device_time_is_charged_to_the_launching_phase(tmp_path: Path) -> None:
     profile = tp._from_trace(
-        _gpu_trace(tmp_path), device="cuda", batch=4, image_size=8, steps=1,
-        sync_every_step=True, ops=(), self_cpu_total_ms=1.0, fallback_device_ms={}, messages=(),
-    )  # fmt: skip
+        _gpu_trace(tmp_path),
+        device="cuda",
+        batch=4,
+        image_size=8,
+        steps=1,
+        sync_every_step=True,
+        ops=(),
+        self_cpu_total_ms=1.0,
+        fallback_device_ms={},
+        messages=(),
+    )
     device = {p.name: p.device_ms_per_step for p in profile.phases}
     assert device == pytest.approx(
         {"data": 0, "forward": 0.4, "backward": 0.3, "optimizer": 0, "logging": 0.002}
@@ -301,13 +317,25 @@ def test_device_time_is_charged_to_the_launching_phase(tmp_path: Path) -> None:
 
 
 def test_device_time_falls_back_to_torch_without_correlation_ids(tmp_path: Path) -> None:
-    events = [_x("ProfilerStep#1", "user_annotation", 0, 100),
-              _x("forward", "user_annotation", 0, 50), _x("k", "kernel", 10, 20, tid=7)]  # fmt: skip
+    events = [
+        _x("ProfilerStep#1", "user_annotation", 0, 100),
+        _x("forward", "user_annotation", 0, 50),
+        _x("k", "kernel", 10, 20, tid=7),
+    ]
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"traceEvents": events}))
-    profile = tp._from_trace(path, device="cuda", batch=1, image_size=8, steps=1,
-                             sync_every_step=False, ops=(), self_cpu_total_ms=0.0,
-                             fallback_device_ms={"forward": 0.02}, messages=())  # fmt: skip
+    profile = tp._from_trace(
+        path,
+        device="cuda",
+        batch=1,
+        image_size=8,
+        steps=1,
+        sync_every_step=False,
+        ops=(),
+        self_cpu_total_ms=0.0,
+        fallback_device_ms={"forward": 0.02},
+        messages=(),
+    )
     assert profile.phase("forward").device_ms_per_step == pytest.approx(0.02)
 
 

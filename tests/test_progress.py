@@ -5,7 +5,9 @@ import pytest
 from labkit.core import progress
 
 
-@pytest.mark.parametrize(("value", "shown"), [("0", False), ("off", False), ("1", True), ("", True)])
+@pytest.mark.parametrize(
+    ("value", "shown"), [("0", False), ("off", False), ("1", True), ("", True)]
+)
 def test_env_switch(monkeypatch: pytest.MonkeyPatch, value: str, shown: bool) -> None:
     monkeypatch.setenv(progress.ENV_VAR, value)
     assert progress.enabled() is shown

@@ -27,9 +27,15 @@ def no_env_dir(monkeypatch):
 
 def test_record_and_load_roundtrip(tmp_path):
     path = reference.record(
-        "naive_timing", RESULTS, gpu_name="NVIDIA H200", directory=tmp_path,
-        driver="560.35.03", cuda="12.4", torch="2.13.0", recorded=DAY,
-    )  # fmt: skip
+        "naive_timing",
+        RESULTS,
+        gpu_name="NVIDIA H200",
+        directory=tmp_path,
+        driver="560.35.03",
+        cuda="12.4",
+        torch="2.13.0",
+        recorded=DAY,
+    )
     assert path == tmp_path / "naive_timing.json"
     ref = reference.load("naive_timing", directory=tmp_path)
     assert ref is not None
@@ -40,8 +46,15 @@ def test_record_and_load_roundtrip(tmp_path):
     assert ref.path == path
     on_disk = json.loads(path.read_text(encoding="utf-8"))
     assert set(on_disk) == {
-        "name", "gpu", "recorded", "labkit_version", "driver", "cuda", "torch", "results",
-    }  # fmt: skip
+        "name",
+        "gpu",
+        "recorded",
+        "labkit_version",
+        "driver",
+        "cuda",
+        "torch",
+        "results",
+    }
 
 
 def test_recorded_defaults_to_today_as_an_iso_date(tmp_path):
@@ -149,8 +162,9 @@ def test_corrupt_file_is_a_clear_error(tmp_path):
 
 
 def test_describe_and_format(tmp_path):
-    reference.record("naive_timing", RESULTS, gpu_name="NVIDIA H200", directory=tmp_path,
-                     recorded=DAY)  # fmt: skip
+    reference.record(
+        "naive_timing", RESULTS, gpu_name="NVIDIA H200", directory=tmp_path, recorded=DAY
+    )
     ref = reference.load("naive_timing", directory=tmp_path)
     assert reference.describe(ref) == "recorded on NVIDIA H200 on 2026-11-30"  # type: ignore[arg-type]
     text = reference.format_reference(ref)  # type: ignore[arg-type]
@@ -161,8 +175,9 @@ def test_describe_and_format(tmp_path):
 
 
 def test_format_without_summary_lists_results_sorted(tmp_path):
-    reference.record("other", {"b": 2, "a": {"y": 1, "x": 0}}, gpu_name="GPU",
-                     directory=tmp_path, recorded=DAY)  # fmt: skip
+    reference.record(
+        "other", {"b": 2, "a": {"y": 1, "x": 0}}, gpu_name="GPU", directory=tmp_path, recorded=DAY
+    )
     lines = reference.format_reference(reference.load("other", directory=tmp_path)).splitlines()  # type: ignore[arg-type]
     assert lines[1:] == ['  a: {"x": 0, "y": 1}', "  b: 2"]
 

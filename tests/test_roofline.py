@@ -41,8 +41,7 @@ def test_matmul_cost() -> None:
     assert small.flops == 2 * 2 * 3 * 4 == 48
     assert small.bytes == (8 + 12 + 6) * 4 == 104
     assert str(op) == (
-        "matmul 1024×1024 @ 1024×1024 (float32): 2.15 GFLOP, 12.6 MB moved at least, "
-        "171 FLOP/byte"
+        "matmul 1024×1024 @ 1024×1024 (float32): 2.15 GFLOP, 12.6 MB moved at least, 171 FLOP/byte"
     )
 
 
@@ -170,7 +169,10 @@ def test_measure_peak_compute_tiny() -> None:
     for dtype, peak in peaks.items():
         assert peak.dtype == dtype and peak.device == "cpu"
         assert peak.sizes == (8, 16) and peak.size in peak.sizes
-        rates = [2 * n**3 / (t.median_ms / 1e3) / 1e9 for n, t in zip(peak.sizes, peak.timings, strict=True)]
+        rates = [
+            2 * n**3 / (t.median_ms / 1e3) / 1e9
+            for n, t in zip(peak.sizes, peak.timings, strict=True)
+        ]
         assert peak.gflop_per_s == pytest.approx(max(rates))
 
 

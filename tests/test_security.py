@@ -22,8 +22,13 @@ SOURCES = sorted([*ROOT.glob("labkit/**/*.py"), *ROOT.glob("tools/*.py")])
 
 _CODE_FROM_STRINGS = {"eval", "exec", "compile", "__import__"}
 _UNSAFE_MODULES = {"pickle", "cPickle", "_pickle", "dill", "shelve", "marshal", "cloudpickle"}
-_SHELL_CALLS = {("os", "system"), ("os", "popen"), ("os", "execlp"), ("subprocess", "getoutput"),
-                ("subprocess", "getstatusoutput")}  # fmt: skip
+_SHELL_CALLS = {
+    ("os", "system"),
+    ("os", "popen"),
+    ("os", "execlp"),
+    ("subprocess", "getoutput"),
+    ("subprocess", "getstatusoutput"),
+}
 _SUBPROCESS = {"run", "Popen", "call", "check_call", "check_output"}
 
 #: The only dynamic imports, each of a module name labkit chose, not a user:
@@ -55,7 +60,11 @@ def _problems(path: Path) -> list[str]:
     for node in ast.walk(tree):
         where = f"{rel}:{getattr(node, 'lineno', '?')}"
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+            )
             for name in names:
                 if name.split(".")[0] in _UNSAFE_MODULES:
                     found.append(f"{where}: imports {name} (unpickling runs code from the file)")
@@ -111,6 +120,14 @@ def test_the_scan_finds_what_it_forbids(tmp_path: Path, monkeypatch: pytest.Monk
     )
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     problems = "\n".join(_problems(bad))
-    for what in ("imports pickle", "calls eval", "os.system", "shell=", "command string",
-                 "torch.load", "allow_pickle", "user_text"):  # fmt: skip
+    for what in (
+        "imports pickle",
+        "calls eval",
+        "os.system",
+        "shell=",
+        "command string",
+        "torch.load",
+        "allow_pickle",
+        "user_text",
+    ):
         assert what in problems, problems

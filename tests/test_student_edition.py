@@ -74,8 +74,10 @@ def student_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("student")
     result = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "student.py"), "--out", str(out)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert f"Wrote {len(NOTEBOOKS)} student notebooks" in result.stdout
     return out
@@ -152,9 +154,7 @@ def test_answer_cells_keep_their_blanks_and_get_the_stub(pairs: list) -> None:
 def test_no_solution_text_is_left(pairs: list) -> None:
     for name, teacher, pupil in pairs:
         outside = "\n".join("\n".join(_split(c.source)[0]) for c in teacher.cells)
-        solution = {
-            ln.strip() for c in teacher.cells for ln in _split(c.source)[1] if ln.strip()
-        }
+        solution = {ln.strip() for c in teacher.cells for ln in _split(c.source)[1] if ln.strip()}
         assert solution, name
         # A line too generic to give anything away (the `}` closing a dict in
         # notebook 03) also occurs outside the solution regions of the same
@@ -248,9 +248,12 @@ PATH = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH",
 def _nbgrader(*args: str, cwd: Path) -> str:
     result = subprocess.run(
         [sys.executable, "-m", "nbgrader", *args],
-        cwd=cwd, capture_output=True, text=True, timeout=600,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
         env=dict(os.environ, LABKIT_PROGRESS="0", PATH=PATH),
-    )  # fmt: skip
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{output[-5000:]}"
     return output
@@ -295,10 +298,12 @@ def test_nbgrader_generates_releases_and_autogrades(tmp_path: Path, student_dir:
     assert "cannot be converted to a float" not in autograde_log
     with Gradebook(db_url, course_id="gpu-labkit") as gradebook:
         scores = {
-            who: (gradebook.find_submission("ps1", who).score,
-                  gradebook.find_submission("ps1", who).max_score)
+            who: (
+                gradebook.find_submission("ps1", who).score,
+                gradebook.find_submission("ps1", who).max_score,
+            )
             for who in ("solver", blank_student)
-        }  # fmt: skip
+        }
     assert scores == {
         "solver": (NBGRADER_POINTS, NBGRADER_POINTS),
         blank_student: (0, NBGRADER_POINTS),
@@ -323,9 +328,18 @@ def test_a_bad_notebook_fails_cleanly_and_writes_nothing(tmp_path: Path) -> None
     good = tmp_path / NOTEBOOKS[0].name
     shutil.copy(NOTEBOOKS[0], good)
     result = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "student.py"), "--out", str(out), str(source), str(good)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "tools" / "student.py"),
+            "--out",
+            str(out),
+            str(source),
+            str(good),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 1
     assert "99_bad.ipynb" in result.stderr and "non-solution cell" in result.stderr, result.stderr
     assert list(out.iterdir()) == []  # nothing half-written, and nothing after the failure

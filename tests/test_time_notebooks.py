@@ -45,13 +45,18 @@ def _digest(path: Path) -> str:
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     src = tmp_path_factory.mktemp("notebooks")
     ok = _write_notebook(src / "01_ok.ipynb", OK_SOURCE)
-    bad = _write_notebook(src / "02_bad.ipynb", "x = 1", "raise ZeroDivisionError('boom on purpose')")
+    bad = _write_notebook(
+        src / "02_bad.ipynb", "x = 1", "raise ZeroDivisionError('boom on purpose')"
+    )
     before = {p.name: _digest(p) for p in (ok, bad)}
     out = src / "times.json"
     done = subprocess.run(
         [sys.executable, str(TOOL), "--json", str(out), str(ok), str(bad)],
-        capture_output=True, text=True, timeout=300, cwd=src,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=src,
+    )
     return {"src": src, "done": done, "before": before, "json": out}
 
 
@@ -75,8 +80,16 @@ def test_the_result_names_the_machine_the_date_and_the_kernel(run: dict) -> None
     assert result["date"][:4].isdigit() and "T" in result["date"]
     machine = result["machine"]
     assert "probe_error" not in machine, machine
-    for key in ("cpu_model", "logical_cores", "memory_total_bytes", "memory_total_gib", "gpus",
-                "torch_version", "torch_gpu_available", "python_version"):  # fmt: skip
+    for key in (
+        "cpu_model",
+        "logical_cores",
+        "memory_total_bytes",
+        "memory_total_gib",
+        "gpus",
+        "torch_version",
+        "torch_gpu_available",
+        "python_version",
+    ):
         assert key in machine, key
     assert isinstance(machine["gpus"], list) and machine["logical_cores"] >= 1
     assert result["kernel"]["name"] == "gpu-labkit"

@@ -396,8 +396,13 @@ def test_max_reps_caps_warmup_and_samples(rig):
 
 
 def test_zero_warmup_skips_warmup(rig):
-    t = bench(work(rig.clock, rig.log), warmup_ms=0, rep_ms=3 * TICK_MS, device=rig.device,
-              clock=rig.clock)  # fmt: skip
+    t = bench(
+        work(rig.clock, rig.log),
+        warmup_ms=0,
+        rep_ms=3 * TICK_MS,
+        device=rig.device,
+        clock=rig.clock,
+    )
     assert t.warmup_calls == 0
     assert rig.log.count("call") == 1 + 5  # first call + min_reps
 
@@ -472,8 +477,14 @@ def test_grad_to_none_clears_grads_before_every_call(rig):
         for p in params:
             p.grad = "accumulated"
 
-    t = bench(step, warmup_ms=3 * TICK_MS, rep_ms=5 * TICK_MS, grad_to_none=params,
-              device=rig.device, clock=rig.clock)  # fmt: skip
+    t = bench(
+        step,
+        warmup_ms=3 * TICK_MS,
+        rep_ms=5 * TICK_MS,
+        grad_to_none=params,
+        device=rig.device,
+        clock=rig.clock,
+    )
     assert len(seen) == 1 + t.warmup_calls + t.n
     assert all(grads == (None, None) for grads in seen)
 
@@ -488,8 +499,14 @@ def test_flush_l2_happens_before_each_call_outside_the_timed_region(rig):
             return flush
 
     device = FlushingDevice(rig.log)
-    t = bench(work(rig.clock, rig.log), warmup_ms=2 * TICK_MS, rep_ms=6 * TICK_MS,
-              flush_l2=True, device=device, clock=rig.clock)  # fmt: skip
+    t = bench(
+        work(rig.clock, rig.log),
+        warmup_ms=2 * TICK_MS,
+        rep_ms=6 * TICK_MS,
+        flush_l2=True,
+        device=device,
+        clock=rig.clock,
+    )
     assert t.samples_ms == (TICK_MS,) * 6
     timed = rig.log[rig.log.index("flush") :]
     assert timed == ["flush", "sync", "clock", "call", "sync", "clock"] * (2 + 6)
@@ -515,12 +532,16 @@ def test_kwargs_reach_fn_and_label_defaults_to_its_name(rig):
         rig.clock.advance(TICK_S)
         received.append((x, factor))
 
-    t = bench(scale, 2, factor=3, warmup_ms=0, rep_ms=TICK_MS, device=rig.device,
-              clock=rig.clock)  # fmt: skip
+    t = bench(scale, 2, factor=3, warmup_ms=0, rep_ms=TICK_MS, device=rig.device, clock=rig.clock)
     assert set(received) == {(2, 3)}
     assert t.label == "scale"
-    t = bench(lambda: rig.clock.advance(TICK_S), warmup_ms=0, rep_ms=TICK_MS,
-              device=rig.device, clock=rig.clock)  # fmt: skip
+    t = bench(
+        lambda: rig.clock.advance(TICK_S),
+        warmup_ms=0,
+        rep_ms=TICK_MS,
+        device=rig.device,
+        clock=rig.clock,
+    )
     assert t.label is None
 
 
@@ -549,16 +570,27 @@ def test_noisy_measurement_warns(rig):
 def test_steady_measurement_does_not_warn(rig):
     with warnings.catch_warnings():
         warnings.simplefilter("error", NoisyTimingWarning)
-        t = bench(_cost_schedule(rig.clock, [1]), warmup_ms=0, rep_ms=40 * TICK_MS,
-                  device=rig.device, clock=rig.clock)  # fmt: skip
+        t = bench(
+            _cost_schedule(rig.clock, [1]),
+            warmup_ms=0,
+            rep_ms=40 * TICK_MS,
+            device=rig.device,
+            clock=rig.clock,
+        )
     assert not t.noisy
 
 
 def test_warn_false_silences_the_warning(rig):
     with warnings.catch_warnings():
         warnings.simplefilter("error", NoisyTimingWarning)
-        t = bench(_cost_schedule(rig.clock, [1, 2]), warmup_ms=0, rep_ms=40 * TICK_MS,
-                  device=rig.device, clock=rig.clock, warn=False)  # fmt: skip
+        t = bench(
+            _cost_schedule(rig.clock, [1, 2]),
+            warmup_ms=0,
+            rep_ms=40 * TICK_MS,
+            device=rig.device,
+            clock=rig.clock,
+            warn=False,
+        )
     assert t.noisy
 
 

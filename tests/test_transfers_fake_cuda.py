@@ -80,8 +80,9 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> dict:
         state["copies_on"].append(state["current"].name)
         return real_copy(self, src, non_blocking=non_blocking)
 
-    props = SimpleNamespace(L2_cache_size=4 * MiB, memory_clock_rate=2_619_000,
-                            memory_bus_width=5120)  # fmt: skip
+    props = SimpleNamespace(
+        L2_cache_size=4 * MiB, memory_clock_rate=2_619_000, memory_bus_width=5120
+    )
     monkeypatch.setattr(transfers, "_require_cuda", lambda device, what: "cpu")
     monkeypatch.setattr(torch.cuda, "Stream", side_stream)
     monkeypatch.setattr(torch.cuda, "stream", stream)
@@ -113,8 +114,9 @@ def test_device_copy_runs_references_and_compares(fake_cuda: dict) -> None:
 
 
 def test_host_device_sweep_covers_every_combination(fake_cuda: dict) -> None:
-    sweep = transfers.host_device_sweep([64 * 1024, MiB], "cuda", warmup_ms=0, rep_ms=1,
-                                        show_progress=False)  # fmt: skip
+    sweep = transfers.host_device_sweep(
+        [64 * 1024, MiB], "cuda", warmup_ms=0, rep_ms=1, show_progress=False
+    )
     kinds = {r.kernel for r in sweep.rows}
     assert kinds == {"h2d pageable", "h2d pinned", "d2h pageable", "d2h pinned"}
     assert len(sweep.rows) == 8

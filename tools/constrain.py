@@ -104,7 +104,7 @@ def memory_mounts(mountinfo: Path | None = None) -> list[CgroupMount]:
         mount_point, fstype = Path(fields[4]), tail[0]
         options = tail[2].split(",") if len(tail) > 2 else []
         if fstype == "cgroup2":
-            controllers = (mount_point / "cgroup.controllers")
+            controllers = mount_point / "cgroup.controllers"
             try:
                 has_memory = "memory" in controllers.read_text().split()
             except OSError:
@@ -237,8 +237,14 @@ class MemoryCgroup:
             text = (self.path / "memory.events").read_text()
         except OSError:
             return 0
-        return next((int(v) for k, v in (ln.split() for ln in text.splitlines() if ln.strip())
-                     if k == "oom_kill"), 0)  # fmt: skip
+        return next(
+            (
+                int(v)
+                for k, v in (ln.split() for ln in text.splitlines() if ln.strip())
+                if k == "oom_kill"
+            ),
+            0,
+        )
 
     def remove(self) -> None:
         self.kill_leftovers()
@@ -269,8 +275,9 @@ def memory_cgroup(limit_bytes: int, mounts: list[CgroupMount] | None = None) -> 
     errors = []
     for mount in mounts:
         try:
-            return MemoryCgroup.create(mount, limit_bytes, f"labkit-constrain-{os.getpid()}",
-                                       parent_for_child(mount))  # fmt: skip
+            return MemoryCgroup.create(
+                mount, limit_bytes, f"labkit-constrain-{os.getpid()}", parent_for_child(mount)
+            )
         except ConstraintError as exc:
             errors.append(str(exc))
     raise ConstraintError("; ".join(errors))
@@ -290,7 +297,9 @@ def _die_with_parent() -> None:
 def start_busy(n: int, allowed: list[int]) -> list[subprocess.Popen[bytes]]:
     """``n`` processes that each keep one CPU (the last of ``allowed``) busy."""
     if n > len(allowed):
-        raise ConstraintError(f"--busy-cores {n} is more than the {len(allowed)} CPU(s) allowed here")
+        raise ConstraintError(
+            f"--busy-cores {n} is more than the {len(allowed)} CPU(s) allowed here"
+        )
 
     def pin(cpu: int) -> None:
         _die_with_parent()
@@ -298,10 +307,14 @@ def start_busy(n: int, allowed: list[int]) -> list[subprocess.Popen[bytes]]:
 
     procs = []
     for cpu in allowed[len(allowed) - n :]:
-        procs.append(subprocess.Popen(
-            [sys.executable, "-c", BUSY_LOOP], preexec_fn=lambda cpu=cpu: pin(cpu),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        ))  # fmt: skip
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", BUSY_LOOP],
+                preexec_fn=lambda cpu=cpu: pin(cpu),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
     return procs
 
 
@@ -340,9 +353,10 @@ def run(command: list[str], preexec: Callable[[], None] | None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="constrain.py", description=__doc__.splitlines()[0],
+        prog="constrain.py",
+        description=__doc__.splitlines()[0],
         usage="%(prog)s [--memory-limit SIZE] [--cpus LIST] [--busy-cores N] -- COMMAND ...",
-    )  # fmt: skip
+    )
     parser.add_argument("--memory-limit", type=parse_size, metavar="SIZE")
     parser.add_argument("--cpus", type=parse_cpus, metavar="LIST")
     parser.add_argument("--busy-cores", type=int, default=0, metavar="N")
@@ -361,14 +375,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.memory_limit:
             cgroup = memory_cgroup(args.memory_limit)
             swap = "" if cgroup.swap_limited else "; swap is not limited (no swap accounting)"
-            said.append(f"memory limit {args.memory_limit / 1024**3:g} GiB "
-                        f"(cgroup v{cgroup.mount.version}, {cgroup.path}{swap})")  # fmt: skip
+            said.append(
+                f"memory limit {args.memory_limit / 1024**3:g} GiB "
+                f"(cgroup v{cgroup.mount.version}, {cgroup.path}{swap})"
+            )
         if args.busy_cores:
             # beside COMMAND: on the CPUs it may use (all of them without --cpus)
             shared = sorted(args.cpus) if args.cpus is not None else allowed
             busy = start_busy(args.busy_cores, shared)
-            said.append(f"{args.busy_cores} busy process(es) on CPU(s) "
-                        f"{shared[len(shared) - args.busy_cores:]}")  # fmt: skip
+            said.append(
+                f"{args.busy_cores} busy process(es) on CPU(s) "
+                f"{shared[len(shared) - args.busy_cores :]}"
+            )
         if args.cpus is not None:
             said.append(f"pinned to CPU(s) {sorted(args.cpus)}")
     except ConstraintError as exc:
@@ -393,8 +411,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"constrain: {command[0]!r} is not a command here", file=sys.stderr)
         status = 127
     except (OSError, subprocess.SubprocessError) as exc:  # joining the cgroup or pinning failed
-        print(f"constrain: could not start {command[0]!r} under the constraint: {exc}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"constrain: could not start {command[0]!r} under the constraint: {exc}",
+            file=sys.stderr,
+        )
         status = 2
     finally:
         stop(busy)
@@ -403,8 +423,10 @@ def main(argv: list[str] | None = None) -> int:
             cgroup.remove()
     used = f"; peak memory {peak / 1024**3:.2f} GiB" if peak else ""
     used += f"; {oom} process(es) killed at the memory limit" if oom else ""
-    print(f"constrain: exit status {status} after {time.perf_counter() - start:.0f} s{used}",
-          flush=True)  # fmt: skip
+    print(
+        f"constrain: exit status {status} after {time.perf_counter() - start:.0f} s{used}",
+        flush=True,
+    )
     return status
 
 

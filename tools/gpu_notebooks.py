@@ -170,8 +170,9 @@ def check_gpu_cells(nb: Any, run: GpuRun, *, peak_gb_per_s: float | None) -> Non
             run.problems.append(f"cell {index}: the GPU cell did not run live ('{NO_GPU} ...')")
             continue
         if run.stopped_at is not None and index > run.stopped_at:
-            run.problems.append(f"cell {index}: the GPU cell did not run (cell {run.stopped_at} "
-                                "failed first)")  # fmt: skip
+            run.problems.append(
+                f"cell {index}: the GPU cell did not run (cell {run.stopped_at} failed first)"
+            )
             continue
         missing = MISSING_PACKAGE.search(text)
         rest = [ln for ln in text.splitlines() if ln.strip() and not MISSING_PACKAGE.search(ln)]
@@ -201,8 +202,10 @@ def script_source(nb: Any) -> str:
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
-        parts.append(f"print('\\n' + {MARKER + str(index) + '>>>'!r}, flush=True)\n"
-                     f"{_source(cell)}\n_labkit_after_cell()\n")  # fmt: skip
+        parts.append(
+            f"print('\\n' + {MARKER + str(index) + '>>>'!r}, flush=True)\n"
+            f"{_source(cell)}\n_labkit_after_cell()\n"
+        )
     return "\n".join(parts)
 
 
@@ -221,7 +224,7 @@ def split_script_output(nb: Any, output: str, returncode: int) -> tuple[int | No
             if at >= 0:
                 if current is not None and line[:at]:
                     chunks[current].append(line[:at])
-                number = int(line[at + len(marker):].strip().rstrip(">"))
+                number = int(line[at + len(marker) :].strip().rstrip(">"))
                 if marker == MARKER:
                     current = number
                     chunks[current] = []
@@ -236,8 +239,9 @@ def split_script_output(nb: Any, output: str, returncode: int) -> tuple[int | No
         outputs: list[dict[str, Any]] = []
         if text.strip("\n"):
             outputs.append({"output_type": "stream", "name": "stdout", "text": text.lstrip("\n")})
-        outputs += [{"output_type": "display_data", "data": {"text/plain": "<Figure>"},
-                     "metadata": {}}] * figures.get(index, 0)  # fmt: skip
+        outputs += [
+            {"output_type": "display_data", "data": {"text/plain": "<Figure>"}, "metadata": {}}
+        ] * figures.get(index, 0)
         nb.cells[index]["outputs"] = outputs
     if returncode == 0:
         return None, None
@@ -257,9 +261,16 @@ def execute_as_script(nb: Any, cwd: Path, timeout_s: float) -> tuple[int | None,
     nothing keeps holding the GPU.
     """
     env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", script_source(nb)], cwd=cwd, env=env,
-                            text=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script_source(nb)],
+        cwd=cwd,
+        env=env,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         output, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -303,9 +314,14 @@ def read_notebook(path: Path) -> Any:
 
 
 def run_notebook(
-    path: Path, workdir: Path, kernel: str | None, *, peak_gb_per_s: float | None,
-    keep: Path | None = None, timeout_s: float = run_notebooks.CELL_TIMEOUT_S,
-) -> GpuRun:  # fmt: skip
+    path: Path,
+    workdir: Path,
+    kernel: str | None,
+    *,
+    peak_gb_per_s: float | None,
+    keep: Path | None = None,
+    timeout_s: float = run_notebooks.CELL_TIMEOUT_S,
+) -> GpuRun:
     """Execute a copy of ``path`` and check it; never raises for the notebook."""
     copy = workdir / path.stem / path.name
     copy.parent.mkdir(parents=True, exist_ok=True)
@@ -318,18 +334,30 @@ def run_notebook(
     stopped_at = None
     if kernel is not None:
         error = run_notebooks._execute(nb, kernel, copy.parent)
-        stopped_at = next((i for i, c in enumerate(nb.cells) if any(
-            o.get("output_type") == "error" for o in c.get("outputs", []))), None)  # fmt: skip
+        stopped_at = next(
+            (
+                i
+                for i, c in enumerate(nb.cells)
+                if any(o.get("output_type") == "error" for o in c.get("outputs", []))
+            ),
+            None,
+        )
     else:
         stopped_at, error = execute_as_script(nb, copy.parent, timeout_s)
     seconds = time.perf_counter() - start
     if keep is not None:
         keep.mkdir(parents=True, exist_ok=True)
-        (keep / path.name).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n",
-                                      encoding="utf-8")  # fmt: skip
+        (keep / path.name).write_text(
+            json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
     checked = run_notebooks.check_outputs(nb, path.name, run_notebooks.optional_packages())
-    run = GpuRun(path.name, runner="jupyter" if kernel else "script", seconds=round(seconds, 1),
-                 problems=list(checked.problems), announced=list(checked.announced))  # fmt: skip
+    run = GpuRun(
+        path.name,
+        runner="jupyter" if kernel else "script",
+        seconds=round(seconds, 1),
+        problems=list(checked.problems),
+        announced=list(checked.announced),
+    )
     if error and not run.problems:
         run.problems.append(error)
     run.stopped_at = stopped_at
@@ -344,8 +372,10 @@ def gpu_here() -> tuple[str, float | None] | str:
     from labkit.machine.nvidia import nvidia_info
 
     if profile.active() is not None:
-        return (f"{profile.ENV_VAR}={profile.active().name} is set; make test-gpu runs without a "
-                "profile (unset it)")  # fmt: skip
+        return (
+            f"{profile.ENV_VAR}={profile.active().name} is set; make test-gpu runs without a "
+            "profile (unset it)"
+        )
     if not labkit.has_gpu():
         return "no usable CUDA GPU here (labkit doctor says why); make test-gpu needs one"
     devices = nvidia_info().devices
@@ -358,7 +388,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("notebooks", nargs="*", metavar="NOTEBOOK")
     parser.add_argument("--json", type=Path, metavar="OUT.json", help="also write the result here")
-    parser.add_argument("--keep", type=Path, metavar="DIR", help="write the executed notebooks here")
+    parser.add_argument(
+        "--keep", type=Path, metavar="DIR", help="write the executed notebooks here"
+    )
     args = parser.parse_args(argv)
     paths = run_notebooks._notebook_paths(args.notebooks)
     found = gpu_here()
@@ -378,32 +410,44 @@ def main(argv: list[str] | None = None) -> int:
             kernel = run_notebooks._kernelspec(Path(tmp))
             run_notebooks.check_kernel(kernel, Path(tmp))
         peak_text = f"{peak:,.0f} GB/s" if peak else "unknown"
-        print(f"gpu_notebooks: {name} (theoretical bandwidth {peak_text}); notebooks run "
-              f"{'in Jupyter kernels' if kernel else 'as scripts (no nbclient/ipykernel here)'}")  # fmt: skip
+        print(
+            f"gpu_notebooks: {name} (theoretical bandwidth {peak_text}); notebooks run "
+            f"{'in Jupyter kernels' if kernel else 'as scripts (no nbclient/ipykernel here)'}"
+        )
         for path in paths:
             run = run_notebook(path, Path(tmp), kernel, peak_gb_per_s=peak, keep=args.keep)
             runs.append(run)
             if args.json:  # rewritten after each notebook: a run cut off by a time limit keeps it
                 _write_json(args.json, name, peak, runs)
-            skipped = "".join(f"; GPU cell {i} skipped: {why}"
-                              for i, why in run.gpu_cells_skipped.items())  # fmt: skip
-            print(f"  {'ok' if run.ok else 'FAILED':<7}{run.seconds:7.1f} s  {run.notebook}  "
-                  f"{len(run.gpu_cells_live)} GPU cell(s) live{skipped}", flush=True)  # fmt: skip
+            skipped = "".join(
+                f"; GPU cell {i} skipped: {why}" for i, why in run.gpu_cells_skipped.items()
+            )
+            print(
+                f"  {'ok' if run.ok else 'FAILED':<7}{run.seconds:7.1f} s  {run.notebook}  "
+                f"{len(run.gpu_cells_live)} GPU cell(s) live{skipped}",
+                flush=True,
+            )
             for problem in run.problems:
                 print(f"      {problem}", flush=True)
     failed = sum(not r.ok for r in runs)
     live = sum(len(r.gpu_cells_live) for r in runs)
     skipped = sum(len(r.gpu_cells_skipped) for r in runs)
-    print(f"gpu_notebooks: {len(runs) - failed} notebook(s) ok, {failed} failed; GPU cells: {live} "
-          f"live, {skipped} skipped for a missing package")  # fmt: skip
+    print(
+        f"gpu_notebooks: {len(runs) - failed} notebook(s) ok, {failed} failed; GPU cells: {live} "
+        f"live, {skipped} skipped for a missing package"
+    )
     return 1 if failed else 0
 
 
 def _write_json(path: Path, gpu: str, peak: float | None, runs: list[GpuRun]) -> None:
-    result = {"gpu": gpu, "theoretical_gb_per_s": peak, "failed": sum(not r.ok for r in runs),
-              "gpu_cells_live": sum(len(r.gpu_cells_live) for r in runs),
-              "gpu_cells_skipped": sum(len(r.gpu_cells_skipped) for r in runs),
-              "notebooks": [asdict(r) | {"ok": r.ok} for r in runs]}  # fmt: skip
+    result = {
+        "gpu": gpu,
+        "theoretical_gb_per_s": peak,
+        "failed": sum(not r.ok for r in runs),
+        "gpu_cells_live": sum(len(r.gpu_cells_live) for r in runs),
+        "gpu_cells_skipped": sum(len(r.gpu_cells_skipped) for r in runs),
+        "notebooks": [asdict(r) | {"ok": r.ok} for r in runs],
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
 

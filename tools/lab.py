@@ -54,7 +54,9 @@ def _options(extra: list[str]) -> list[tuple[str, str]]:
 def _refuse_unsafe(extra: list[str]) -> None:
     for key, value in _options(extra):
         if key in _EXPOSING:
-            tunnel = " Use an SSH tunnel to reach the lab from another machine." if "ip" in key else ""
+            tunnel = (
+                " Use an SSH tunnel to reach the lab from another machine." if "ip" in key else ""
+            )
             raise SystemExit(f"lab.py: refusing {key!r}: {_EXPOSING[key]}.{tunnel}")
         if key in _TOKENS and value.strip("'\"") == "":
             raise SystemExit("lab.py: refusing an empty token: it would disable authentication.")
@@ -74,9 +76,7 @@ def split_args(argv: list[str]) -> tuple[Path | None, list[str]]:
     return root, extra
 
 
-def lab_command(
-    extra: list[str], *, uid: int | None = None, root: Path | None = None
-) -> list[str]:
+def lab_command(extra: list[str], *, uid: int | None = None, root: Path | None = None) -> list[str]:
     """The JupyterLab command line, serving ``root`` (default notebooks/); ``uid`` is for tests."""
     if root is None:
         root = ROOT / "notebooks"
@@ -106,7 +106,9 @@ def lab_command(
 def main(argv: list[str] | None = None) -> int:
     root, extra = split_args(list(sys.argv[1:] if argv is None else argv))
     cmd = lab_command(extra, root=root)
-    print("Starting JupyterLab on 127.0.0.1; open the URL with the token printed below.", flush=True)
+    print(
+        "Starting JupyterLab on 127.0.0.1; open the URL with the token printed below.", flush=True
+    )
     os.execv(cmd[0], cmd)
     return 0  # pragma: no cover - execv does not return
 

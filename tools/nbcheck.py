@@ -49,7 +49,11 @@ def _markers(source: str) -> tuple[set[str], list[str]]:
         if not text.startswith("#") or "NBVAL_" not in text:
             continue
         comment = text.lstrip("#").strip()
-        if comment.startswith("NBVAL_") and comment.replace("_", "").isalpha() and comment.isupper():
+        if (
+            comment.startswith("NBVAL_")
+            and comment.replace("_", "").isalpha()
+            and comment.isupper()
+        ):
             found.add(comment)
         else:
             malformed.append(text)

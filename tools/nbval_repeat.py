@@ -38,10 +38,18 @@ _FAILED_CELL = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.M)
 def nbval_command(notebooks: list[Path]) -> list[str]:
     """The strict nbval command of `make test`, for these notebooks."""
     return [
-        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
-        "--nbval", "--nbval-current-env", "--nbval-sanitize-with", str(SANITIZE),
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--nbval",
+        "--nbval-current-env",
+        "--nbval-sanitize-with",
+        str(SANITIZE),
         *map(str, notebooks),
-    ]  # fmt: skip
+    ]
 
 
 def _positive(text: str) -> int:
@@ -77,10 +85,20 @@ def main(argv: list[str] | None = None) -> int:
         seconds = round(time.perf_counter() - t0, 1)
         summary = (done.stdout.strip().splitlines() or ["(no output)"])[-1]
         failed = _FAILED_CELL.findall(done.stdout)
-        runs.append({"run": i, "passed": done.returncode == 0, "seconds": seconds,
-                     "summary": summary, "failed": failed})  # fmt: skip
-        print(f"run {i}/{args.runs}: {'passed' if done.returncode == 0 else 'FAILED'} "
-              f"in {seconds:.0f} s ({summary})", flush=True)  # fmt: skip
+        runs.append(
+            {
+                "run": i,
+                "passed": done.returncode == 0,
+                "seconds": seconds,
+                "summary": summary,
+                "failed": failed,
+            }
+        )
+        print(
+            f"run {i}/{args.runs}: {'passed' if done.returncode == 0 else 'FAILED'} "
+            f"in {seconds:.0f} s ({summary})",
+            flush=True,
+        )
         if done.returncode != 0:
             print(done.stdout[-8000:], done.stderr[-2000:], sep="\n", file=sys.stderr)
             break
@@ -89,14 +107,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{passed} of {args.runs} strict nbval runs passed in a row.")
     if args.log:
         args.log.parent.mkdir(parents=True, exist_ok=True)
-        args.log.write_text(json.dumps({
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "machine": f"{platform.machine()}, {os.cpu_count()} logical CPUs",
-            "profile": os.environ.get("LABKIT_PROFILE"),
-            "notebooks": [p.name for p in notebooks],
-            "runs_requested": args.runs,
-            "runs": runs,
-        }, indent=2) + "\n")  # fmt: skip
+        args.log.write_text(
+            json.dumps(
+                {
+                    "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    "machine": f"{platform.machine()}, {os.cpu_count()} logical CPUs",
+                    "profile": os.environ.get("LABKIT_PROFILE"),
+                    "notebooks": [p.name for p in notebooks],
+                    "runs_requested": args.runs,
+                    "runs": runs,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     return 0 if passed == args.runs else 1
 
 

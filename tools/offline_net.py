@@ -134,7 +134,12 @@ def install() -> None:
     def _lookup(name: str, host: Any) -> None:
         if isinstance(host, bytes):
             host = host.decode("ascii", "replace")
-        if isinstance(host, str) and host and _is_loopback_ip(host) is None and not _local_name(host):
+        if (
+            isinstance(host, str)
+            and host
+            and _is_loopback_ip(host) is None
+            and not _local_name(host)
+        ):
             raise socket.gaierror(
                 socket.EAI_NONAME,
                 f"{name}({host!r}) blocked: tools/offline.sh's guard resolves only "
@@ -200,7 +205,9 @@ def chain_sitecustomize(own_dir: str) -> None:
 
 
 SITE_MARKER = "# Written by tools/offline.sh"
-SITE_TEMPLATE = SITE_MARKER + """: Python may reach only the loopback (see tools/offline_net.py).
+SITE_TEMPLATE = (
+    SITE_MARKER
+    + """: Python may reach only the loopback (see tools/offline_net.py).
 import importlib.util as _util, sys as _sys
 _spec = _util.spec_from_file_location({module!r}, {helper!r})
 _guard = _util.module_from_spec(_spec)
@@ -209,6 +216,7 @@ _spec.loader.exec_module(_guard)
 _guard.install()
 _guard.chain_sitecustomize({site_dir!r})
 """
+)
 
 
 def write_site(site_dir: str) -> Path:

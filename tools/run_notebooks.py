@@ -74,12 +74,16 @@ def optional_packages() -> tuple[Optional, ...]:
     from labkit.kernels.simulator import INSTALL_HINT as NUMBA_CUDA_HINT
 
     return (
-        Optional("tensorflow", ("tensorflow",), INSTALL_HINTS["tensorflow"],
-                 ("00", "04", "06", "08", "09", "10")),
+        Optional(
+            "tensorflow",
+            ("tensorflow",),
+            INSTALL_HINTS["tensorflow"],
+            ("00", "04", "06", "08", "09", "10"),
+        ),
         Optional("cupy", ("cupy",), INSTALL_HINTS["cupy"], ("00",)),
         Optional("numba-cuda", ("numba", "numba_cuda"), NUMBA_CUDA_HINT, ("07",)),
         Optional("sklearn", ("sklearn",), INSTALL_HINTS["sklearn"], ("05",)),
-    )  # fmt: skip
+    )
 
 
 @dataclass
@@ -115,7 +119,9 @@ def check_outputs(nb: Any, notebook: str, optional: tuple[Optional, ...]) -> Not
         for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
             if out.get("output_type") == "error":
                 value = str(out.get("evalue", "")).strip().splitlines()[:1]
-                run.problems.append(f"cell {index}: error output {out.get('ename')}: {''.join(value)}")
+                run.problems.append(
+                    f"cell {index}: error output {out.get('ename')}: {''.join(value)}"
+                )
     lines = _stream_lines(nb)
     for index, name, line in lines:
         if "Traceback" in line:
@@ -139,8 +145,9 @@ def check_outputs(nb: Any, notebook: str, optional: tuple[Optional, ...]) -> Not
             run.problems += [
                 f"cell {i}: the line about {package.name} does not name the install "
                 f"command {package.hint!r}: {ln.strip()[:200]}"
-                for i, ln in said if package.hint not in ln
-            ]  # fmt: skip
+                for i, ln in said
+                if package.hint not in ln
+            ]
             if said:
                 run.announced.append(package.name)
     return run
@@ -167,9 +174,13 @@ def _execute(nb: Any, kernel: str, cwd: Path) -> str | None:
     from nbclient import NotebookClient
 
     client = NotebookClient(
-        nb, kernel_name=kernel, timeout=CELL_TIMEOUT_S, allow_errors=False,
-        record_timing=False, resources={"metadata": {"path": str(cwd)}},
-    )  # fmt: skip
+        nb,
+        kernel_name=kernel,
+        timeout=CELL_TIMEOUT_S,
+        allow_errors=False,
+        record_timing=False,
+        resources={"metadata": {"path": str(cwd)}},
+    )
     try:
         client.execute()
     except Exception as exc:  # CellExecutionError, a timeout, a dead kernel: all a failure
@@ -232,13 +243,15 @@ def check_environment(without: list[str], with_: list[str]) -> list[str]:
     wrong = [
         f"{m} is installed in {prefix}, but this environment must not have it; "
         f"rebuild it: rm -rf {prefix} && make test-matrix"
-        for m in without if importlib.util.find_spec(m) is not None
-    ]  # fmt: skip
+        for m in without
+        if importlib.util.find_spec(m) is not None
+    ]
     wrong += [
         f"{m} is not installed in {prefix}, but this environment must have it; "
         f"rebuild it: rm -rf {prefix} && make test-matrix"
-        for m in with_ if importlib.util.find_spec(m) is None
-    ]  # fmt: skip
+        for m in with_
+        if importlib.util.find_spec(m) is None
+    ]
     return wrong
 
 
@@ -254,20 +267,40 @@ def _notebook_paths(names: list[str]) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("notebooks", nargs="*", metavar="NOTEBOOK",
-                        help=f"notebooks to run (default: {DEFAULT_GLOB})")  # fmt: skip
-    parser.add_argument("--without", type=_modules, default=[], metavar="MOD,...",
-                        help="modules this environment must NOT have (checked first)")  # fmt: skip
-    parser.add_argument("--with", dest="with_", type=_modules, default=[], metavar="MOD,...",
-                        help="modules this environment must have (checked first)")  # fmt: skip
+    parser.add_argument(
+        "notebooks",
+        nargs="*",
+        metavar="NOTEBOOK",
+        help=f"notebooks to run (default: {DEFAULT_GLOB})",
+    )
+    parser.add_argument(
+        "--without",
+        type=_modules,
+        default=[],
+        metavar="MOD,...",
+        help="modules this environment must NOT have (checked first)",
+    )
+    parser.add_argument(
+        "--with",
+        dest="with_",
+        type=_modules,
+        default=[],
+        metavar="MOD,...",
+        help="modules this environment must have (checked first)",
+    )
     parser.add_argument("--json", type=Path, metavar="OUT.json", help="also write the result here")
-    parser.add_argument("--keep", type=Path, metavar="DIR", help="write the executed notebooks here")
+    parser.add_argument(
+        "--keep", type=Path, metavar="DIR", help="write the executed notebooks here"
+    )
     args = parser.parse_args(argv)
     paths = _notebook_paths(args.notebooks)
     missing = [m for m in NEEDED if importlib.util.find_spec(m) is None]
     if missing:
-        print(f"run_notebooks: {', '.join(missing)} not installed in {sys.prefix}; run: "
-              f"{sys.executable} -m pip install {' '.join(missing)}", file=sys.stderr)  # fmt: skip
+        print(
+            f"run_notebooks: {', '.join(missing)} not installed in {sys.prefix}; run: "
+            f"{sys.executable} -m pip install {' '.join(missing)}",
+            file=sys.stderr,
+        )
         return 2
     if wrong := check_environment(args.without, args.with_):
         print("\n".join(f"run_notebooks: {w}" for w in wrong), file=sys.stderr)
@@ -280,14 +313,18 @@ def main(argv: list[str] | None = None) -> int:
         kernel = _kernelspec(Path(tmp))
         check_kernel(kernel, Path(tmp))
         print(f"run_notebooks: kernel {sys.executable} (sys.prefix {sys.prefix}, checked)")
-        print(f"run_notebooks: not installed here: {', '.join(absent) or 'none'}"
-              + (" (their notebooks must say so, with the install command)" if absent else ""))  # fmt: skip
+        print(
+            f"run_notebooks: not installed here: {', '.join(absent) or 'none'}"
+            + (" (their notebooks must say so, with the install command)" if absent else "")
+        )
         for path in paths:
             run = run_notebook(path, kernel, Path(tmp), optional, args.keep)
             runs.append(run)
             said = f"  (announced missing: {', '.join(run.announced)})" if run.announced else ""
-            print(f"  {'ok' if run.ok else 'FAILED':<7}{run.seconds:7.1f} s  {run.notebook}{said}",
-                  flush=True)  # fmt: skip
+            print(
+                f"  {'ok' if run.ok else 'FAILED':<7}{run.seconds:7.1f} s  {run.notebook}{said}",
+                flush=True,
+            )
             for problem in run.problems:
                 print(f"      {problem}", flush=True)
     failed = sum(not r.ok for r in runs)
@@ -295,10 +332,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"run_notebooks: {total_s:.1f} s in all; {len(runs) - failed} ok, {failed} failed")
     if args.json:
         result = {
-            "python": sys.executable, "prefix": sys.prefix, "not_installed": absent,
-            "total_seconds": round(total_s, 1), "failed": failed,
+            "python": sys.executable,
+            "prefix": sys.prefix,
+            "not_installed": absent,
+            "total_seconds": round(total_s, 1),
+            "failed": failed,
             "notebooks": [asdict(r) | {"ok": r.ok} for r in runs],
-        }  # fmt: skip
+        }
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     return 1 if failed else 0

@@ -128,13 +128,17 @@ def build(sources: list[Path], out: Path) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument(
-        "--out", type=Path, default=DEFAULT_OUT,
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
         help="folder for the student notebooks (default: build/student)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "notebooks", nargs="*", type=Path,
+        "notebooks",
+        nargs="*",
+        type=Path,
         help="instructor notebooks (default: every notebooks/NN_*.ipynb)",
-    )  # fmt: skip
+    )
     args = parser.parse_args(argv)
     sources = args.notebooks or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     if not sources:

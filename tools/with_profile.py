@@ -38,9 +38,10 @@ def free_host_bytes() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="with_profile.py", description=__doc__.splitlines()[0],
+        prog="with_profile.py",
+        description=__doc__.splitlines()[0],
         usage="%(prog)s PROFILE -- COMMAND [ARG ...]",
-    )  # fmt: skip
+    )
     parser.add_argument("profile", help=f"one of: {', '.join(_profile.PROFILES)}")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)

@@ -317,13 +317,21 @@ def mixed_precision_keras(
     """
     if policy not in KERAS_POLICIES:
         raise ValueError(f"policy must be one of {KERAS_POLICIES}, got {policy!r}")
-    for name, value in (("batch", batch), ("features", features), ("hidden", hidden),
-                        ("classes", classes), ("steps", steps)):  # fmt: skip
+    for name, value in (
+        ("batch", batch),
+        ("features", features),
+        ("hidden", hidden),
+        ("classes", classes),
+        ("steps", steps),
+    ):
         check_positive_int(name, value)
     seed = check_seed("seed", seed)
     warmup_ms, rep_ms = check_ms("warmup_ms", warmup_ms), check_ms("rep_ms", rep_ms)
-    check_memory_fits(4 * batch * (features + 2 * hidden + classes), arrays=8,
-                      what=f"mixed_precision_keras(batch={batch}, hidden={hidden})")  # fmt: skip
+    check_memory_fits(
+        4 * batch * (features + 2 * hidden + classes),
+        arrays=8,
+        what=f"mixed_precision_keras(batch={batch}, hidden={hidden})",
+    )
     tf = import_tensorflow(PURPOSE)
     keras = import_optional("keras", PURPOSE)
     mp = keras.mixed_precision
@@ -354,9 +362,7 @@ def mixed_precision_keras(
         model32 = build("float32")
         model_mixed = build(policy)
         model_mixed.set_weights(model32.get_weights())
-        max_err = float(tf.reduce_max(tf.abs(
-            tf.cast(model_mixed(x), tf.float32) - model32(x)
-        )))  # fmt: skip
+        max_err = float(tf.reduce_max(tf.abs(tf.cast(model_mixed(x), tf.float32) - model32(x))))
         scaled = type(model_mixed.optimizer).__name__ == "LossScaleOptimizer"
         losses = []
         for model in (model32, model_mixed):

@@ -134,7 +134,9 @@ def mlp_side_by_side(
     """Time one SGD step of the same MLP in each of ``variants``."""
     batch = check_positive_int("batch", batch)
     if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence):
-        raise TypeError(f"sizes must be a list of layer sizes such as (784, 512, 10), got {sizes!r}")
+        raise TypeError(
+            f"sizes must be a list of layer sizes such as (784, 512, 10), got {sizes!r}"
+        )
     sizes = tuple(sizes)
     if len(sizes) < 2:
         raise ValueError(f"sizes needs at least an input and an output size, got {sizes!r}")
@@ -153,8 +155,11 @@ def mlp_side_by_side(
     seed = check_seed("seed", seed)
     warmup_ms, rep_ms = check_ms("warmup_ms", warmup_ms), check_ms("rep_ms", rep_ms)
     weights = sum(a * b for a, b in zip(sizes[:-1], sizes[1:], strict=True))
-    check_memory_fits(4 * (2 * batch * sum(sizes) + 3 * weights), arrays=4,
-                      what=f"mlp_side_by_side(batch={batch}, sizes={sizes})")  # fmt: skip
+    check_memory_fits(
+        4 * (2 * batch * sum(sizes) + 3 * weights),
+        arrays=4,
+        what=f"mlp_side_by_side(batch={batch}, sizes={sizes})",
+    )
     x_np, y_np = _data(batch, sizes[0], sizes[-1], seed)
     steps: dict[str, Any] = {}
     if "torch" in variants:

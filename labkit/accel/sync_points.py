@@ -137,9 +137,17 @@ def sync_points_benchmark(
         ("print", "print per step"),
     ):
         results[mode] = bench(
-            _loop, torch, w, x0, steps, mode,
-            warmup_ms=warmup_ms, rep_ms=rep_ms, label=label, warn=False,
-        )  # fmt: skip
+            _loop,
+            torch,
+            w,
+            x0,
+            steps,
+            mode,
+            warmup_ms=warmup_ms,
+            rep_ms=rep_ms,
+            label=label,
+            warn=False,
+        )
     return SyncPointsResult(
         device=str(dev),
         steps=steps,

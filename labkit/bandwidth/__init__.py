@@ -27,4 +27,23 @@ from labkit.bandwidth.transfers import (
     theoretical_peak_gb_per_s,
 )
 
-__all__ = ["BandwidthResult", "KERNELS", "PipelineBreakdown", "StreamSweep", "StridedResult", "copy_compute_overlap", "device_copy", "dram_cache_note", "host_device_sweep", "peak_bandwidth", "pipeline_breakdown", "plot_pipeline", "plot_stream_sweep", "plot_strided", "stream_kernel", "stream_sweep", "strided_read", "theoretical_peak_gb_per_s"]
+__all__ = [
+    "BandwidthResult",
+    "KERNELS",
+    "PipelineBreakdown",
+    "StreamSweep",
+    "StridedResult",
+    "copy_compute_overlap",
+    "device_copy",
+    "dram_cache_note",
+    "host_device_sweep",
+    "peak_bandwidth",
+    "pipeline_breakdown",
+    "plot_pipeline",
+    "plot_stream_sweep",
+    "plot_strided",
+    "stream_kernel",
+    "stream_sweep",
+    "strided_read",
+    "theoretical_peak_gb_per_s",
+]

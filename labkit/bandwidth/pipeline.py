@@ -79,8 +79,12 @@ class PipelineBreakdown:
         return (self.copy_in_ms + self.copy_back_ms) / self.sum_ms if self.sum_ms else 0.0
 
     def table(self) -> str:
-        rows = [("copy in", self.copy_in_ms), (f"compute ({self.op})", self.compute_ms),
-                ("copy back", self.copy_back_ms), ("all three, timed together", self.total_ms)]  # fmt: skip
+        rows = [
+            ("copy in", self.copy_in_ms),
+            (f"compute ({self.op})", self.compute_ms),
+            ("copy back", self.copy_back_ms),
+            ("all three, timed together", self.total_ms),
+        ]
         width = max(len(name) for name, _ in rows)
         lines = [f"{name.ljust(width)}  {format_duration(ms)}" for name, ms in rows]
         if self.compute_ms > 0:
@@ -94,12 +98,17 @@ class PipelineBreakdown:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "device": self.device, "op": self.op, "n_bytes": self.n_bytes,
-            "host_memory": self.host_memory, "copy_in_ms": self.copy_in_ms,
-            "compute_ms": self.compute_ms, "copy_back_ms": self.copy_back_ms,
-            "total_ms": self.total_ms, "transfer_fraction": self.transfer_fraction,
+            "device": self.device,
+            "op": self.op,
+            "n_bytes": self.n_bytes,
+            "host_memory": self.host_memory,
+            "copy_in_ms": self.copy_in_ms,
+            "compute_ms": self.compute_ms,
+            "copy_back_ms": self.copy_back_ms,
+            "total_ms": self.total_ms,
+            "transfer_fraction": self.transfer_fraction,
             "note": self.note,
-        }  # fmt: skip
+        }
 
 
 def _prepare_op(op: str | Callable[[Any], Any], x: Any) -> tuple[str, Callable[[], Any], Any]:
@@ -165,11 +174,23 @@ def pipeline_breakdown(
     on_gpu = device != "cpu"
     # Host: input and output (and, on the CPU, the "device" input, output and a temporary);
     # GPU: input, output and a temporary.
-    _memory.check_fits(n * 4, device="cpu", fraction=fraction, arrays=2 if on_gpu else 5,
-                       what="pipeline_breakdown", name="n_bytes")  # fmt: skip
+    _memory.check_fits(
+        n * 4,
+        device="cpu",
+        fraction=fraction,
+        arrays=2 if on_gpu else 5,
+        what="pipeline_breakdown",
+        name="n_bytes",
+    )
     if on_gpu:
-        _memory.check_fits(n * 4, device=device, fraction=fraction, arrays=3,
-                           what="pipeline_breakdown", name="n_bytes")  # fmt: skip
+        _memory.check_fits(
+            n * 4,
+            device=device,
+            fraction=fraction,
+            arrays=3,
+            what="pipeline_breakdown",
+            name="n_bytes",
+        )
     pin = pinned and on_gpu
     x_host = torch.ones(n, dtype=torch.float32, pin_memory=pin)
     x_dev = torch.empty(n, dtype=torch.float32, device=device)
@@ -188,14 +209,27 @@ def pipeline_breakdown(
         y_host.copy_(compute(), non_blocking=pin)
 
     kw: dict[str, Any] = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "device": device, "warn": False}
-    timings = {key: bench(f, label=key, **kw) for key, f in
-               (("copy_in", copy_in), ("compute", compute), ("copy_back", copy_back),
-                ("total", whole))}  # fmt: skip
+    timings = {
+        key: bench(f, label=key, **kw)
+        for key, f in (
+            ("copy_in", copy_in),
+            ("compute", compute),
+            ("copy_back", copy_back),
+            ("total", whole),
+        )
+    }
     if on_gpu:
-        note = (f"copy-in and copy-back cross the bus between the GPU and "
-                f"{'pinned' if pin else 'pageable'} host memory.")  # fmt: skip
+        note = (
+            f"copy-in and copy-back cross the bus between the GPU and "
+            f"{'pinned' if pin else 'pageable'} host memory."
+        )
     else:
         note = CPU_NOTE
-    return PipelineBreakdown(device=device, op=name, n_bytes=n * 4,
-                             host_memory="pinned" if pin else "pageable", note=note,
-                             **timings)  # fmt: skip
+    return PipelineBreakdown(
+        device=device,
+        op=name,
+        n_bytes=n * 4,
+        host_memory="pinned" if pin else "pageable",
+        note=note,
+        **timings,
+    )

@@ -34,8 +34,14 @@ def plot_stream_sweep(result: Any, ax: Any = None) -> Any:
         _, ax = plt.subplots(figsize=(7.5, 4.5))
     for i, kernel in enumerate(result.kernels):
         rows = result.rows_for(kernel)
-        ax.plot([r.bytes_per_call for r in rows], [r.gb_per_s for r in rows], marker="o", ms=3,
-                color=f"C{i}", label=kernel)  # fmt: skip
+        ax.plot(
+            [r.bytes_per_call for r in rows],
+            [r.gb_per_s for r in rows],
+            marker="o",
+            ms=3,
+            color=f"C{i}",
+            label=kernel,
+        )
     xs = [r.bytes_per_call for r in result.rows]
     low, high = min(xs) / 1.5, max(xs) * 1.5
     per_core = result.device == "cpu"
@@ -43,9 +49,16 @@ def plot_stream_sweep(result: Any, ax: Any = None) -> Any:
         if low <= size <= high:
             ax.axvline(size, color="0.4", ls=":", lw=1)
             where = " per core" if per_core and name in ("L1d", "L2") else ""
-            ax.annotate(f"{name}{where}\n{format_bytes(size)}", (size, 0.98),
-                        xycoords=("data", "axes fraction"), xytext=(3, 0),
-                        textcoords="offset points", va="top", fontsize="x-small", color="0.3")  # fmt: skip
+            ax.annotate(
+                f"{name}{where}\n{format_bytes(size)}",
+                (size, 0.98),
+                xycoords=("data", "axes fraction"),
+                xytext=(3, 0),
+                textcoords="offset points",
+                va="top",
+                fontsize="x-small",
+                color="0.3",
+            )
     style_axes(
         ax,
         xlabel="working set: bytes of all arrays one call touches",
@@ -86,8 +99,10 @@ def plot_strided(result: Any, *, ax: Any = None) -> Any:
     ax.plot(
         strides,
         [base / result.expected_slowdown(s) for s in strides],
-        "--", color="0.5", label=f"bytes-only model ({result.line_bytes}-byte lines)",
-    )  # fmt: skip
+        "--",
+        color="0.5",
+        label=f"bytes-only model ({result.line_bytes}-byte lines)",
+    )
     ax.set_xscale("log", base=2)
     ax.set_xticks(strides, [str(s) for s in strides])
     ax.legend(fontsize="small")
@@ -134,7 +149,9 @@ def plot_pipeline(breakdowns: Any, *, ax: Any = None) -> Any:
         ax.barh(labels, values, left=left, color=color, label=name)
         left = [a + b for a, b in zip(left, values, strict=True)]
     for y, b in enumerate(items):
-        ax.text(left[y], y, f"  {b.transfer_fraction:.0%} moving data", va="center", fontsize="small")
+        ax.text(
+            left[y], y, f"  {b.transfer_fraction:.0%} moving data", va="center", fontsize="small"
+        )
     ax.set_xlim(0, max(left) * 1.45)
     ax.legend(loc="lower right", fontsize="small")
     return style_axes(

@@ -66,8 +66,12 @@ KERNELS: tuple[str, ...] = ("copy", "scale", "add", "triad")
 #: Arrays each kernel reads or writes once (STREAM's byte counting).
 ARRAYS: dict[str, int] = {"copy": 2, "scale": 2, "add": 3, "triad": 3}
 #: What each kernel computes.
-FORMULAS: dict[str, str] = {"copy": "a = b", "scale": "a = s·b", "add": "a = b + c",
-                            "triad": "a = b + s·c"}  # fmt: skip
+FORMULAS: dict[str, str] = {
+    "copy": "a = b",
+    "scale": "a = s·b",
+    "add": "a = b + c",
+    "triad": "a = b + s·c",
+}
 #: The torch call labkit times for each kernel (all one pass, multithreaded).
 IMPLEMENTATIONS: dict[str, str] = {
     "copy": "a.copy_(b)",
@@ -81,8 +85,12 @@ ITEMSIZE_BYTES = 8
 SCALAR = 3.0
 #: Initial values of b and c, and what a must hold after each kernel (checked before timing).
 _B, _C = 2.0, 1.0
-_EXPECTED: dict[str, float] = {"copy": _B, "scale": SCALAR * _B, "add": _B + _C,
-                               "triad": _B + SCALAR * _C}  # fmt: skip
+_EXPECTED: dict[str, float] = {
+    "copy": _B,
+    "scale": SCALAR * _B,
+    "add": _B + _C,
+    "triad": _B + SCALAR * _C,
+}
 
 #: Smallest array labkit measures: below this a call is all overhead.
 MIN_BYTES_PER_ARRAY = 4096
@@ -264,8 +272,11 @@ def cache_sizes(device: str = "cpu") -> tuple[tuple[str, int], ...]:
         from labkit.machine.cpu import cpu_info
 
         info = cpu_info()
-        levels = (("L1d", info.l1d_cache_bytes), ("L2", info.l2_cache_bytes),
-                  ("L3", info.l3_cache_bytes))  # fmt: skip
+        levels = (
+            ("L1d", info.l1d_cache_bytes),
+            ("L2", info.l2_cache_bytes),
+            ("L3", info.l3_cache_bytes),
+        )
         return tuple((name, int(size)) for name, size in levels if size)
     import torch
 
@@ -502,8 +513,15 @@ def measure_kernel(
 ) -> BandwidthResult:
     """Check one kernel's result, then time it on the first ``n_elements`` of ``buffers``."""
     prepared = prepare_kernel(kernel, buffers, n_elements, device)
-    timing = bench(prepared.sample, warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps,
-                   device=device, label=kernel, warn=False)  # fmt: skip
+    timing = bench(
+        prepared.sample,
+        warmup_ms=warmup_ms,
+        rep_ms=rep_ms,
+        min_reps=min_reps,
+        device=device,
+        label=kernel,
+        warn=False,
+    )
     return prepared.result(timing)
 
 
@@ -530,8 +548,9 @@ def stream_kernel(
     size = _single_size(bytes_per_array, device, fraction, ARRAYS[kernel], f"the {kernel} probe")
     n = size // ITEMSIZE_BYTES
     buffers = allocate_arrays(n, ARRAYS[kernel], device)
-    return measure_kernel(kernel, buffers, n, device, warmup_ms=warmup_ms, rep_ms=rep_ms,
-                    min_reps=min_reps)  # fmt: skip
+    return measure_kernel(
+        kernel, buffers, n, device, warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps
+    )
 
 
 def _single_size(
@@ -540,8 +559,9 @@ def _single_size(
     """An explicit size is checked (error if too big); the default shrinks to fit (warning)."""
     if bytes_per_array is not None:
         size = check_int("bytes_per_array", bytes_per_array, minimum=ITEMSIZE_BYTES)
-        _memory.check_fits(size, device=device, fraction=fraction, arrays=arrays, what=what,
-                           name="bytes_per_array")  # fmt: skip
+        _memory.check_fits(
+            size, device=device, fraction=fraction, arrays=arrays, what=what, name="bytes_per_array"
+        )
         return size - size % ITEMSIZE_BYTES
     wanted = dram_bytes_per_array(device)
     size = _memory.fit_bytes(wanted, device=device, fraction=fraction, arrays=arrays)

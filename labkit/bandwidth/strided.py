@@ -118,13 +118,15 @@ class StridedResult:
     def table(self) -> str:
         lines = [["stride", "median", "effective", "slowdown", "bytes-only model"]]
         for r in self.rows:
-            lines.append([
-                str(r.stride),
-                format_duration(r.median_ms),
-                format_gb_per_s(r.gb_per_s),
-                f"{r.slowdown:.2f}×",
-                f"{self.expected_slowdown(r.stride):.2f}×",
-            ])  # fmt: skip
+            lines.append(
+                [
+                    str(r.stride),
+                    format_duration(r.median_ms),
+                    format_gb_per_s(r.gb_per_s),
+                    f"{r.slowdown:.2f}×",
+                    f"{self.expected_slowdown(r.stride):.2f}×",
+                ]
+            )
         widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
         return "\n".join(
             "  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)) for line in lines
@@ -227,16 +229,23 @@ def strided_read(
         what += f" (its cache flush adds {format_bytes(extra)}; flush_cache=False drops it)"
     if n_elements is not None:
         n = check_int("n_elements", n_elements, minimum=1)
-        _memory.check_fits(n * widest * itemsize, device=device, fraction=fraction,
-                           extra_bytes=extra, what=what, name="n_elements")  # fmt: skip
+        _memory.check_fits(
+            n * widest * itemsize,
+            device=device,
+            fraction=fraction,
+            extra_bytes=extra,
+            what=what,
+            name="n_elements",
+        )
     else:
         kind = "cpu" if device == "cpu" else "cuda"
         wanted = DEFAULT_USEFUL_BYTES[kind] * widest
         span = _memory.fit_bytes(wanted, device=device, fraction=fraction, extra_bytes=extra)
         n = span // (widest * itemsize)
         if n < 1024:
-            _memory.check_fits(wanted, device=device, fraction=fraction, extra_bytes=extra,
-                               what=what)  # fmt: skip
+            _memory.check_fits(
+                wanted, device=device, fraction=fraction, extra_bytes=extra, what=what
+            )
         if span < wanted:
             warnings.warn(
                 f"strided_read: summing {format_bytes(n * itemsize)} per call instead of "
@@ -254,9 +263,18 @@ def strided_read(
             raise RuntimeError(
                 f"summing {n} ones at stride {stride} gave {total}: the strided view is wrong"
             )
-        timing = bench(_sum, view, warmup_ms=0.0, rep_ms=rep_ms, min_reps=3, max_reps=max_reps,
-                       device=device, flush_l2=flush_cache, label=f"stride {stride}",
-                       warn=False)  # fmt: skip
+        timing = bench(
+            _sum,
+            view,
+            warmup_ms=0.0,
+            rep_ms=rep_ms,
+            min_reps=3,
+            max_reps=max_reps,
+            device=device,
+            flush_l2=flush_cache,
+            label=f"stride {stride}",
+            warn=False,
+        )
         timings.append((stride, timing))
     del x
     base_ms = timings[0][1].median_ms

@@ -174,35 +174,59 @@ def stream_sweep(
                 f"sizes_bytes must be a sequence of sizes in bytes, got {sizes_bytes!r}"
             )
         sizes = tuple(
-            check_int("sizes_bytes[...]", s, minimum=ITEMSIZE_BYTES) // ITEMSIZE_BYTES
-            * ITEMSIZE_BYTES for s in sizes_bytes
-        )  # fmt: skip
+            check_int("sizes_bytes[...]", s, minimum=ITEMSIZE_BYTES)
+            // ITEMSIZE_BYTES
+            * ITEMSIZE_BYTES
+            for s in sizes_bytes
+        )
         if not sizes:
             raise ValueError("sizes_bytes is empty: give at least one size in bytes per array")
     warmup_ms, rep_ms = check_budget_ms("warmup_ms", warmup_ms), check_budget_ms("rep_ms", rep_ms)
     min_reps = check_int("min_reps", min_reps, minimum=1)
     arrays = max(ARRAYS[k] for k in kernels)
-    kept, dropped = _memory.fit_sizes(sizes, device=device, fraction=fraction, arrays=arrays,
-                                      name=None if sizes_bytes is None else "sizes_bytes")  # fmt: skip
+    kept, dropped = _memory.fit_sizes(
+        sizes,
+        device=device,
+        fraction=fraction,
+        arrays=arrays,
+        name=None if sizes_bytes is None else "sizes_bytes",
+    )
     if not kept:
-        _memory.check_fits(min(sizes), device=device, fraction=fraction, arrays=arrays,
-                           what="the STREAM sweep's smallest size")  # fmt: skip
+        _memory.check_fits(
+            min(sizes),
+            device=device,
+            fraction=fraction,
+            arrays=arrays,
+            what="the STREAM sweep's smallest size",
+        )
     # Sizes that do not fit stay in the table as rows that say so (no warning: the table
     # has the same rows on every machine, and says which sizes this one could not hold).
     budget = _memory.budget_bytes(device=device, fraction=fraction)
     # On a GPU another process can take memory after the budget was read: an allocation
     # that fails drops that size and the sweep goes on with the sizes below it.
     buffers, kept, failed = _memory.allocate_shrinking(
-        kept, lambda size: _bandwidth.allocate_arrays(size // ITEMSIZE_BYTES, arrays, device),
-        device=device, what="stream_sweep",
-    )  # fmt: skip
+        kept,
+        lambda size: _bandwidth.allocate_arrays(size // ITEMSIZE_BYTES, arrays, device),
+        device=device,
+        what="stream_sweep",
+    )
     points = [(size, kernel) for size in kept for kernel in kernels]
     rows: list[BandwidthResult] = []
-    for size, kernel in progress(points, desc=f"STREAM sweep ({device})", total=len(points),
-                                 show=show_progress):  # fmt: skip
+    for size, kernel in progress(
+        points, desc=f"STREAM sweep ({device})", total=len(points), show=show_progress
+    ):
         try:
-            rows.append(measure_kernel(kernel, buffers, size // ITEMSIZE_BYTES, device,
-                                 warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps))  # fmt: skip
+            rows.append(
+                measure_kernel(
+                    kernel,
+                    buffers,
+                    size // ITEMSIZE_BYTES,
+                    device,
+                    warmup_ms=warmup_ms,
+                    rep_ms=rep_ms,
+                    min_reps=min_reps,
+                )
+            )
         except Exception as exc:
             if not _memory.is_out_of_memory(exc):
                 raise
@@ -214,9 +238,11 @@ def stream_sweep(
         _memory.release_memory(device)
         largest = max((r.bytes_per_array for r in rows), default=None)
         note = _memory.out_of_memory_message(
-            "stream_sweep", f"{format_bytes(min(failed))} per array",
-            None if largest is None else f"{format_bytes(largest)} per array", device,
-        )  # fmt: skip
+            "stream_sweep",
+            f"{format_bytes(min(failed))} per array",
+            None if largest is None else f"{format_bytes(largest)} per array",
+            device,
+        )
         if not rows:
             raise _memory.MemoryBudgetError(note)
         print(note)

@@ -124,14 +124,28 @@ class DeviceCopy:
         }
 
 
-def _result(kernel: str, device: str, nbytes: int, traffic: int, timing: Timing,
-            implementation: str, calls: int = 1, dtype: str = "uint8") -> BandwidthResult:  # fmt: skip
+def _result(
+    kernel: str,
+    device: str,
+    nbytes: int,
+    traffic: int,
+    timing: Timing,
+    implementation: str,
+    calls: int = 1,
+    dtype: str = "uint8",
+) -> BandwidthResult:
     itemsize = 8 if dtype == "float64" else 4 if dtype == "float32" else 1
     return BandwidthResult(
-        kernel=kernel, device=device, dtype=dtype, n_elements=max(1, nbytes // itemsize),
-        bytes_per_array=nbytes, bytes_per_call=traffic, calls_per_sample=calls,
-        timing=timing, implementation=implementation,
-    )  # fmt: skip
+        kernel=kernel,
+        device=device,
+        dtype=dtype,
+        n_elements=max(1, nbytes // itemsize),
+        bytes_per_array=nbytes,
+        bytes_per_call=traffic,
+        calls_per_sample=calls,
+        timing=timing,
+        implementation=implementation,
+    )
 
 
 def _raw_event_copy(dst: Any, src: Any, reps: int, device: str) -> Timing:
@@ -139,8 +153,10 @@ def _raw_event_copy(dst: Any, src: Any, reps: int, device: str) -> Timing:
     import torch
 
     stream = torch.cuda.current_stream(torch.device(device))
-    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-             for _ in range(reps)]  # fmt: skip
+    pairs = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        for _ in range(reps)
+    ]
     for _ in range(3):  # warm-up
         dst.copy_(src)
     torch.cuda.synchronize(torch.device(device))
@@ -178,26 +194,47 @@ def device_copy(
     import torch
 
     device = _require_cuda(device, "device_copy")
-    labkit_row = stream_kernel("copy", bytes_per_array, device, fraction=fraction,
-                               warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps)  # fmt: skip
+    labkit_row = stream_kernel(
+        "copy",
+        bytes_per_array,
+        device,
+        fraction=fraction,
+        warmup_ms=warmup_ms,
+        rep_ms=rep_ms,
+        min_reps=min_reps,
+    )
     n = labkit_row.n_elements
     nbytes = labkit_row.bytes_per_array
     src = torch.full((n,), 2.0, dtype=torch.float64, device=device)
     dst = torch.zeros_like(src)
     reps = max(min_reps, labkit_row.timing.n)
-    refs = [_result("copy", device, nbytes, 2 * nbytes, _raw_event_copy(dst, src, reps, device),
-                    "torch dst.copy_(src), raw CUDA events", dtype="float64")]  # fmt: skip
+    refs = [
+        _result(
+            "copy",
+            device,
+            nbytes,
+            2 * nbytes,
+            _raw_event_copy(dst, src, reps, device),
+            "torch dst.copy_(src), raw CUDA events",
+            dtype="float64",
+        )
+    ]
     notes: list[str] = []
     try:
         refs += _cupy_copies(dst, src, device, nbytes, warmup_ms, rep_ms, min_reps)
     except Exception as exc:  # CuPy missing or unable to run: the torch reference remains
         notes.append(f"CuPy references skipped: {str(exc).splitlines()[0] if str(exc) else exc!r}")
-    return DeviceCopy(labkit=labkit_row, references=tuple(refs),
-                      peak_gb_per_s=theoretical_peak_gb_per_s(device), notes=tuple(notes))  # fmt: skip
+    return DeviceCopy(
+        labkit=labkit_row,
+        references=tuple(refs),
+        peak_gb_per_s=theoretical_peak_gb_per_s(device),
+        notes=tuple(notes),
+    )
 
 
-def _cupy_copies(dst: Any, src: Any, device: str, nbytes: int, warmup_ms: float, rep_ms: float,
-                 min_reps: int) -> list[BandwidthResult]:  # fmt: skip
+def _cupy_copies(
+    dst: Any, src: Any, device: str, nbytes: int, warmup_ms: float, rep_ms: float, min_reps: int
+) -> list[BandwidthResult]:
     import torch
 
     from labkit.core.optional import import_optional
@@ -212,12 +249,21 @@ def _cupy_copies(dst: Any, src: Any, device: str, nbytes: int, warmup_ms: float,
         a, b = cupy.from_dlpack(dst), cupy.from_dlpack(src)
         cases = [
             ("cupy.copyto(dst, src)", lambda: cupy.copyto(a, b)),
-            ("cupy memcpy (cudaMemcpyAsync)",
-             lambda: a.data.copy_from_device_async(b.data, nbytes)),
-        ]  # fmt: skip
+            (
+                "cupy memcpy (cudaMemcpyAsync)",
+                lambda: a.data.copy_from_device_async(b.data, nbytes),
+            ),
+        ]
         for label, fn in cases:
-            timing = bench(fn, warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps,
-                           device=f"cupy:{index}", label=label, warn=False)  # fmt: skip
+            timing = bench(
+                fn,
+                warmup_ms=warmup_ms,
+                rep_ms=rep_ms,
+                min_reps=min_reps,
+                device=f"cupy:{index}",
+                label=label,
+                warn=False,
+            )
             rows.append(_result("copy", device, nbytes, 2 * nbytes, timing, label, dtype="float64"))
         cupy.cuda.Device(index).synchronize()
     return rows
@@ -261,17 +307,22 @@ class TransferSweep:
         for size in sizes:
             cells = [format_bytes(size)]
             for kind in kinds:
-                row = next((r for r in self.rows if r.kernel == kind and r.bytes_per_array == size),
-                           None)  # fmt: skip
+                row = next(
+                    (r for r in self.rows if r.kernel == kind and r.bytes_per_array == size), None
+                )
                 cells.append(format_gb_per_s(row.gb_per_s) if row else "-")
             lines.append(cells)
         widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
-        return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True))
-                         for line in lines)  # fmt: skip
+        return "\n".join(
+            "  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)) for line in lines
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"device": self.device, "out_of_memory": self.out_of_memory,
-                "rows": [r.to_dict() for r in self.rows]}  # fmt: skip
+        return {
+            "device": self.device,
+            "out_of_memory": self.out_of_memory,
+            "rows": [r.to_dict() for r in self.rows],
+        }
 
 
 def _check_choices(name: str, values: Any, allowed: tuple[str, ...]) -> tuple[str, ...]:
@@ -314,16 +365,26 @@ def host_device_sweep(
     import torch
 
     device = _require_cuda(device, "host_device_sweep")
-    sizes = log_sizes(64 * 1024, 1024**3, points_per_decade=3) if sizes_bytes is None else (
-        tuple(check_int("sizes_bytes[...]", s, minimum=1) for s in sizes_bytes))  # fmt: skip
+    sizes = (
+        log_sizes(64 * 1024, 1024**3, points_per_decade=3)
+        if sizes_bytes is None
+        else (tuple(check_int("sizes_bytes[...]", s, minimum=1) for s in sizes_bytes))
+    )
     name = None if sizes_bytes is None else "sizes_bytes"
-    kept, dropped = _memory.fit_sizes(sizes, device="cpu", fraction=fraction,
-                                      arrays=len(host_memory), name=name)  # fmt: skip
-    kept, dropped_gpu = _memory.fit_sizes(kept, device=device, fraction=fraction, arrays=1,
-                                          name=name)  # fmt: skip
+    kept, dropped = _memory.fit_sizes(
+        sizes, device="cpu", fraction=fraction, arrays=len(host_memory), name=name
+    )
+    kept, dropped_gpu = _memory.fit_sizes(
+        kept, device=device, fraction=fraction, arrays=1, name=name
+    )
     if not kept:
-        _memory.check_fits(min(sizes), device="cpu", fraction=fraction, arrays=len(host_memory),
-                           what="host_device_sweep")  # fmt: skip
+        _memory.check_fits(
+            min(sizes),
+            device="cpu",
+            fraction=fraction,
+            arrays=len(host_memory),
+            what="host_device_sweep",
+        )
         _memory.check_fits(min(sizes), device=device, fraction=fraction, what="host_device_sweep")
     if dropped or dropped_gpu:
         import warnings
@@ -337,21 +398,26 @@ def host_device_sweep(
 
     def allocate(top: int) -> tuple[Any, dict[str, Any]]:
         on_device = torch.empty(top, dtype=torch.uint8, device=device)
-        hosts = {kind: torch.ones(top, dtype=torch.uint8, pin_memory=(kind == "pinned"))
-                 for kind in host_memory}  # fmt: skip
+        hosts = {
+            kind: torch.ones(top, dtype=torch.uint8, pin_memory=(kind == "pinned"))
+            for kind in host_memory
+        }
         return on_device, hosts
 
     # Another process can take GPU (or pinned host) memory after the budget was read:
     # an allocation that fails drops that size and the sweep goes on below it.
     (on_device, hosts), kept, failed = _memory.allocate_shrinking(
-        kept, allocate, device=device, what="host_device_sweep")  # fmt: skip
+        kept, allocate, device=device, what="host_device_sweep"
+    )
     points = [(size, d, m) for size in kept for d in directions for m in host_memory]
     rows: list[BandwidthResult] = []
-    for size, direction, kind in progress(points, desc="host<->device sweep",
-                                          total=len(points), show=show_progress):  # fmt: skip
+    for size, direction, kind in progress(
+        points, desc="host<->device sweep", total=len(points), show=show_progress
+    ):
         try:
-            rows.append(_transfer_row(on_device, hosts, size, direction, kind, device,
-                                      warmup_ms, rep_ms))  # fmt: skip
+            rows.append(
+                _transfer_row(on_device, hosts, size, direction, kind, device, warmup_ms, rep_ms)
+            )
         except Exception as exc:
             if not _memory.is_out_of_memory(exc):
                 raise
@@ -363,31 +429,50 @@ def host_device_sweep(
         _memory.release_memory(device)
         largest = max((r.bytes_per_array for r in rows), default=None)
         note = _memory.out_of_memory_message(
-            "host_device_sweep", f"a transfer of {format_bytes(min(failed))}",
-            None if largest is None else format_bytes(largest), device,
-        )  # fmt: skip
+            "host_device_sweep",
+            f"a transfer of {format_bytes(min(failed))}",
+            None if largest is None else format_bytes(largest),
+            device,
+        )
         if not rows:
             raise _memory.MemoryBudgetError(note)
         print(note)
     return TransferSweep(rows=tuple(rows), device=device, out_of_memory=note)
 
 
-def _transfer_row(on_device: Any, hosts: dict[str, Any], size: int, direction: str, kind: str,
-                  device: str, warmup_ms: float, rep_ms: float) -> BandwidthResult:  # fmt: skip
+def _transfer_row(
+    on_device: Any,
+    hosts: dict[str, Any],
+    size: int,
+    direction: str,
+    kind: str,
+    device: str,
+    warmup_ms: float,
+    rep_ms: float,
+) -> BandwidthResult:
     """Time one (size, direction, host memory) point of :func:`host_device_sweep`."""
     dev, host = on_device[:size], hosts[kind][:size]
     pinned = kind == "pinned"
     fn = _transfer(dev, host, direction, pinned)
-    text = (f"device.copy_(host, non_blocking={pinned})" if direction == "h2d"
-            else f"host.copy_(device, non_blocking={pinned})")  # fmt: skip
+    text = (
+        f"device.copy_(host, non_blocking={pinned})"
+        if direction == "h2d"
+        else f"host.copy_(device, non_blocking={pinned})"
+    )
     calls = max(1, min(1000, (16 * 1024**2) // size))
 
     def sample(fn: Callable[[], Any] = fn, calls: int = calls) -> None:
         for _ in range(calls):
             fn()
 
-    timing = bench(sample, warmup_ms=warmup_ms, rep_ms=rep_ms, device=device,
-                   label=f"{direction} {kind}", warn=False)  # fmt: skip
+    timing = bench(
+        sample,
+        warmup_ms=warmup_ms,
+        rep_ms=rep_ms,
+        device=device,
+        label=f"{direction} {kind}",
+        warn=False,
+    )
     return _result(f"{direction} {kind}", device, size, size, timing, text, calls)
 
 
@@ -441,12 +526,17 @@ class OverlapResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "device": self.device, "n_chunks": self.n_chunks, "chunk_bytes": self.chunk_bytes,
-            "compute_repeats": self.compute_repeats, "speedup": self.speedup,
-            "ideal_ms": self.ideal_ms, "copy": self.copy.to_dict(),
-            "compute": self.compute.to_dict(), "serialized": self.serialized.to_dict(),
+            "device": self.device,
+            "n_chunks": self.n_chunks,
+            "chunk_bytes": self.chunk_bytes,
+            "compute_repeats": self.compute_repeats,
+            "speedup": self.speedup,
+            "ideal_ms": self.ideal_ms,
+            "copy": self.copy.to_dict(),
+            "compute": self.compute.to_dict(),
+            "serialized": self.serialized.to_dict(),
             "overlapped": self.overlapped.to_dict(),
-        }  # fmt: skip
+        }
 
 
 def balance_repeats(copy_ms: float, pass_ms: float, *, limit: int = 1000) -> int:
@@ -494,10 +584,20 @@ def copy_compute_overlap(
 
     device = _require_cuda(device, "copy_compute_overlap")
     n = chunk_bytes // 4
-    _memory.check_fits(n * 4, device="cpu", fraction=fraction, arrays=n_chunks,
-                       what="copy_compute_overlap (pinned host chunks)")  # fmt: skip
-    _memory.check_fits(n * 4, device=device, fraction=fraction, arrays=2 * n_chunks,
-                       what="copy_compute_overlap (device chunks)")  # fmt: skip
+    _memory.check_fits(
+        n * 4,
+        device="cpu",
+        fraction=fraction,
+        arrays=n_chunks,
+        what="copy_compute_overlap (pinned host chunks)",
+    )
+    _memory.check_fits(
+        n * 4,
+        device=device,
+        fraction=fraction,
+        arrays=2 * n_chunks,
+        what="copy_compute_overlap (device chunks)",
+    )
     where = torch.device(device)
     hosts = [torch.ones(n, dtype=torch.float32, pin_memory=True) for _ in range(n_chunks)]
     inputs = [torch.empty(n, dtype=torch.float32, device=where) for _ in range(n_chunks)]
@@ -510,8 +610,13 @@ def copy_compute_overlap(
             torch.sin(inputs[i], out=outputs[i])
 
     if compute_repeats is None:
-        one_copy = bench(lambda: inputs[0].copy_(hosts[0], non_blocking=True), device=device,
-                         warmup_ms=10, rep_ms=30, warn=False)  # fmt: skip
+        one_copy = bench(
+            lambda: inputs[0].copy_(hosts[0], non_blocking=True),
+            device=device,
+            warmup_ms=10,
+            rep_ms=30,
+            warn=False,
+        )
         one_pass = bench(lambda: work(0, 1), device=device, warmup_ms=10, rep_ms=30, warn=False)
         compute_repeats = balance_repeats(one_copy.median_ms, one_pass.median_ms)
     repeats = check_int("compute_repeats", compute_repeats, minimum=1)
@@ -545,12 +650,19 @@ def copy_compute_overlap(
     torch.cuda.synchronize(where)
     expected = torch.sin(torch.ones(1, device=where))
     if not torch.allclose(outputs[-1][:1], expected):
-        raise RuntimeError("the overlapped pipeline computed a wrong value: a stream dependency "
-                           "is missing, so its timing would be meaningless")  # fmt: skip
+        raise RuntimeError(
+            "the overlapped pipeline computed a wrong value: a stream dependency "
+            "is missing, so its timing would be meaningless"
+        )
     timings = {
         name: bench(fn, device=device, warmup_ms=rep_ms / 4, rep_ms=rep_ms, label=name, warn=False)
-        for name, fn in (("copy", copies_only), ("compute", compute_only),
-                         ("serialized", serialized), ("overlapped", overlapped))
-    }  # fmt: skip
-    return OverlapResult(device=device, n_chunks=n_chunks, chunk_bytes=n * 4,
-                         compute_repeats=repeats, **timings)  # fmt: skip
+        for name, fn in (
+            ("copy", copies_only),
+            ("compute", compute_only),
+            ("serialized", serialized),
+            ("overlapped", overlapped),
+        )
+    }
+    return OverlapResult(
+        device=device, n_chunks=n_chunks, chunk_bytes=n * 4, compute_repeats=repeats, **timings
+    )

@@ -11,4 +11,14 @@ from labkit.batching.largest import largest_batch_cpu, largest_batch_cuda
 from labkit.batching.loaders import compare_loaders, compare_tf_pipelines, plot_loader_comparison
 from labkit.batching.sweep import BatchSweep, batch_sweep, latency_budget_batch, plot_batch_sweep
 
-__all__ = ["BatchSweep", "batch_sweep", "compare_loaders", "compare_tf_pipelines", "largest_batch_cpu", "largest_batch_cuda", "latency_budget_batch", "plot_batch_sweep", "plot_loader_comparison"]
+__all__ = [
+    "BatchSweep",
+    "batch_sweep",
+    "compare_loaders",
+    "compare_tf_pipelines",
+    "largest_batch_cpu",
+    "largest_batch_cuda",
+    "latency_budget_batch",
+    "plot_batch_sweep",
+    "plot_loader_comparison",
+]

@@ -395,7 +395,13 @@ def thread_scaling(
         for i in indices:
             dataset[i]
 
-    opts: dict[str, Any] = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "min_reps": 3, "device": "cpu", "warn": False}
+    opts: dict[str, Any] = {
+        "warmup_ms": warmup_ms,
+        "rep_ms": rep_ms,
+        "min_reps": 3,
+        "device": "cpu",
+        "warn": False,
+    }
     with ThreadPoolExecutor(threads) as pool:
 
         def threaded() -> None:
@@ -713,9 +719,17 @@ def _common_args(
 
 
 def _check_loader_args(
-    num_workers: Any, pin_memory: Any, prefetch_factor: Any, batch_size: Any, steps: Any,
-    warmup_steps: Any, step_ms: Any, dataset: Any, device: Any, label: Any,
-) -> tuple[int, bool, int | None, int, int, int, float | None]:  # fmt: skip
+    num_workers: Any,
+    pin_memory: Any,
+    prefetch_factor: Any,
+    batch_size: Any,
+    steps: Any,
+    warmup_steps: Any,
+    step_ms: Any,
+    dataset: Any,
+    device: Any,
+    label: Any,
+) -> tuple[int, bool, int | None, int, int, int, float | None]:
     """:func:`measure_loader`'s arguments, checked before torch is imported or a worker started."""
     from labkit.core.validate import check_torch_device
 
@@ -776,14 +790,25 @@ def measure_loader(
     from labkit.timing.sync import resolve_device
 
     num_workers, pin_memory, prefetch_factor, batch_size, steps, warmup_steps, step_ms = (
-        _check_loader_args(num_workers, pin_memory, prefetch_factor, batch_size, steps,
-                           warmup_steps, step_ms, dataset, device, label)
-    )  # fmt: skip
+        _check_loader_args(
+            num_workers,
+            pin_memory,
+            prefetch_factor,
+            batch_size,
+            steps,
+            warmup_steps,
+            step_ms,
+            dataset,
+            device,
+            label,
+        )
+    )
     torch = import_optional("torch", "labkit.batching.loaders.measure_loader")
     dataset = SyntheticImages() if dataset is None else dataset
     # the batch in the step, the next one, and those each worker prepares ahead
-    _check_batches_fit(dataset, batch_size, 2 + num_workers * (prefetch_factor or 2),
-                       "measure_loader")  # fmt: skip
+    _check_batches_fit(
+        dataset, batch_size, 2 + num_workers * (prefetch_factor or 2), "measure_loader"
+    )
     dev = resolve_torch_device(device)
     sync = resolve_device(str(dev)).synchronize
     notes: list[str] = []
@@ -956,9 +981,14 @@ def build_tf_pipeline(
 
 
 def _check_tf_args(
-    variant: Any, batch_size: Any, steps: Any, warmup_steps: Any, step_ms: Any, dataset: Any,
+    variant: Any,
+    batch_size: Any,
+    steps: Any,
+    warmup_steps: Any,
+    step_ms: Any,
+    dataset: Any,
     epoch_batches: Any,
-) -> tuple[int, int, int, float, int]:  # fmt: skip
+) -> tuple[int, int, int, float, int]:
     """:func:`measure_tf_pipeline`'s arguments, checked before TensorFlow is imported."""
     _check_variant(variant)
     batch_size, steps, warmup_steps, step_value = _common_args(
@@ -1012,8 +1042,12 @@ def measure_tf_pipeline(
     )
     dataset = SyntheticImages() if dataset is None else dataset
     # in the step, next, prefetched, and (cached variants) a whole epoch of decoded images
-    _check_batches_fit(dataset, batch_size, 4 + (epoch_batches if "cache" in variant else 0),
-                       f"measure_tf_pipeline({variant!r})")  # fmt: skip
+    _check_batches_fit(
+        dataset,
+        batch_size,
+        4 + (epoch_batches if "cache" in variant else 0),
+        f"measure_tf_pipeline({variant!r})",
+    )
     import_tensorflow("tf.data pipelines")
     ds = build_tf_pipeline(variant, dataset, batch_size, epoch_batches)
     warmup = max(warmup_steps, epoch_batches) if "cache" in variant else warmup_steps

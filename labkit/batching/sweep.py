@@ -284,7 +284,7 @@ def _check_batches(batch_sizes: Any) -> list[int]:
 
 
 def _check_model(model: Any) -> None:
-    """"mlp", "cnn" or an nn.Module (which means torch is imported already), without importing torch."""
+    """ "mlp", "cnn" or an nn.Module (which means torch is imported already), without importing torch."""
     torch = sys.modules.get("torch")
     if isinstance(model, str):
         if model not in MODELS:
@@ -302,7 +302,9 @@ def _check_modes(modes: Any) -> tuple[str, ...]:
     if isinstance(modes, str):
         modes = (modes,)
     if not isinstance(modes, Iterable):
-        raise TypeError(f"modes must be a selection of {', '.join(map(repr, MODES))}, got {modes!r}")
+        raise TypeError(
+            f"modes must be a selection of {', '.join(map(repr, MODES))}, got {modes!r}"
+        )
     checked = tuple(modes)
     if not checked or any(m not in MODES for m in checked) or len(set(checked)) != len(checked):
         raise ValueError(
@@ -429,7 +431,11 @@ def batch_sweep(
     torch.manual_seed(seed)
     net = model_fn().to(dev)
     opt = make_optimizer(net, optimizer)
-    budget_kw: dict[str, Any] = {"warmup_ms": float(warmup_ms), "rep_ms": float(rep_ms), "min_reps": min_reps}
+    budget_kw: dict[str, Any] = {
+        "warmup_ms": float(warmup_ms),
+        "rep_ms": float(rep_ms),
+        "min_reps": min_reps,
+    }
     curves = []
     for mode in modes:
         points: list[BatchPoint] = []
@@ -458,7 +464,11 @@ def batch_sweep(
                             net(x)
 
                     timing = bench(
-                        infer, device=str(dev), label=f"inference, batch {b}", warn=False, **budget_kw
+                        infer,
+                        device=str(dev),
+                        label=f"inference, batch {b}",
+                        warn=False,
+                        **budget_kw,
                     )
             except Exception as exc:  # out of memory: this curve ends at the batches that fit
                 if not is_out_of_memory(exc):
@@ -508,7 +518,9 @@ def latency_budget_batch(
     latency budget takes the largest batch that meets it, not the peak.
     """
     if not isinstance(result, BatchSweep):
-        raise TypeError(f"Expected an instance of BatchSweep as result, got {type(result).__name__} instead")
+        raise TypeError(
+            f"Expected an instance of BatchSweep as result, got {type(result).__name__} instead"
+        )
     from labkit.core.validate import check_ms
 
     max_latency_ms = check_ms("max_latency_ms", max_latency_ms)
@@ -533,7 +545,9 @@ def plot_batch_sweep(result: BatchSweep, ax: Any = None) -> Any:
     from labkit.plotting import plain_log_ticks, pyplot, style_axes
 
     if not isinstance(result, BatchSweep):
-        raise TypeError(f"Expected an instance of BatchSweep as result, got {type(result).__name__} instead")
+        raise TypeError(
+            f"Expected an instance of BatchSweep as result, got {type(result).__name__} instead"
+        )
     plt = pyplot()
     from matplotlib.ticker import NullLocator
 

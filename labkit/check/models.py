@@ -120,9 +120,7 @@ def rnn_param_counts(keras_params: Any, torch_params: Any) -> CheckResult:
     """Check SimpleRNN(64) and nn.RNN(32, 64) parameter counts for 32 input features."""
     exercise = "RNN parameters"
     if unsolved(keras_params) or unsolved(torch_params):
-        return todo(
-            exercise, "input weights + recurrent weights + biases; count the bias vectors."
-        )
+        return todo(exercise, "input weights + recurrent weights + biases; count the bias vectors.")
     k = as_number(keras_params, "keras_params")
     t = as_number(torch_params, "torch_params")
     units, features = 64, 32

@@ -30,8 +30,9 @@ def knee(batch_sizes: Sequence[int], samples_per_s: Sequence[float], share: floa
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
             raise TypeError(f"{name} must be a list of numbers, got {type(values).__name__}")
     batch_sizes = [check_positive_int(f"batch_sizes[{i}]", b) for i, b in enumerate(batch_sizes)]
-    samples_per_s = [check_real(f"samples_per_s[{i}]", s, low=0)
-                     for i, s in enumerate(samples_per_s)]  # fmt: skip
+    samples_per_s = [
+        check_real(f"samples_per_s[{i}]", s, low=0) for i, s in enumerate(samples_per_s)
+    ]
     share = check_real("share", share, low=0, high=1, low_open=True)
     if len(set(batch_sizes)) != len(batch_sizes):
         raise ValueError(
@@ -107,8 +108,13 @@ def loader_workers(answer: Any) -> CheckResult:
             "a bigger GPU would not train any faster. Each worker needs a CPU core.",
         )
     if value == ref - 1:
-        return CheckResult(exercise, False, True, f"With {ref - 1} workers a batch takes "
-                           f"{64 / (ref - 1):.1f} ms, still longer than the 10-ms step.")  # fmt: skip
+        return CheckResult(
+            exercise,
+            False,
+            True,
+            f"With {ref - 1} workers a batch takes "
+            f"{64 / (ref - 1):.1f} ms, still longer than the 10-ms step.",
+        )
     if value == 64 / 10:
         return CheckResult(exercise, False, True, "Workers come in whole processes: round up.")
     return CheckResult(exercise, False, True, f"{value:g} is off; see the hint.")

@@ -67,9 +67,13 @@ def _build_parser() -> argparse.ArgumentParser:
             )
         for option in spec.options:
             command.add_argument(
-                option.flag, dest=option.dest, type=option.parse, default=option.default,
-                metavar="N", help=option.help,
-            )  # fmt: skip
+                option.flag,
+                dest=option.dest,
+                type=option.parse,
+                default=option.default,
+                metavar="N",
+                help=option.help,
+            )
     return parser
 
 
@@ -82,7 +86,9 @@ def _check_before_running(args: argparse.Namespace) -> None:
     """
     if args.command != "bench" or not getattr(args, "record", False):
         return
-    check_record_flags(f"labkit bench {args.bench}", record=True, quick=getattr(args, "quick", False))
+    check_record_flags(
+        f"labkit bench {args.bench}", record=True, quick=getattr(args, "quick", False)
+    )
     from labkit.machine import gpu
 
     try:

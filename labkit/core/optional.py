@@ -126,10 +126,9 @@ def import_tensorflow(purpose: str | None = None) -> ModuleType:
             tf = importlib.import_module("tensorflow")
     except ImportError as exc:
         raise MissingPackageError("tensorflow", purpose) from exc
-    try:  # Python-side logging (absl) is separate from the C++ logs.
+    # Python-side logging (absl) is separate from the C++ logs; some TF builds lack it.
+    with contextlib.suppress(Exception):
         tf.get_logger().setLevel("ERROR")
-    except Exception:  # pragma: no cover - depends on the TF build
-        pass
     return tf
 
 

@@ -11,7 +11,9 @@ from typing import Any
 def check_positive_int(name: str, value: Any) -> int:
     """``value`` as an int, or an error naming ``name`` when it is not an integer >= 1."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be a positive integer, got {type(value).__name__} ({value!r})")
+        raise TypeError(
+            f"{name} must be a positive integer, got {type(value).__name__} ({value!r})"
+        )
     if value < 1:
         raise ValueError(f"{name} must be a positive integer (>= 1), got {value!r}")
     return int(value)
@@ -163,9 +165,7 @@ def check_ax(ax: Any, name: str = "ax") -> Any:
 # --------------------------------------------------------------------------- TensorFlow devices
 
 #: A TensorFlow device: "/GPU:0", "/device:CPU:0", "gpu:1", "/job:localhost/replica:0/task:0/device:GPU:0".
-_TF_DEVICE = (
-    r"^(/job:\w+)?(/replica:\d+)?(/task:\d+)?(/?device:|/)?(CPU|GPU|TPU):\d+$"
-)
+_TF_DEVICE = r"^(/job:\w+)?(/replica:\d+)?(/task:\d+)?(/?device:|/)?(CPU|GPU|TPU):\d+$"
 
 
 def check_tf_device(value: Any, name: str = "device", *, allow_none: bool = False) -> str | None:

@@ -44,8 +44,11 @@ TRANSPOSE_VERSIONS: tuple[str, ...] = ("naive", "tiled", "padded")
 SGEMM_VERSIONS: tuple[str, ...] = ("naive", "shared", "tiled")
 REDUCE_VERSIONS: tuple[str, ...] = ("atomic", "shared", "warp_shuffle")
 BLOCK_SWEEP_KERNELS: tuple[str, ...] = (
-    "strided_copy", "transpose_padded", "reduce_shared", "reduce_warp_shuffle",
-)  # fmt: skip
+    "strided_copy",
+    "transpose_padded",
+    "reduce_shared",
+    "reduce_warp_shuffle",
+)
 DEFAULT_STRIDES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 DEFAULT_BLOCK_SIZES: tuple[int, ...] = (32, 64, 128, 256, 512, 1024)
 #: Bytes per array the experiments aim for: far past any L2 (H200: 60 MB), shrunk to fit.
@@ -193,8 +196,10 @@ def _check_ms(name: str, value: Any, *, allow_zero: bool) -> float:
 
 
 def _budget(warmup_ms: Any, rep_ms: Any) -> dict[str, Any]:
-    return {"warmup_ms": _check_ms("warmup_ms", warmup_ms, allow_zero=True),
-            "rep_ms": _check_ms("rep_ms", rep_ms, allow_zero=False)}  # fmt: skip
+    return {
+        "warmup_ms": _check_ms("warmup_ms", warmup_ms, allow_zero=True),
+        "rep_ms": _check_ms("rep_ms", rep_ms, allow_zero=False),
+    }
 
 
 def _check_early(quick: Any, **sizes: tuple[Any, int]) -> None:
@@ -279,9 +284,7 @@ def _check_aligned(name: str, x: Any) -> None:
 def _check_block_size(value: Any, *, power_of_two: bool = False, name: str = "block_size") -> int:
     block = check_int(name, value, minimum=32, maximum=1024)
     if block % 32:
-        raise ValueError(
-            f"{name} must be a multiple of 32 (a whole number of warps), got {block}"
-        )
+        raise ValueError(f"{name} must be a multiple of 32 (a whole number of warps), got {block}")
     if power_of_two and block & (block - 1):
         raise ValueError(f"{name} must be a power of two for this kernel, got {block}")
     return block
@@ -296,8 +299,9 @@ def _i32(value: int) -> Any:
 # --------------------------------------------------------------------------- launchers
 
 
-def _plan_strided_copy(cupy: Any, x: Any, stride: Any, out: Any, block_size: Any,
-                       items_per_thread: Any) -> Launch:  # fmt: skip
+def _plan_strided_copy(
+    cupy: Any, x: Any, stride: Any, out: Any, block_size: Any, items_per_thread: Any
+) -> Launch:
     _check_array("x", x, cupy)
     stride = check_int("stride", stride, minimum=1, maximum=65535)
     block = check_int("block_size", block_size, minimum=1, maximum=1024)
@@ -312,12 +316,19 @@ def _plan_strided_copy(cupy: Any, x: Any, stride: Any, out: Any, block_size: Any
     m = n // stride
     grid = (math.ceil(m / (block * items)), stride, 1)
     kernel = get_kernel("strided_copy", ITEMS_PER_THREAD=items)
-    return Launch("strided_copy", kernel, grid, (block, 1, 1), (x, out, _i32(n), _i32(stride)),
-                  {"stride": stride, "block_size": block, "ITEMS_PER_THREAD": items})  # fmt: skip
+    return Launch(
+        "strided_copy",
+        kernel,
+        grid,
+        (block, 1, 1),
+        (x, out, _i32(n), _i32(stride)),
+        {"stride": stride, "block_size": block, "ITEMS_PER_THREAD": items},
+    )
 
 
-def strided_copy(x: Any, stride: int, *, out: Any = None, block_size: int = 256,
-                 items_per_thread: int = 4) -> Any:  # fmt: skip
+def strided_copy(
+    x: Any, stride: int, *, out: Any = None, block_size: int = 256, items_per_thread: int = 4
+) -> Any:
     """Copy ``x`` into ``out`` reading neighbouring threads' floats ``stride`` apart.
 
     ``out.ravel()[q * m + r] = x.ravel()[r * stride + q]`` with ``m = x.size
@@ -349,13 +360,16 @@ def _check_tile(tile_dim: Any, block_rows: Any) -> tuple[int, int]:
     if tile * rows > 1024:
         raise ValueError(f"tile_dim * block_rows ({tile * rows}) is the block size; at most 1024")
     if tile * (tile + 1) * 4 > _STATIC_SMEM_BYTES:
-        raise ValueError(f"tile_dim={tile} needs {tile * (tile + 1) * 4:,} bytes of shared memory; "
-                         f"at most {_STATIC_SMEM_BYTES:,} (tile_dim <= 109)")  # fmt: skip
+        raise ValueError(
+            f"tile_dim={tile} needs {tile * (tile + 1) * 4:,} bytes of shared memory; "
+            f"at most {_STATIC_SMEM_BYTES:,} (tile_dim <= 109)"
+        )
     return tile, rows
 
 
-def _plan_transpose(cupy: Any, x: Any, version: Any, out: Any, tile_dim: Any,
-                    block_rows: Any) -> Launch:  # fmt: skip
+def _plan_transpose(
+    cupy: Any, x: Any, version: Any, out: Any, tile_dim: Any, block_rows: Any
+) -> Launch:
     version = _check_version("version", version, (*TRANSPOSE_VERSIONS, "tiled_nosync"))
     _check_array("x", x, cupy, ndim=2)
     tile, rows_per_pass = _check_tile(tile_dim, block_rows)
@@ -366,12 +380,19 @@ def _plan_transpose(cupy: Any, x: Any, version: Any, out: Any, tile_dim: Any,
     out = _check_out(out, cupy, (cols, rows), x)
     name = f"transpose_{version}"
     kernel = get_kernel(name, TILE_DIM=tile, BLOCK_ROWS=rows_per_pass)
-    return Launch(name, kernel, grid, (tile, rows_per_pass, 1), (x, out, _i32(rows), _i32(cols)),
-                  {"TILE_DIM": tile, "BLOCK_ROWS": rows_per_pass})  # fmt: skip
+    return Launch(
+        name,
+        kernel,
+        grid,
+        (tile, rows_per_pass, 1),
+        (x, out, _i32(rows), _i32(cols)),
+        {"TILE_DIM": tile, "BLOCK_ROWS": rows_per_pass},
+    )
 
 
-def transpose(x: Any, version: str = "padded", *, out: Any = None, tile_dim: int = 32,
-              block_rows: int = 8) -> Any:  # fmt: skip
+def transpose(
+    x: Any, version: str = "padded", *, out: Any = None, tile_dim: int = 32, block_rows: int = 8
+) -> Any:
     """``out = x.T`` for a 2-D float32 array, with the kernel ``transpose_<version>``.
 
     ``version`` is "naive", "tiled" or "padded" (see ``transpose.cu``), or
@@ -410,14 +431,20 @@ def sgemm_tiled_problems(**macros: int) -> list[str]:
             "a warp covers 4 x 8 threads' tiles: BN/TN must be a multiple of 8, BM/TM of 4"
         )
     if (4 * threads) % bk or (bm * bk) % (4 * threads):
-        problems.append("the A tile (BM x BK) must load in whole float4 rows: "
-                        "BK | 4*threads and 4*threads | BM*BK")  # fmt: skip
+        problems.append(
+            "the A tile (BM x BK) must load in whole float4 rows: "
+            "BK | 4*threads and 4*threads | BM*BK"
+        )
     if (4 * threads) % bn or (bk * bn) % (4 * threads):
-        problems.append("the B tile (BK x BN) must load in whole float4 rows: "
-                        "BN | 4*threads and 4*threads | BK*BN")  # fmt: skip
+        problems.append(
+            "the B tile (BK x BN) must load in whole float4 rows: "
+            "BN | 4*threads and 4*threads | BK*BN"
+        )
     if (bk * bm + bk * bn) * 4 > _STATIC_SMEM_BYTES:
-        problems.append(f"the tiles need {(bk * bm + bk * bn) * 4:,} bytes of shared memory; "
-                        f"at most {_STATIC_SMEM_BYTES:,}")  # fmt: skip
+        problems.append(
+            f"the tiles need {(bk * bm + bk * bn) * 4:,} bytes of shared memory; "
+            f"at most {_STATIC_SMEM_BYTES:,}"
+        )
     return problems
 
 
@@ -500,11 +527,19 @@ def _plan_reduce(cupy: Any, x: Any, version: Any, out: Any, block_size: Any) -> 
         block = _check_block_size(block_size)
         _check_aligned("x", x)
         resident = _attribute(cupy, "MultiProcessorCount", 1) * max(
-            _attribute(cupy, "MaxThreadsPerMultiProcessor", 2048) // block, 1)  # fmt: skip
+            _attribute(cupy, "MaxThreadsPerMultiProcessor", 2048) // block, 1
+        )
         grid, settings = (max(1, min(resident, math.ceil(n / (4 * block)))), 1, 1), {}
     kernel = get_kernel(name, **settings)
-    return Launch(name, kernel, grid, (block, 1, 1), (x, out, _i32(n)),
-                  {"block_size": block, **settings}, zero=out)  # fmt: skip
+    return Launch(
+        name,
+        kernel,
+        grid,
+        (block, 1, 1),
+        (x, out, _i32(n)),
+        {"block_size": block, **settings},
+        zero=out,
+    )
 
 
 def reduce_sum(
@@ -673,40 +708,67 @@ class KernelComparison:
         return max(self.runs, key=lambda r: r.rate)
 
     def summary(self) -> list[str]:
-        lines = [f"{self.experiment}: {self.problem}; rates count {self.counting}",
-                 f"  ceiling, {self.ceiling.name}: {_format_rate(self.ceiling.rate, self.unit)} "
-                 f"({format_duration(self.ceiling.median_ms)})"]  # fmt: skip
+        lines = [
+            f"{self.experiment}: {self.problem}; rates count {self.counting}",
+            f"  ceiling, {self.ceiling.name}: {_format_rate(self.ceiling.rate, self.unit)} "
+            f"({format_duration(self.ceiling.median_ms)})",
+        ]
         for r in self.runs:
-            lines.append(f"  {r.label}: {_format_rate(r.rate, self.unit)} = {r.fraction:.0%} of "
-                         f"the ceiling ({format_duration(r.median_ms)})")  # fmt: skip
+            lines.append(
+                f"  {r.label}: {_format_rate(r.rate, self.unit)} = {r.fraction:.0%} of "
+                f"the ceiling ({format_duration(r.median_ms)})"
+            )
         lines += [f"  note: {note}" for note in self.notes]
         return lines
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "experiment": self.experiment, "device": self.device, "problem": self.problem,
-            "unit": self.unit, "counting": self.counting, "param_name": self.param_name,
-            "ceiling": {"name": self.ceiling.name, "rate": self.ceiling.rate,
-                        "median_ms": self.ceiling.median_ms},
-            "runs": [{"name": r.name, "label": r.label, "param": r.param, "rate": r.rate,
-                      "fraction": r.fraction, "median_ms": r.median_ms, "iqr_ms": r.timing.iqr_ms,
-                      "n": r.timing.n, "max_error": r.max_error, "settings": dict(r.settings)}
-                     for r in self.runs],
+            "experiment": self.experiment,
+            "device": self.device,
+            "problem": self.problem,
+            "unit": self.unit,
+            "counting": self.counting,
+            "param_name": self.param_name,
+            "ceiling": {
+                "name": self.ceiling.name,
+                "rate": self.ceiling.rate,
+                "median_ms": self.ceiling.median_ms,
+            },
+            "runs": [
+                {
+                    "name": r.name,
+                    "label": r.label,
+                    "param": r.param,
+                    "rate": r.rate,
+                    "fraction": r.fraction,
+                    "median_ms": r.median_ms,
+                    "iqr_ms": r.timing.iqr_ms,
+                    "n": r.timing.n,
+                    "max_error": r.max_error,
+                    "settings": dict(r.settings),
+                }
+                for r in self.runs
+            ],
             "notes": list(self.notes),
-        }  # fmt: skip
+        }
 
     def __str__(self) -> str:
         width = max([len("ceiling"), *(len(r.label) for r in self.runs)])
-        lines = [f"{self.experiment} on {self.device}: {self.problem}",
-                 f"  rates count {self.counting}",
-                 f"  {'ceiling':<{width}}  {format_duration(self.ceiling.median_ms):>9}  "
-                 f"{_format_rate(self.ceiling.rate, self.unit):>13}  {self.ceiling.name}"]  # fmt: skip
+        lines = [
+            f"{self.experiment} on {self.device}: {self.problem}",
+            f"  rates count {self.counting}",
+            f"  {'ceiling':<{width}}  {format_duration(self.ceiling.median_ms):>9}  "
+            f"{_format_rate(self.ceiling.rate, self.unit):>13}  {self.ceiling.name}",
+        ]
         for r in self.runs:
-            lines.append(f"  {r.label:<{width}}  {format_duration(r.median_ms):>9}  "
-                         f"{_format_rate(r.rate, self.unit):>13}  {r.fraction:4.0%} of ceiling")  # fmt: skip
+            lines.append(
+                f"  {r.label:<{width}}  {format_duration(r.median_ms):>9}  "
+                f"{_format_rate(r.rate, self.unit):>13}  {r.fraction:4.0%} of ceiling"
+            )
         largest = max((r.max_error for r in self.runs), default=0.0)
-        lines.append(f"  every kernel's output was verified before timing (largest error "
-                     f"{largest:.2g})")  # fmt: skip
+        lines.append(
+            f"  every kernel's output was verified before timing (largest error {largest:.2g})"
+        )
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
 
@@ -735,8 +797,10 @@ def _elements(requested: int | None, *, arrays: int, multiple: int, what: str, q
     fits = _memory.fit_bytes(4 * target, device="cuda", arrays=arrays) // 4
     n = min(target, fits, _INT32_MAX) // multiple * multiple
     if n < multiple:
-        raise _memory.MemoryBudgetError(f"{what}: not even {multiple:,} floats per array fit the "
-                                        "GPU memory budget; close other GPU programs")  # fmt: skip
+        raise _memory.MemoryBudgetError(
+            f"{what}: not even {multiple:,} floats per array fit the "
+            "GPU memory budget; close other GPU programs"
+        )
     return n
 
 
@@ -775,8 +839,13 @@ def run_and_verify(
     return bench(launch, device="cupy", label=label, warn=False, **budget), error
 
 
-def _verified(launch: Callable[[], Any], check: Callable[[], float], label: str,
-              budget: dict[str, Any], reset: Any = None) -> tuple[Timing, float]:  # fmt: skip
+def _verified(
+    launch: Callable[[], Any],
+    check: Callable[[], float],
+    label: str,
+    budget: dict[str, Any],
+    reset: Any = None,
+) -> tuple[Timing, float]:
     return run_and_verify(launch, check, label=label, reset=reset, **budget)
 
 
@@ -784,17 +853,27 @@ def _copy_ceiling(cupy: Any, src: Any, dst: Any, budget: dict[str, Any]) -> Ceil
     cupy.copyto(dst, src)
     check_equal("cupy.copyto", dst, src)
     timing = bench(cupy.copyto, dst, src, device="cupy", label="cupy.copyto", warn=False, **budget)
-    return Ceiling("device-to-device copy (cupy.copyto), bytes read + written",
-                   _gb_per_s(2 * src.nbytes, timing.median_ms), "GB/s", timing)  # fmt: skip
+    return Ceiling(
+        "device-to-device copy (cupy.copyto), bytes read + written",
+        _gb_per_s(2 * src.nbytes, timing.median_ms),
+        "GB/s",
+        timing,
+    )
 
 
 def _size_text(n: int) -> str:
     return f"{n:,} float32 ({_memory.format_bytes(4 * n)} per array)"
 
 
-def stride_sweep(strides: Iterable[int] = DEFAULT_STRIDES, *, n_elements: int | None = None,
-                 block_size: int = 256, warmup_ms: float = 25.0, rep_ms: float = 100.0,
-                 quick: bool = False) -> KernelComparison:  # fmt: skip
+def stride_sweep(
+    strides: Iterable[int] = DEFAULT_STRIDES,
+    *,
+    n_elements: int | None = None,
+    block_size: int = 256,
+    warmup_ms: float = 25.0,
+    rep_ms: float = 100.0,
+    quick: bool = False,
+) -> KernelComparison:
     """Effective bandwidth of :func:`strided_copy` at each stride, against the copy ceiling.
 
     All strides copy the same n floats; only the distance between the floats
@@ -811,8 +890,9 @@ def stride_sweep(strides: Iterable[int] = DEFAULT_STRIDES, *, n_elements: int | 
     _check_early(quick, n_elements=(n_elements, _INT32_MAX))
     cupy = require_cupy("the stride sweep")
     _free(cupy)  # blocks an earlier experiment left in CuPy's pool count as used
-    n = _elements(n_elements, arrays=3, multiple=math.lcm(*values), what="the stride sweep",
-                  quick=quick)  # fmt: skip
+    n = _elements(
+        n_elements, arrays=3, multiple=math.lcm(*values), what="the stride sweep", quick=quick
+    )
     x = _random(cupy, (n,))
     out = cupy.empty_like(x)
     try:
@@ -823,8 +903,18 @@ def stride_sweep(strides: Iterable[int] = DEFAULT_STRIDES, *, n_elements: int | 
             check = functools.partial(_check_strided, out, x, stride)
             timing, error = _verified(launch, check, f"stride {stride}", budget, reset=out)
             rate = _gb_per_s(2 * x.nbytes, timing.median_ms)
-            runs.append(KernelRun("strided_copy", f"stride {stride}", rate, rate / ceiling.rate,
-                                  timing, stride, error, dict(launch.settings)))  # fmt: skip
+            runs.append(
+                KernelRun(
+                    "strided_copy",
+                    f"stride {stride}",
+                    rate,
+                    rate / ceiling.rate,
+                    timing,
+                    stride,
+                    error,
+                    dict(launch.settings),
+                )
+            )
         return KernelComparison(
             "Strided copy",
             gpu_name(),
@@ -862,10 +952,17 @@ def _square_side(requested: int | None, *, arrays: int, quick: bool, what: str) 
     return side
 
 
-def transpose_versions(n: int | None = None, *, versions: Sequence[str] = TRANSPOSE_VERSIONS,
-                       tile_dim: int = 32, block_rows: int = 8,
-                       padded_configs: Sequence[tuple[int, int]] = (), warmup_ms: float = 25.0,
-                       rep_ms: float = 100.0, quick: bool = False) -> KernelComparison:  # fmt: skip
+def transpose_versions(
+    n: int | None = None,
+    *,
+    versions: Sequence[str] = TRANSPOSE_VERSIONS,
+    tile_dim: int = 32,
+    block_rows: int = 8,
+    padded_configs: Sequence[tuple[int, int]] = (),
+    warmup_ms: float = 25.0,
+    rep_ms: float = 100.0,
+    quick: bool = False,
+) -> KernelComparison:
     """The naive, tiled and padded transposes of an n x n matrix, against the copy ceiling.
 
     Bytes counted: the matrix read once and written once, as for the copy.
@@ -895,8 +992,18 @@ def transpose_versions(n: int | None = None, *, versions: Sequence[str] = TRANSP
             check = functools.partial(check_equal, launch.name, out, x.T)
             timing, error = _verified(launch, check, label, budget, reset=out)
             rate = _gb_per_s(2 * x.nbytes, timing.median_ms)
-            runs.append(KernelRun(launch.name, label, rate, rate / ceiling.rate, timing, None,
-                                  error, dict(launch.settings)))  # fmt: skip
+            runs.append(
+                KernelRun(
+                    launch.name,
+                    label,
+                    rate,
+                    rate / ceiling.rate,
+                    timing,
+                    None,
+                    error,
+                    dict(launch.settings),
+                )
+            )
         return KernelComparison(
             "Matrix transpose",
             gpu_name(),
@@ -953,9 +1060,14 @@ def _sgemm_label(version: str, settings: Mapping[str, int]) -> str:
     return "tiled " + " ".join(f"{k}={settings[k]}" for k in ("BM", "BN", "BK", "TM", "TN"))
 
 
-def sgemm_vs_cublas(n: int = 4096, *, versions: Sequence[str] = SGEMM_VERSIONS,
-                    tiled_configs: Sequence[Mapping[str, int]] = (), warmup_ms: float = 25.0,
-                    rep_ms: float = 100.0) -> KernelComparison:  # fmt: skip
+def sgemm_vs_cublas(
+    n: int = 4096,
+    *,
+    versions: Sequence[str] = SGEMM_VERSIONS,
+    tiled_configs: Sequence[Mapping[str, int]] = (),
+    warmup_ms: float = 25.0,
+    rep_ms: float = 100.0,
+) -> KernelComparison:
     """The SGEMM kernels on n x n matrices, as fractions of cuBLAS FP32 on the same matrices.
 
     Every result (cuBLAS's too) is checked against a float64 cuBLAS product
@@ -988,10 +1100,15 @@ def sgemm_vs_cublas(n: int = 4096, *, versions: Sequence[str] = SGEMM_VERSIONS,
         with cublas_fp32(cupy) as mode:
             cupy.matmul(a, b, out=c)
             cublas_error = check_close("cuBLAS (cupy.matmul)", c, reference)
-            timing = bench(cupy.matmul, a, b, out=c, device="cupy", label="cuBLAS", warn=False,
-                           **budget)  # fmt: skip
-        ceiling = Ceiling(f"cuBLAS SGEMM (cupy.matmul, {mode})",
-                          flop / (timing.median_ms * 1e6), "GFLOP/s", timing)  # fmt: skip
+            timing = bench(
+                cupy.matmul, a, b, out=c, device="cupy", label="cuBLAS", warn=False, **budget
+            )
+        ceiling = Ceiling(
+            f"cuBLAS SGEMM (cupy.matmul, {mode})",
+            flop / (timing.median_ms * 1e6),
+            "GFLOP/s",
+            timing,
+        )
         plans: list[tuple[str, dict[str, int]]] = [(v, {}) for v in chosen]
         plans += [("tiled", cfg) for cfg in configs]
         runs = []
@@ -1001,23 +1118,46 @@ def sgemm_vs_cublas(n: int = 4096, *, versions: Sequence[str] = SGEMM_VERSIONS,
             check = functools.partial(check_close, launch.name, c, reference)
             timing, error = _verified(launch, check, label, budget, reset=c)
             rate = flop / (timing.median_ms * 1e6)
-            runs.append(KernelRun(launch.name, label, rate, rate / ceiling.rate, timing, None,
-                                  error, dict(launch.settings)))  # fmt: skip
+            runs.append(
+                KernelRun(
+                    launch.name,
+                    label,
+                    rate,
+                    rate / ceiling.rate,
+                    timing,
+                    None,
+                    error,
+                    dict(launch.settings),
+                )
+            )
         return KernelComparison(
-            "SGEMM", gpu_name(), f"C = A @ B, {side:,} x {side:,} float32", "GFLOP/s",
-            "2 n³ FLOP per call", ceiling, tuple(runs),
-            notes=(f"every result checked against a float64 product first; cuBLAS's max error "
-                   f"is {cublas_error:.1g} of the largest value (strict FP32 ~1e-6, TF32 ~1e-4)",),
-        )  # fmt: skip
+            "SGEMM",
+            gpu_name(),
+            f"C = A @ B, {side:,} x {side:,} float32",
+            "GFLOP/s",
+            "2 n³ FLOP per call",
+            ceiling,
+            tuple(runs),
+            notes=(
+                f"every result checked against a float64 product first; cuBLAS's max error "
+                f"is {cublas_error:.1g} of the largest value (strict FP32 ~1e-6, TF32 ~1e-4)",
+            ),
+        )
     finally:
         del a, b, c
         _free(cupy)
 
 
-def reduction_versions(n_elements: int | None = None, *, versions: Sequence[str] = REDUCE_VERSIONS,
-                       atomic_elements: int = ATOMIC_ELEMENTS, block_size: int = 256,
-                       warmup_ms: float = 25.0, rep_ms: float = 100.0,
-                       quick: bool = False) -> KernelComparison:  # fmt: skip
+def reduction_versions(
+    n_elements: int | None = None,
+    *,
+    versions: Sequence[str] = REDUCE_VERSIONS,
+    atomic_elements: int = ATOMIC_ELEMENTS,
+    block_size: int = 256,
+    warmup_ms: float = 25.0,
+    rep_ms: float = 100.0,
+    quick: bool = False,
+) -> KernelComparison:
     """The three sums of n float32 values, as fractions of the copy bandwidth.
 
     A reduction's rate counts the bytes it *reads* (n x 4 B); the copy
@@ -1052,8 +1192,18 @@ def reduction_versions(n_elements: int | None = None, *, versions: Sequence[str]
             check = functools.partial(check_sum, launch.name, out, data, exact=True)
             timing, error = _verified(launch, check, version, budget)
             rate = _gb_per_s(data.nbytes, timing.median_ms)
-            runs.append(KernelRun(launch.name, version, rate, rate / ceiling.rate, timing, None,
-                                  error, dict(launch.settings)))  # fmt: skip
+            runs.append(
+                KernelRun(
+                    launch.name,
+                    version,
+                    rate,
+                    rate / ceiling.rate,
+                    timing,
+                    None,
+                    error,
+                    dict(launch.settings),
+                )
+            )
         return KernelComparison(
             "Sum reduction",
             gpu_name(),
@@ -1069,9 +1219,15 @@ def reduction_versions(n_elements: int | None = None, *, versions: Sequence[str]
         _free(cupy)
 
 
-def block_size_sweep(kernel: str = "strided_copy", block_sizes: Iterable[int] = DEFAULT_BLOCK_SIZES,
-                     *, n_elements: int | None = None, warmup_ms: float = 25.0,
-                     rep_ms: float = 100.0, quick: bool = False) -> KernelComparison:  # fmt: skip
+def block_size_sweep(
+    kernel: str = "strided_copy",
+    block_sizes: Iterable[int] = DEFAULT_BLOCK_SIZES,
+    *,
+    n_elements: int | None = None,
+    warmup_ms: float = 25.0,
+    rep_ms: float = 100.0,
+    quick: bool = False,
+) -> KernelComparison:
     """One kernel at several thread-block sizes, each as a fraction of the copy bandwidth.
 
     Kernels: "strided_copy" (stride 1, a plain copy), "transpose_padded"
@@ -1086,8 +1242,9 @@ def block_size_sweep(kernel: str = "strided_copy", block_sizes: Iterable[int] = 
             f"block_sizes must be a sequence of integers, got {type(block_sizes).__name__}"
         )
     power = kernel in ("transpose_padded", "reduce_shared")
-    sizes = sorted({_check_block_size(b, power_of_two=power, name="block_sizes[...]")
-                    for b in block_sizes})  # fmt: skip
+    sizes = sorted(
+        {_check_block_size(b, power_of_two=power, name="block_sizes[...]") for b in block_sizes}
+    )
     if not sizes:
         raise ValueError("block_sizes is empty")
     budget = _budget(warmup_ms, rep_ms)
@@ -1095,8 +1252,12 @@ def block_size_sweep(kernel: str = "strided_copy", block_sizes: Iterable[int] = 
     cupy = require_cupy(f"the block-size sweep of {kernel}")
     _free(cupy)  # blocks an earlier experiment left in CuPy's pool count as used
     if kernel == "transpose_padded":
-        side = _square_side(None if n_elements is None else math.isqrt(n_elements), arrays=3,
-                            quick=quick, what="the block-size sweep")  # fmt: skip
+        side = _square_side(
+            None if n_elements is None else math.isqrt(n_elements),
+            arrays=3,
+            quick=quick,
+            what="the block-size sweep",
+        )
         shape: tuple[int, ...] = (side, side)
         problem = f"{side:,} x {side:,} float32 matrix, 32 x (block size / 32) blocks"
     else:
@@ -1119,12 +1280,23 @@ def block_size_sweep(kernel: str = "strided_copy", block_sizes: Iterable[int] = 
             else:
                 launch = _plan_reduce(cupy, x, kernel.removeprefix("reduce_"), total, block)
                 check = functools.partial(check_sum, kernel, total, x, exact=True)
-            timing, error = _verified(launch, check, f"{block} threads", budget,
-                                      reset=None if reduction else out)  # fmt: skip
+            timing, error = _verified(
+                launch, check, f"{block} threads", budget, reset=None if reduction else out
+            )
             nbytes = x.nbytes if reduction else 2 * x.nbytes
             rate = _gb_per_s(nbytes, timing.median_ms)
-            runs.append(KernelRun(kernel, f"{block} threads", rate, rate / ceiling.rate, timing,
-                                  block, error, dict(launch.settings)))  # fmt: skip
+            runs.append(
+                KernelRun(
+                    kernel,
+                    f"{block} threads",
+                    rate,
+                    rate / ceiling.rate,
+                    timing,
+                    block,
+                    error,
+                    dict(launch.settings),
+                )
+            )
         counting = "bytes read (n x 4 B)" if reduction else "bytes read + written"
         return KernelComparison(
             f"Block-size sweep of {kernel}",

@@ -192,8 +192,13 @@ def occupancy(
     """
     name, lim = gpu_limits(gpu)
     threads = _check_int("threads_per_block", threads_per_block, 1, lim.max_threads_per_block)
-    regs = _check_int("registers_per_thread", registers_per_thread, 1, lim.max_registers_per_thread,
-                      " (ptxas never uses more than 255)")  # fmt: skip
+    regs = _check_int(
+        "registers_per_thread",
+        registers_per_thread,
+        1,
+        lim.max_registers_per_thread,
+        " (ptxas never uses more than 255)",
+    )
     smem = _check_int("shared_bytes_per_block", shared_bytes_per_block, 0)
 
     warps = -(-threads // lim.warp_size)
@@ -236,13 +241,22 @@ def occupancy(
     limited_by = tuple(r for r in LIMITERS if limits[r] == blocks)
     active = blocks * warps
     return Occupancy(
-        gpu=name, arch=lim.arch, threads_per_block=threads, registers_per_thread=regs,
-        shared_bytes_per_block=smem, warps_per_block=warps, blocks_per_sm=blocks,
-        active_warps_per_sm=active, max_warps_per_sm=lim.max_warps_per_sm,
-        occupancy_fraction=active / lim.max_warps_per_sm, limited_by=limited_by,
-        block_limits=limits, registers_per_block=per_block,
-        shared_allocated_bytes_per_block=allocated, reason=reason,
-    )  # fmt: skip
+        gpu=name,
+        arch=lim.arch,
+        threads_per_block=threads,
+        registers_per_thread=regs,
+        shared_bytes_per_block=smem,
+        warps_per_block=warps,
+        blocks_per_sm=blocks,
+        active_warps_per_sm=active,
+        max_warps_per_sm=lim.max_warps_per_sm,
+        occupancy_fraction=active / lim.max_warps_per_sm,
+        limited_by=limited_by,
+        block_limits=limits,
+        registers_per_block=per_block,
+        shared_allocated_bytes_per_block=allocated,
+        reason=reason,
+    )
 
 
 # --------------------------------------------------------------------------- sweep
@@ -272,8 +286,11 @@ class OccupancySweep:
     def __str__(self) -> str:
         shown = self.rows
         if len(shown) > 12:  # long sweeps: the powers of two, and the best
-            shown = tuple(r for r in shown if r.threads_per_block & (r.threads_per_block - 1) == 0
-                          or r is self.best)  # fmt: skip
+            shown = tuple(
+                r
+                for r in shown
+                if r.threads_per_block & (r.threads_per_block - 1) == 0 or r is self.best
+            )
         lines = [
             f"Theoretical occupancy of {self.kernel} on {self.gpu} ({self.arch}): "
             f"{self.registers_per_thread} registers/thread, "
@@ -282,8 +299,10 @@ class OccupancySweep:
         ]
         for r in shown:
             if not r.fits:
-                lines.append(f"{r.threads_per_block:>14}{0:>11}{0:>10}{'—':>11}  cannot launch: "
-                             f"{r.limited_by[0]}")  # fmt: skip
+                lines.append(
+                    f"{r.threads_per_block:>14}{0:>11}{0:>10}{'—':>11}  cannot launch: "
+                    f"{r.limited_by[0]}"
+                )
                 continue
             lines.append(
                 f"{r.threads_per_block:>14}{r.blocks_per_sm:>11}"
@@ -291,8 +310,10 @@ class OccupancySweep:
                 f"{f'{r.percent:.1f}%':>11}  {_and(r.limited_by)}"
             )
         best = self.best
-        lines.append(f"Highest: {best.percent:.1f}%, first reached at {best.threads_per_block} "
-                     f"threads/block ({len(self.rows)} block sizes computed).")  # fmt: skip
+        lines.append(
+            f"Highest: {best.percent:.1f}%, first reached at {best.threads_per_block} "
+            f"threads/block ({len(self.rows)} block sizes computed)."
+        )
         return "\n".join(lines)
 
 
@@ -329,16 +350,25 @@ def occupancy_sweep(
             f"kernel_resources was compiled for {arch} but {name} is {lim.arch}: register counts "
             f"differ between architectures; compile with arch={lim.arch!r}"
         )
-    if isinstance(block_sizes, (str, bytes)) or not isinstance(block_sizes, (tuple, list)) \
-            or not block_sizes:  # fmt: skip
+    if (
+        isinstance(block_sizes, (str, bytes))
+        or not isinstance(block_sizes, (tuple, list))
+        or not block_sizes
+    ):
         raise TypeError(f"block_sizes must be a non-empty list of ints, got {block_sizes!r}")
     extra = _check_int("dynamic_shared_bytes", dynamic_shared_bytes, 0)
     sizes = sorted(
         {_check_int("block_sizes", b, 1, lim.max_threads_per_block) for b in block_sizes}
     )
-    rows = tuple(occupancy(name if name in GPUS else lim.arch, threads_per_block=b,
-                           registers_per_thread=regs, shared_bytes_per_block=static + extra)
-                 for b in sizes)  # fmt: skip
+    rows = tuple(
+        occupancy(
+            name if name in GPUS else lim.arch,
+            threads_per_block=b,
+            registers_per_thread=regs,
+            shared_bytes_per_block=static + extra,
+        )
+        for b in sizes
+    )
     kernel = getattr(kernel_resources, "name", "kernel")
     return OccupancySweep(name, lim.arch, str(kernel), int(regs), int(static) + extra, rows)
 
@@ -346,8 +376,9 @@ def occupancy_sweep(
 _LIMITER_COLORS = {"threads": "C0", "blocks": "C2", "registers": "C3", "shared memory": "C1"}
 
 
-def plot_occupancy(sweep: OccupancySweep | list[OccupancySweep] | tuple[OccupancySweep, ...],
-                   ax: Any = None) -> Any:  # fmt: skip
+def plot_occupancy(
+    sweep: OccupancySweep | list[OccupancySweep] | tuple[OccupancySweep, ...], ax: Any = None
+) -> Any:
     """Occupancy (%) against threads per block; each point coloured by the resource that limits it.
 
     Pass several sweeps (say, one kernel at different register counts, or two
@@ -359,7 +390,9 @@ def plot_occupancy(sweep: OccupancySweep | list[OccupancySweep] | tuple[Occupanc
     check_ax(ax)
     sweeps = list(sweep) if isinstance(sweep, (list, tuple)) else [sweep]
     if not sweeps or not all(isinstance(s, OccupancySweep) for s in sweeps):
-        raise TypeError(f"Expected an OccupancySweep (or a list of them) as sweep, got {sweep!r} instead.")
+        raise TypeError(
+            f"Expected an OccupancySweep (or a list of them) as sweep, got {sweep!r} instead."
+        )
     from labkit.plotting import pyplot, style_axes
 
     plt = pyplot()
@@ -374,9 +407,15 @@ def plot_occupancy(sweep: OccupancySweep | list[OccupancySweep] | tuple[Occupanc
             for limiter in LIMITERS:
                 hit = [r for r in s.rows if r.fits and r.limited_by[0] == limiter]
                 if hit:
-                    ax.plot([r.threads_per_block for r in hit], [r.percent for r in hit], "o",
-                            ms=4, color=_LIMITER_COLORS[limiter], label=f"limited by {limiter}",
-                            zorder=2)  # fmt: skip
+                    ax.plot(
+                        [r.threads_per_block for r in hit],
+                        [r.percent for r in hit],
+                        "o",
+                        ms=4,
+                        color=_LIMITER_COLORS[limiter],
+                        label=f"limited by {limiter}",
+                        zorder=2,
+                    )
             fails = [r.threads_per_block for r in s.rows if not r.fits]
             if fails:
                 ax.plot(fails, [0] * len(fails), "x", color="k", label="cannot launch")
@@ -386,8 +425,10 @@ def plot_occupancy(sweep: OccupancySweep | list[OccupancySweep] | tuple[Occupanc
             title = f"Theoretical occupancy on {s.gpu} ({s.arch})"
     ax.set_ylim(0, 105)
     ax.set_xlim(0, max(r.threads_per_block for s in sweeps for r in s.rows) + 32)
-    ax.set_xticks([t for t in (32, 128, 256, 384, 512, 640, 768, 896, 1024)
-                   if t <= ax.get_xlim()[1]])  # fmt: skip
+    ax.set_xticks(
+        [t for t in (32, 128, 256, 384, 512, 640, 768, 896, 1024) if t <= ax.get_xlim()[1]]
+    )
     ax.legend(loc="lower right" if len(sweeps) == 1 else "best", fontsize="small")
-    return style_axes(ax, xlabel="threads per block", ylabel="occupancy (% of max warps/SM)",
-                      title=title)  # fmt: skip
+    return style_axes(
+        ax, xlabel="threads per block", ylabel="occupancy (% of max warps/SM)", title=title
+    )

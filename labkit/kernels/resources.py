@@ -114,8 +114,9 @@ class KernelResources:
     def __str__(self) -> str:
         spills = (
             f"spills {self.spill_stores_bytes:,} B stored / {self.spill_loads_bytes:,} B loaded"
-            if self.spills else "no spills"
-        )  # fmt: skip
+            if self.spills
+            else "no spills"
+        )
         return (
             f"{self.name} ({self.arch}): {self.registers_per_thread} registers/thread, "
             f"{self.shared_bytes:,} B shared memory/block, {spills}"
@@ -138,8 +139,10 @@ class ResourcesTable:
             if row.name == kernel and row.arch == arch:
                 return row
         names = sorted({r.name for r in self.rows})
-        raise KeyError(f"no row for kernel {kernel!r} at {arch!r}; kernels: {', '.join(names)}; "
-                       f"arches: {', '.join(self.arches)}")  # fmt: skip
+        raise KeyError(
+            f"no row for kernel {kernel!r} at {arch!r}; kernels: {', '.join(names)}; "
+            f"arches: {', '.join(self.arches)}"
+        )
 
     @property
     def kernels(self) -> tuple[str, ...]:
@@ -183,8 +186,11 @@ def find_compiler() -> str | None:
     found = shutil.which("nvcc")
     if found:
         return found
-    candidates = [Path(os.environ[v]) / "bin" / "nvcc" for v in ("CUDA_HOME", "CUDA_PATH")
-                  if os.environ.get(v)]  # fmt: skip
+    candidates = [
+        Path(os.environ[v]) / "bin" / "nvcc"
+        for v in ("CUDA_HOME", "CUDA_PATH")
+        if os.environ.get(v)
+    ]
     candidates += [Path(d) / "bin" / "nvcc" for d in TOOLKIT_DIRS]
     for entry in sys.path:
         if entry and Path(entry).is_dir():
@@ -313,8 +319,9 @@ def _short_name(symbol: str) -> str:
     return "::".join(parts) if parts else symbol
 
 
-def parse_resource_usage(text: str, *, source: str = "<source>",
-                         defines: Mapping[str, str] | None = None) -> list[KernelResources]:  # fmt: skip
+def parse_resource_usage(
+    text: str, *, source: str = "<source>", defines: Mapping[str, str] | None = None
+) -> list[KernelResources]:
     """The kernels in ptxas's ``--resource-usage`` / ``-Xptxas -v`` output, in the order given.
 
     Only entry functions (kernels) are returned; device functions compiled
@@ -342,14 +349,22 @@ def parse_resource_usage(text: str, *, source: str = "<source>",
             bars = re.search(r"used (\d+) barriers", extras)
             cmem = sum(int(x) for x in re.findall(r"(\d+) bytes cmem\[\d+\]", extras))
             stack, stores, loads = current["frame"]
-            rows.append(KernelResources(
-                name=_short_name(current["symbol"]), symbol=current["symbol"],
-                arch=current["arch"], registers_per_thread=int(m.group(1)),
-                shared_bytes=int(smem.group(1)) if smem else 0, constant_bytes=cmem,
-                stack_bytes=stack, spill_stores_bytes=stores, spill_loads_bytes=loads,
-                barriers=int(bars.group(1)) if bars else None, source=source,
-                defines=dict(defines or {}),
-            ))  # fmt: skip
+            rows.append(
+                KernelResources(
+                    name=_short_name(current["symbol"]),
+                    symbol=current["symbol"],
+                    arch=current["arch"],
+                    registers_per_thread=int(m.group(1)),
+                    shared_bytes=int(smem.group(1)) if smem else 0,
+                    constant_bytes=cmem,
+                    stack_bytes=stack,
+                    spill_stores_bytes=stores,
+                    spill_loads_bytes=loads,
+                    barriers=int(bars.group(1)) if bars else None,
+                    source=source,
+                    defines=dict(defines or {}),
+                )
+            )
             current = None
     return rows
 
@@ -391,9 +406,10 @@ def compile_resources(
     arch = check_arch(arch)
     defs = _check_defines(defines)
     if max_registers is not None and (
-        isinstance(max_registers, bool) or not isinstance(max_registers, numbers.Integral)
+        isinstance(max_registers, bool)
+        or not isinstance(max_registers, numbers.Integral)
         or not 16 <= max_registers <= 255
-    ):  # fmt: skip
+    ):
         raise ValueError(
             f"max_registers must be an int from 16 to 255 or None, got {max_registers!r}"
         )
@@ -406,8 +422,14 @@ def compile_resources(
             path.write_text(text or "", encoding="utf-8")
         else:
             text = path.read_text(encoding="utf-8", errors="replace")
-        cmd = [compiler, "-cubin", f"-arch={arch}", "--resource-usage",
-               f"-I{path.resolve().parent}", *(f"-D{k}={v}" for k, v in defs.items())]  # fmt: skip
+        cmd = [
+            compiler,
+            "-cubin",
+            f"-arch={arch}",
+            "--resource-usage",
+            f"-I{path.resolve().parent}",
+            *(f"-D{k}={v}" for k, v in defs.items()),
+        ]
         if max_registers is not None:
             cmd.append(f"-maxrregcount={int(max_registers)}")
         cmd += ["-o", str(Path(tmp) / "out.cubin"), str(path.resolve())]
@@ -474,8 +496,10 @@ def resources_table(
             raise ValueError("sources must name at least one source, or be None for the course's")
     rows: list[KernelResources] = []
     for item in items:
-        per_arch = [compile_resources(item, arch=a, defines=defs, timeout_s=timeout_s, nvcc=compiler)
-                    for a in arch_list]  # fmt: skip
+        per_arch = [
+            compile_resources(item, arch=a, defines=defs, timeout_s=timeout_s, nvcc=compiler)
+            for a in arch_list
+        ]
         for kernel_rows in zip(*per_arch, strict=True):  # kernel by kernel, each on every arch
             rows.extend(kernel_rows)
     return ResourcesTable(tuple(rows), arch_list, _version_of(compiler), tuple(missing), defs)

@@ -115,7 +115,7 @@ class SimulatorUnsupported(NotImplementedError):
 # --------------------------------------------------------------------------- kernels
 
 
-def _kernels(tile: int) -> dict[str, Any]:
+def _kernels(tile: int) -> dict[str, Any]:  # noqa: C901 (a table of nested kernel ports, each simple)
     """The kernels as plain Python functions for one tile side (a compile-time constant).
 
     Each mirrors its CUDA C namesake in labkit/kernels/*.cu line for line
@@ -406,7 +406,11 @@ class SimulatedRun:
         head = f"{name}, {self.size}, {_threads_text(self.kernel, self.block)}"
         if not self.simulated:
             return f"{head}: {self.note}"
-        if self.kernel.startswith("reduce") and self.output is not None and self.expected is not None:
+        if (
+            self.kernel.startswith("reduce")
+            and self.output is not None
+            and self.expected is not None
+        ):
             got, want = float(self.output.ravel()[0]), float(self.expected.ravel()[0])
             wrong = f"sum {got:,.0f}, NumPy's {want:,.0f}"
         else:
@@ -526,13 +530,15 @@ class RaceDemo:
     def verdict(self) -> str:
         """One sentence that depends only on the two facts the lesson needs, not on the counts."""
         wrong = (
-            f"wrong in all {self.runs} runs" if self.always_wrong else
-            f"wrong in {sum(w > 0 for w in self.wrong_per_run)} of {self.runs} runs"
-        )  # fmt: skip
+            f"wrong in all {self.runs} runs"
+            if self.always_wrong
+            else f"wrong in {sum(w > 0 for w in self.wrong_per_run)} of {self.runs} runs"
+        )
         agree = (
-            "which elements are wrong changes from run to run" if self.runs_disagree else
-            "the same elements are wrong in every run"
-        )  # fmt: skip
+            "which elements are wrong changes from run to run"
+            if self.runs_disagree
+            else "the same elements are wrong in every run"
+        )
         return f"transpose_tiled_nosync: {wrong}, and {agree}"
 
     def __str__(self) -> str:
@@ -579,10 +585,13 @@ def _check_int(name: str, value: Any, *, low: int, high: int | None = None, why:
 
 def _check_n(n: Any) -> int:
     return _check_int(
-        "n", n, low=1, high=MAX_N,
+        "n",
+        n,
+        low=1,
+        high=MAX_N,
         why=" (the simulator runs one Python thread per CUDA thread: a 64×64 shared-memory "
-            "matmul already takes over 10 s on a 2-core machine)",
-    )  # fmt: skip
+        "matmul already takes over 10 s on a 2-core machine)",
+    )
 
 
 def _check_block(block: Any) -> int:
@@ -640,8 +649,12 @@ def _run_worker(jobs: list[dict[str, Any]], timeout_s: float) -> list[dict[str, 
     try:
         done = subprocess.run(
             [sys.executable, "-m", "labkit.kernels.simulator", json.dumps({"jobs": jobs})],
-            capture_output=True, text=True, env=env, timeout=timeout_s, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout_s,
+            check=False,
+        )
     except subprocess.TimeoutExpired as exc:
         raise TimeoutError(
             f"the CUDA simulator did not finish within timeout_s={timeout_s:g} s; use a smaller n"
@@ -662,8 +675,19 @@ def _run_from_answer(job: dict[str, Any], answer: dict[str, Any]) -> SimulatedRu
     kernel, n, block = job["kernel"], job["n"], job["block"]
     stride = job["stride"] if kernel == "strided_copy" else 1
     if not answer["simulated"]:
-        return SimulatedRun(kernel, n, block, False, False, None, None, n * n, None,
-                            note=answer["note"], stride=stride)  # fmt: skip
+        return SimulatedRun(
+            kernel,
+            n,
+            block,
+            False,
+            False,
+            None,
+            None,
+            n * n,
+            None,
+            note=answer["note"],
+            stride=stride,
+        )
     output = np.asarray(answer["outputs"][0], dtype=np.float32)
     expected = np.asarray(answer["expected"], dtype=np.float32)
     return _compare(kernel, n, block, output, expected, answer["seconds"], stride)
@@ -684,9 +708,19 @@ def _compare(
     finite = diff[np.isfinite(diff)]
     max_err = float("inf") if finite.size < diff.size else float(finite.max(initial=0.0))
     return SimulatedRun(
-        kernel, n, block, True, wrong == 0, max_err, wrong, int(expected.size), float(seconds),
-        stride=stride, output=output, expected=expected,
-    )  # fmt: skip
+        kernel,
+        n,
+        block,
+        True,
+        wrong == 0,
+        max_err,
+        wrong,
+        int(expected.size),
+        float(seconds),
+        stride=stride,
+        output=output,
+        expected=expected,
+    )
 
 
 def simulate(
@@ -790,10 +824,11 @@ def verify_all(
     runnable = [job for job in jobs if not _unmet(job)]
     answers = iter(_run_worker(runnable, timeout_s) if runnable else [])
     runs = tuple(
-        _run_from_answer(job, next(answers)) if not _unmet(job) else
-        _run_from_answer(job, {"simulated": False, "note": f"not simulated: {_unmet(job)}"})
+        _run_from_answer(job, next(answers))
+        if not _unmet(job)
+        else _run_from_answer(job, {"simulated": False, "note": f"not simulated: {_unmet(job)}"})
         for job in jobs
-    )  # fmt: skip
+    )
     return Verification(n, jobs[0]["block"], jobs[0]["seed"], runs, numba_cuda_version())
 
 
@@ -833,8 +868,14 @@ def race_demo(
     if not isinstance(start_together, bool):
         raise TypeError(f"start_together must be True or False, got {start_together!r}")
     kernel = "transpose_tiled_nosync"
-    job = _job(kernel, n, seed=seed, block=block, repeat=runs,
-               variant="transpose_tiled_nosync_together" if start_together else kernel)  # fmt: skip
+    job = _job(
+        kernel,
+        n,
+        seed=seed,
+        block=block,
+        repeat=runs,
+        variant="transpose_tiled_nosync_together" if start_together else kernel,
+    )
     (answer,) = _run_worker([job], _check_timeout(timeout_s))
     expected = np.asarray(answer["expected"], dtype=np.float32)
     outputs = [np.asarray(o, dtype=np.float32) for o in answer["outputs"]]
@@ -862,7 +903,9 @@ def plot_race(demo: RaceDemo, *, runs: int = 3, ax: Any = None) -> Any:
     ``ax`` may be a sequence of axes, one per run shown.
     """
     if not isinstance(demo, RaceDemo):
-        raise TypeError(f"Expected an instance of RaceDemo as demo, got {type(demo).__name__} instead.")
+        raise TypeError(
+            f"Expected an instance of RaceDemo as demo, got {type(demo).__name__} instead."
+        )
     shown = _check_int("runs", runs, low=1, high=demo.runs)
     from labkit.plotting import pyplot, style_axes
 
@@ -877,18 +920,21 @@ def plot_race(demo: RaceDemo, *, runs: int = 3, ax: Any = None) -> Any:
     for i, axis in enumerate(axes):
         grid = np.zeros(demo.elements, dtype=np.int8)
         grid[list(demo.wrong_indices[i])] = 1
-        axis.imshow(grid.reshape(demo.n, demo.n), cmap="Greys", vmin=0, vmax=1,
-                    interpolation="nearest")  # fmt: skip
+        axis.imshow(
+            grid.reshape(demo.n, demo.n), cmap="Greys", vmin=0, vmax=1, interpolation="nearest"
+        )
         for edge in range(demo.block, demo.n, demo.block):  # tile borders
             axis.axhline(edge - 0.5, color="C0", lw=0.6)
             axis.axvline(edge - 0.5, color="C0", lw=0.6)
-        style_axes(axis, xlabel="column", ylabel="row",
-                   title=f"run {i + 1}: {demo.wrong_per_run[i]} wrong")  # fmt: skip
+        style_axes(
+            axis, xlabel="column", ylabel="row", title=f"run {i + 1}: {demo.wrong_per_run[i]} wrong"
+        )
         if i:
             axis.set_ylabel("")  # the rows are labelled once, on the left
         axis.grid(False)
-    axes[0].figure.suptitle("transpose without __syncthreads(): wrong elements (dark)",
-                            fontsize="medium")  # fmt: skip
+    axes[0].figure.suptitle(
+        "transpose without __syncthreads(): wrong elements (dark)", fontsize="medium"
+    )
     return axes[0] if len(axes) == 1 else axes
 
 
@@ -927,8 +973,9 @@ def _inputs(kernel: str, n: int, seed: int) -> tuple[np.ndarray, ...]:
     return (rng.integers(0, 10, size=n * n).astype(np.float32),)
 
 
-def _launch(kernel: str, n: int, block: int, stride: int, inputs: tuple[np.ndarray, ...]
-            ) -> tuple[tuple[Any, Any], tuple[Any, ...], np.ndarray, np.ndarray]:  # fmt: skip
+def _launch(
+    kernel: str, n: int, block: int, stride: int, inputs: tuple[np.ndarray, ...]
+) -> tuple[tuple[Any, Any], tuple[Any, ...], np.ndarray, np.ndarray]:
     """(grid, block), the arguments, the output array and NumPy's answer, as each .cu launches."""
     cdiv = lambda a, b: -(-a // b)  # noqa: E731
     if kernel == "strided_copy":
@@ -981,9 +1028,14 @@ def _execute(job: dict[str, Any], kernels_by_tile: dict[int, dict[str, Any]]) ->
         fn[cfg](*args)
         seconds += time.perf_counter() - start
         outputs.append(out.tolist())
-    assert expected is not None
-    return {"simulated": True, "outputs": outputs, "expected": expected.tolist(),
-            "seconds": seconds}  # fmt: skip
+    if expected is None:  # repeat < 1: nothing ran
+        raise ValueError(f"job {job!r} ran no launch (repeat must be at least 1)")
+    return {
+        "simulated": True,
+        "outputs": outputs,
+        "expected": expected.tolist(),
+        "seconds": seconds,
+    }
 
 
 def _worker_main(argv: list[str]) -> int:

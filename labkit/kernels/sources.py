@@ -48,8 +48,9 @@ class KernelSpec:
         object.__setattr__(self, "macros", MappingProxyType(dict(self.macros)))
 
 
-def _spec(name: str, file: str, macros: dict[str, int], block: str, description: str,
-          broken: bool = False) -> tuple[str, KernelSpec]:  # fmt: skip
+def _spec(
+    name: str, file: str, macros: dict[str, int], block: str, description: str, broken: bool = False
+) -> tuple[str, KernelSpec]:
     return name, KernelSpec(name, file, macros, block, description, broken)
 
 
@@ -57,30 +58,84 @@ _TRANSPOSE_MACROS = {"TILE_DIM": 32, "BLOCK_ROWS": 8}
 _SGEMM_TILED_MACROS = {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8}
 
 #: Every kernel labkit ships, by name.
-KERNELS: Mapping[str, KernelSpec] = MappingProxyType(dict([
-    _spec("strided_copy", "strided_copy.cu", {"ITEMS_PER_THREAD": 4}, "(B, 1, 1), any B",
-          "copies n floats, reading neighbouring threads' values `stride` apart"),
-    _spec("transpose_naive", "transpose.cu", _TRANSPOSE_MACROS, "(TILE_DIM, BLOCK_ROWS, 1)",
-          "coalesced reads, strided writes"),
-    _spec("transpose_tiled", "transpose.cu", _TRANSPOSE_MACROS, "(TILE_DIM, BLOCK_ROWS, 1)",
-          "a shared-memory tile: coalesced reads and writes, bank conflicts"),
-    _spec("transpose_padded", "transpose.cu", _TRANSPOSE_MACROS, "(TILE_DIM, BLOCK_ROWS, 1)",
-          "the tiled transpose with a padded tile: no bank conflicts"),
-    _spec("transpose_tiled_nosync", "transpose_nosync.cu", _TRANSPOSE_MACROS,
-          "(TILE_DIM, BLOCK_ROWS, 1)",
-          "BROKEN ON PURPOSE: transpose_tiled without __syncthreads() (a race)", broken=True),
-    _spec("sgemm_naive", "sgemm.cu", {}, "(32, 8, 1)", "one thread per element of C"),
-    _spec("sgemm_shared", "sgemm.cu", {"TILE_SIZE": 32}, "(TILE_SIZE, TILE_SIZE, 1)",
-          "shared-memory tiles, one element of C per thread"),
-    _spec("sgemm_tiled", "sgemm.cu", _SGEMM_TILED_MACROS, "((BM / TM) * (BN / TN), 1, 1)",
-          "shared-memory tiles and a TM x TN register tile per thread, float4 loads"),
-    _spec("reduce_atomic", "reduce.cu", {}, "(B, 1, 1), any B",
-          "every thread atomicAdd()s to one float"),
-    _spec("reduce_shared", "reduce.cu", {"BLOCK_SIZE": 256}, "(BLOCK_SIZE, 1, 1)",
-          "a shared-memory tree per block, one atomicAdd per block"),
-    _spec("reduce_warp_shuffle", "reduce.cu", {}, "(B, 1, 1), B a multiple of 32",
-          "grid-stride loop, warp shuffles, one atomicAdd per block"),
-]))  # fmt: skip
+KERNELS: Mapping[str, KernelSpec] = MappingProxyType(
+    dict(
+        [
+            _spec(
+                "strided_copy",
+                "strided_copy.cu",
+                {"ITEMS_PER_THREAD": 4},
+                "(B, 1, 1), any B",
+                "copies n floats, reading neighbouring threads' values `stride` apart",
+            ),
+            _spec(
+                "transpose_naive",
+                "transpose.cu",
+                _TRANSPOSE_MACROS,
+                "(TILE_DIM, BLOCK_ROWS, 1)",
+                "coalesced reads, strided writes",
+            ),
+            _spec(
+                "transpose_tiled",
+                "transpose.cu",
+                _TRANSPOSE_MACROS,
+                "(TILE_DIM, BLOCK_ROWS, 1)",
+                "a shared-memory tile: coalesced reads and writes, bank conflicts",
+            ),
+            _spec(
+                "transpose_padded",
+                "transpose.cu",
+                _TRANSPOSE_MACROS,
+                "(TILE_DIM, BLOCK_ROWS, 1)",
+                "the tiled transpose with a padded tile: no bank conflicts",
+            ),
+            _spec(
+                "transpose_tiled_nosync",
+                "transpose_nosync.cu",
+                _TRANSPOSE_MACROS,
+                "(TILE_DIM, BLOCK_ROWS, 1)",
+                "BROKEN ON PURPOSE: transpose_tiled without __syncthreads() (a race)",
+                broken=True,
+            ),
+            _spec("sgemm_naive", "sgemm.cu", {}, "(32, 8, 1)", "one thread per element of C"),
+            _spec(
+                "sgemm_shared",
+                "sgemm.cu",
+                {"TILE_SIZE": 32},
+                "(TILE_SIZE, TILE_SIZE, 1)",
+                "shared-memory tiles, one element of C per thread",
+            ),
+            _spec(
+                "sgemm_tiled",
+                "sgemm.cu",
+                _SGEMM_TILED_MACROS,
+                "((BM / TM) * (BN / TN), 1, 1)",
+                "shared-memory tiles and a TM x TN register tile per thread, float4 loads",
+            ),
+            _spec(
+                "reduce_atomic",
+                "reduce.cu",
+                {},
+                "(B, 1, 1), any B",
+                "every thread atomicAdd()s to one float",
+            ),
+            _spec(
+                "reduce_shared",
+                "reduce.cu",
+                {"BLOCK_SIZE": 256},
+                "(BLOCK_SIZE, 1, 1)",
+                "a shared-memory tree per block, one atomicAdd per block",
+            ),
+            _spec(
+                "reduce_warp_shuffle",
+                "reduce.cu",
+                {},
+                "(B, 1, 1), B a multiple of 32",
+                "grid-stride loop, warp shuffles, one atomicAdd per block",
+            ),
+        ]
+    )
+)
 
 #: The largest value any macro may take (a sanity bound for typos such as 3200).
 _MACRO_MAX = 4096

@@ -149,8 +149,12 @@ class TuningReplay:
         Equal times are ordered by their parameters, so the order (and
         :attr:`best`) does not depend on the order of the cache's entries.
         """
-        return tuple(sorted((c for c in self.configs if c.ok),
-                            key=lambda c: (c.time_ms or 0.0, sorted(map(str, c.params.items())))))  # fmt: skip
+        return tuple(
+            sorted(
+                (c for c in self.configs if c.ok),
+                key=lambda c: (c.time_ms or 0.0, sorted(map(str, c.params.items()))),
+            )
+        )
 
     @property
     def failed(self) -> tuple[TunedConfig, ...]:
@@ -166,8 +170,10 @@ class TuningReplay:
     def _head(self) -> str:
         size = " x ".join(f"{d:,}" for d in self.problem_size)
         when = f" on {self.recorded}" if self.recorded else ""
-        return (f"Kernel Tuner search of {self.kernel} on {self.device}{when}, problem size {size}: "
-                f"{len(self.configs)} configurations, {len(self.failed)} failed")  # fmt: skip
+        return (
+            f"Kernel Tuner search of {self.kernel} on {self.device}{when}, problem size {size}: "
+            f"{len(self.configs)} configurations, {len(self.failed)} failed"
+        )
 
     def summary(self) -> list[str]:
         lines = [self._head()]
@@ -175,17 +181,24 @@ class TuningReplay:
         if valid:
             best, worst = valid[0], valid[-1]
             lines.append(f"  best: {best.describe()}: {format_duration(best.time_ms or 0.0)}")
-            lines.append(f"  slowest: {worst.describe()}: {format_duration(worst.time_ms or 0.0)} "
-                         f"({(worst.time_ms or 0.0) / (best.time_ms or 1.0):.2f}× the best)")  # fmt: skip
+            lines.append(
+                f"  slowest: {worst.describe()}: {format_duration(worst.time_ms or 0.0)} "
+                f"({(worst.time_ms or 0.0) / (best.time_ms or 1.0):.2f}× the best)"
+            )
         return lines
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "kernel": self.kernel, "device": self.device, "problem_size": list(self.problem_size),
-            "method": self.method, "recorded": self.recorded,
-            "configs": [{"params": dict(c.params), "time_ms": c.time_ms, "error": c.error}
-                        for c in self.configs],
-        }  # fmt: skip
+            "kernel": self.kernel,
+            "device": self.device,
+            "problem_size": list(self.problem_size),
+            "method": self.method,
+            "recorded": self.recorded,
+            "configs": [
+                {"params": dict(c.params), "time_ms": c.time_ms, "error": c.error}
+                for c in self.configs
+            ],
+        }
 
     def __str__(self) -> str:
         lines = [self._head(), f"  ({self.method})"]
@@ -194,8 +207,10 @@ class TuningReplay:
             best = valid[0].time_ms or 1.0
             width = max(len(c.describe()) for c in valid)
             for c in valid[:12]:
-                lines.append(f"  {c.describe():<{width}}  {format_duration(c.time_ms or 0.0):>9}  "
-                             f"{(c.time_ms or 0.0) / best:5.2f}×")  # fmt: skip
+                lines.append(
+                    f"  {c.describe():<{width}}  {format_duration(c.time_ms or 0.0):>9}  "
+                    f"{(c.time_ms or 0.0) / best:5.2f}×"
+                )
             if len(valid) > 12:
                 lines.append(f"  ... and {len(valid) - 12} slower configurations")
         for c in self.failed:
@@ -267,8 +282,17 @@ def _configs_from_cache(data: Mapping[str, Any]) -> list[tuple[str, TunedConfig]
         if error is None and not (isinstance(time, (int, float)) and math.isfinite(time)):
             error = "no time recorded"
         times = tuple(float(t) for t in entry.get("times", ()) if isinstance(t, (int, float)))
-        configs.append((key, TunedConfig(params, None if error else float(time), times,
-                                         None if error is None else str(error))))  # fmt: skip
+        configs.append(
+            (
+                key,
+                TunedConfig(
+                    params,
+                    None if error else float(time),
+                    times,
+                    None if error is None else str(error),
+                ),
+            )
+        )
     return configs
 
 
@@ -292,8 +316,11 @@ def _simulate(path: Path, data: Mapping[str, Any]) -> dict[str, float]:
                 cache_path=str(copy), quiet=True, lang="cupy", block_size_names=names
             )
     keys = list(data["tune_params_keys"])
-    return {",".join(str(r[k]) for k in keys): float(r["time"])
-            for r in results if r and "__error__" not in r and "time" in r}  # fmt: skip
+    return {
+        ",".join(str(r[k]) for k in keys): float(r["time"])
+        for r in results
+        if r and "__error__" not in r and "time" in r
+    }
 
 
 def replay(
@@ -320,9 +347,14 @@ def replay(
         )
     path = Path(cache_path) if cache_path is not None else recorded_cache_path(kernel)
     if not path.is_file():
-        hint = "" if cache_path is not None else (
-            "; none has been recorded yet: make one on a GPU machine with "
-            "`labkit bench kernels --record`")  # fmt: skip
+        hint = (
+            ""
+            if cache_path is not None
+            else (
+                "; none has been recorded yet: make one on a GPU machine with "
+                "`labkit bench kernels --record`"
+            )
+        )
         raise FileNotFoundError(f"no Kernel Tuner cache at {path}{hint}")
     data = read_cache(path)
     entries = _configs_from_cache(data)
@@ -355,15 +387,19 @@ def replay(
     )
 
 
-def best_configuration(source: TuningReplay | str | os.PathLike[str] | None = None, *,
-                       kernel: str = "transpose") -> dict[str, Any]:  # fmt: skip
+def best_configuration(
+    source: TuningReplay | str | os.PathLike[str] | None = None, *, kernel: str = "transpose"
+) -> dict[str, Any]:
     """The parameters of the fastest verified configuration (of a replay, a cache file, or the recording)."""
     if source is not None and not isinstance(source, (TuningReplay, str, os.PathLike)):
         raise TypeError(
             f"source must be a TuningReplay, a cache file path or None, got {type(source).__name__}"
         )
-    result = source if isinstance(source, TuningReplay) else replay(source, kernel=kernel,
-                                                                      use_kernel_tuner=False)  # fmt: skip
+    result = (
+        source
+        if isinstance(source, TuningReplay)
+        else replay(source, kernel=kernel, use_kernel_tuner=False)
+    )
     return dict(result.best.params)
 
 
@@ -388,9 +424,13 @@ def record_cache(
     _check_kernel_name(kernel)
     data = read_cache(source)
     when = recorded or datetime.datetime.now(datetime.timezone.utc).date()
-    label = {"gpu": gpu_name or str(data["device_name"]), "recorded": when.isoformat(),
-             "labkit_version": __version__, "kernel": kernel,
-             "block_size_names": list(block_size_names) if block_size_names else None}  # fmt: skip
+    label = {
+        "gpu": gpu_name or str(data["device_name"]),
+        "recorded": when.isoformat(),
+        "labkit_version": __version__,
+        "kernel": kernel,
+        "block_size_names": list(block_size_names) if block_size_names else None,
+    }
     ordered = {k: v for k, v in data.items() if k not in ("labkit", "cache")}
     ordered["labkit"] = label
     ordered["cache"] = data["cache"]
@@ -445,12 +485,23 @@ def _tune(
             stack.enter_context(contextlib.redirect_stdout(printed))
         try:
             kernel_tuner.tune_kernel(
-                kernel_name, kernel_source(kernel_name), problem_size, arguments, params,
-                grid_div_x=grid_div_x, grid_div_y=grid_div_y, restrictions=list(restrictions),
-                answer=answer, verify=verify, lang="cupy", block_size_names=list(block_size_names),
-                compiler_options=list(COMPILER_OPTIONS), cache=str(path), iterations=iterations,
+                kernel_name,
+                kernel_source(kernel_name),
+                problem_size,
+                arguments,
+                params,
+                grid_div_x=grid_div_x,
+                grid_div_y=grid_div_y,
+                restrictions=list(restrictions),
+                answer=answer,
+                verify=verify,
+                lang="cupy",
+                block_size_names=list(block_size_names),
+                compiler_options=list(COMPILER_OPTIONS),
+                cache=str(path),
+                iterations=iterations,
                 quiet=quiet,
-            )  # fmt: skip
+            )
         except Exception as exc:
             tail = "\n".join(printed.getvalue().strip().splitlines()[-8:])
             raise RuntimeError(
@@ -464,8 +515,12 @@ def _tune(
             path = kept
     from dataclasses import replace
 
-    return replace(result, path=str(path), method="measured on this GPU by Kernel Tuner",
-                   extra={"block_size_names": list(block_size_names)})  # fmt: skip
+    return replace(
+        result,
+        path=str(path),
+        method="measured on this GPU by Kernel Tuner",
+        extra={"block_size_names": list(block_size_names)},
+    )
 
 
 def _check_iterations(iterations: Any) -> int:
@@ -488,8 +543,12 @@ def _check_tune_args(
     checked = {}
     for key, values in params.items():
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
-            raise TypeError(f"tune_params[{key!r}] must be a non-empty list of ints, got {values!r}")
-        checked[key] = [check_int(f"tune_params[{key!r}]", v, minimum=1, maximum=4096) for v in values]
+            raise TypeError(
+                f"tune_params[{key!r}] must be a non-empty list of ints, got {values!r}"
+            )
+        checked[key] = [
+            check_int(f"tune_params[{key!r}]", v, minimum=1, maximum=4096) for v in values
+        ]
     if cache_path is not None and not isinstance(cache_path, (str, os.PathLike)):
         raise TypeError(f"cache_path must be a file path or None, got {type(cache_path).__name__}")
     if not isinstance(quiet, bool):
@@ -546,12 +605,20 @@ def tune_transpose(
     )
     arguments = [x, np.zeros_like(x), np.int32(side), np.int32(side)]
     return _tune(
-        "transpose_padded", (side, side), arguments, params,
-        answer=[None, np.ascontiguousarray(x.T), None, None], verify=_exact_verify(1),
-        restrictions=TRANSPOSE_RESTRICTIONS, block_size_names=("TILE_DIM", "BLOCK_ROWS"),
-        grid_div_x=["TILE_DIM"], grid_div_y=["TILE_DIM"], cache_path=cache_path,
-        iterations=iterations, quiet=quiet,
-    )  # fmt: skip
+        "transpose_padded",
+        (side, side),
+        arguments,
+        params,
+        answer=[None, np.ascontiguousarray(x.T), None, None],
+        verify=_exact_verify(1),
+        restrictions=TRANSPOSE_RESTRICTIONS,
+        block_size_names=("TILE_DIM", "BLOCK_ROWS"),
+        grid_div_x=["TILE_DIM"],
+        grid_div_y=["TILE_DIM"],
+        cache_path=cache_path,
+        iterations=iterations,
+        quiet=quiet,
+    )
 
 
 def tune_sgemm(
@@ -590,15 +657,29 @@ def tune_sgemm(
     expected = cupy.asnumpy(cupy.matmul(a.astype(cupy.float64), b.astype(cupy.float64)))
     a_host, b_host = cupy.asnumpy(a), cupy.asnumpy(b)
     del a, b
-    arguments = [a_host, b_host, np.zeros((side, side), dtype=np.float32),
-                 np.int32(side), np.int32(side), np.int32(side)]  # fmt: skip
+    arguments = [
+        a_host,
+        b_host,
+        np.zeros((side, side), dtype=np.float32),
+        np.int32(side),
+        np.int32(side),
+        np.int32(side),
+    ]
     return _tune(
-        "sgemm_tiled", (side, side), arguments, params,
+        "sgemm_tiled",
+        (side, side),
+        arguments,
+        params,
         answer=[None, None, expected.astype(np.float32), None, None, None],
-        verify=_close_verify(2, SGEMM_RTOL), restrictions=SGEMM_RESTRICTIONS,
-        block_size_names=("block_size_x",), grid_div_x=["BN"], grid_div_y=["BM"],
-        cache_path=cache_path, iterations=iterations, quiet=quiet,
-    )  # fmt: skip
+        verify=_close_verify(2, SGEMM_RTOL),
+        restrictions=SGEMM_RESTRICTIONS,
+        block_size_names=("block_size_x",),
+        grid_div_x=["BN"],
+        grid_div_y=["BM"],
+        cache_path=cache_path,
+        iterations=iterations,
+        quiet=quiet,
+    )
 
 
 # --------------------------------------------------------------------------- plot
@@ -636,8 +717,11 @@ def plot_tuning(result: TuningReplay, ax: Any = None, *, top: int = 20) -> Any:
     colors = ["C2"] + ["C0"] * (len(valid) - 1)
     ax.barh(labels, times, color=colors)
     ax.invert_yaxis()
-    shown = f"fastest {len(valid)} of {len(result.valid)}" if len(result.valid) > len(valid) else (
-        f"all {len(valid)}")  # fmt: skip
+    shown = (
+        f"fastest {len(valid)} of {len(result.valid)}"
+        if len(result.valid) > len(valid)
+        else (f"all {len(valid)}")
+    )
     return style_axes(
         ax,
         xlabel=f"mean time per launch ({unit})",

@@ -103,9 +103,14 @@ def container_memory() -> ContainerMemory | None:
     layouts = (
         (_CGROUP_ROOT, v2_path, "memory.max", "memory.current", ("inactive_file",)),
         (_CGROUP_ROOT / "unified", v2_path, "memory.max", "memory.current", ("inactive_file",)),
-        (_CGROUP_ROOT / "memory", v1_path, "memory.limit_in_bytes", "memory.usage_in_bytes",
-         ("total_inactive_file", "inactive_file")),
-    )  # fmt: skip
+        (
+            _CGROUP_ROOT / "memory",
+            v1_path,
+            "memory.limit_in_bytes",
+            "memory.usage_in_bytes",
+            ("total_inactive_file", "inactive_file"),
+        ),
+    )
     tightest: ContainerMemory | None = None
     for mount, own, limit_file, usage_file, inactive_keys in layouts:
         for folder in _cgroup_dirs(mount, own):

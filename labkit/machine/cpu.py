@@ -170,7 +170,11 @@ def _sysctl(*names: str) -> dict[str, str]:
     for name in names:
         try:
             out = subprocess.run(
-                ["sysctl", "-n", name], capture_output=True, text=True, timeout=3, check=False
+                ["/usr/sbin/sysctl", "-n", name],
+                capture_output=True,
+                text=True,
+                timeout=3,
+                check=False,
             )
         except (OSError, subprocess.SubprocessError):
             return values

@@ -458,9 +458,13 @@ def diagnose(
     TF_FORCE_GPU_ALLOW_GROWTH); ``wsl`` whether Linux runs under WSL2.
     """
     if not isinstance(nvidia, NvidiaInfo):
-        raise TypeError(f"nvidia must be an NvidiaInfo (labkit.machine.nvidia.nvidia_info()), got {nvidia!r}")
-    if isinstance(frameworks, (str, bytes)) or not isinstance(frameworks, Sequence) or not all(
-        isinstance(fw, FrameworkInfo) for fw in frameworks
+        raise TypeError(
+            f"nvidia must be an NvidiaInfo (labkit.machine.nvidia.nvidia_info()), got {nvidia!r}"
+        )
+    if (
+        isinstance(frameworks, (str, bytes))
+        or not isinstance(frameworks, Sequence)
+        or not all(isinstance(fw, FrameworkInfo) for fw in frameworks)
     ):
         raise TypeError(f"frameworks must be a sequence of FrameworkInfo, got {frameworks!r:.80}")
     if not isinstance(system, str):

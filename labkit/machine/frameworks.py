@@ -12,6 +12,7 @@ triton (which torch may pull in) after TensorFlow kills the process.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import warnings
@@ -118,7 +119,9 @@ def distributions_of(module: str) -> tuple[str, ...]:
 def cupy_wheel_cuda_major(distribution: str) -> int | None:
     """The CUDA major version a CuPy wheel targets: cupy-cuda12x -> 12, cupy-cuda117 -> 11."""
     if not isinstance(distribution, str):
-        raise TypeError(f"distribution must be a pip name such as 'cupy-cuda12x', got {distribution!r}")
+        raise TypeError(
+            f"distribution must be a pip name such as 'cupy-cuda12x', got {distribution!r}"
+        )
     match = re.fullmatch(r"cupy-cuda(\d+)x", distribution)
     if match:
         return int(match.group(1))
@@ -274,10 +277,8 @@ def _probe_cupy(
         facts["cuda_major"] = majors[0] if len(majors) == 1 else version // 1000
     cudnn = getattr(cupy.cuda, "cudnn", None)  # CuPy 14 no longer wraps cuDNN
     if cudnn is not None:
-        try:
+        with contextlib.suppress(Exception):  # a cuDNN that cannot say: its version stays unknown
             facts["cudnn_version"] = cudnn_version_text(cudnn.getVersion())
-        except Exception:
-            pass
     try:
         count = runtime.getDeviceCount()
     except Exception as exc:  # CUDARuntimeError: no driver, or one too old

@@ -441,8 +441,10 @@ def is_out_of_memory(exc: BaseException) -> bool:
     backends), and Python's MemoryError. On a GPU these leave the process
     healthy: free the memory and carry on with smaller sizes.
     """
-    for module, path in (("torch", ("cuda", "OutOfMemoryError")),
-                         ("cupy", ("cuda", "memory", "OutOfMemoryError"))):  # fmt: skip
+    for module, path in (
+        ("torch", ("cuda", "OutOfMemoryError")),
+        ("cupy", ("cuda", "memory", "OutOfMemoryError")),
+    ):
         found: Any = sys.modules.get(module)
         for attribute in path:
             found = getattr(found, attribute, None)
@@ -518,9 +520,11 @@ def allocate_shrinking(
             error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         release_memory(device)
     raise MemoryBudgetError(
-        out_of_memory_message(what, f"allocating even {format_bytes(min(failed))} per array",
-                              None, device) + f" ({error})"
-    )  # fmt: skip
+        out_of_memory_message(
+            what, f"allocating even {format_bytes(min(failed))} per array", None, device
+        )
+        + f" ({error})"
+    )
 
 
 def check_memory_fits(

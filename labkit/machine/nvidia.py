@@ -110,7 +110,9 @@ def theoretical_bandwidth_gb_per_s(
     and a 5120-bit bus, giving 3352 GB/s, NVIDIA's 3.35 TB/s.
     """
     for name, value in (("memory_clock_khz", memory_clock_khz), ("bus_width_bits", bus_width_bits)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, numbers.Integral)
+        ):
             raise TypeError(f"{name} must be an integer or None, got {type(value).__name__}")
     if not memory_clock_khz or not bus_width_bits or memory_clock_khz < 0 or bus_width_bits < 0:
         return None
@@ -328,13 +330,22 @@ def nvidia_info() -> NvidiaInfo:
     (:mod:`labkit.machine.profile`) nothing is probed and no hardware is reported.
     """
     profile = _profile.active()
-    if profile is not None and profile.hide_gpu:  # the reference profile plays a machine without a GPU
+    if (
+        profile is not None and profile.hide_gpu
+    ):  # the reference profile plays a machine without a GPU
         hidden = f"not probed: the {_profile.ENV_VAR}={profile.name} profile hides GPUs"
         return NvidiaInfo(
-            library=None, library_error=hidden, init_error=None, init_error_code=None,
-            cuda_driver_version=None, driver_version=None, devices=(), smi_gpus=(),
-            smi_error=hidden, pci_gpus=(),
-        )  # fmt: skip
+            library=None,
+            library_error=hidden,
+            init_error=None,
+            init_error_code=None,
+            cuda_driver_version=None,
+            driver_version=None,
+            devices=(),
+            smi_gpus=(),
+            smi_error=hidden,
+            pci_gpus=(),
+        )
     try:
         lib = _probe_driver_library()
     except (OSError, AttributeError) as exc:  # a broken or foreign libcuda

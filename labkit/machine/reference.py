@@ -188,7 +188,9 @@ def check_writable(directory: str | os.PathLike[str] | None = None) -> Path:
     folder = reference_dir(directory)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        handle, temp_name = tempfile.mkstemp(dir=folder, prefix=".labkit-write-test.", suffix=".tmp")
+        handle, temp_name = tempfile.mkstemp(
+            dir=folder, prefix=".labkit-write-test.", suffix=".tmp"
+        )
         os.close(handle)
         os.unlink(temp_name)
     except OSError as exc:
@@ -308,8 +310,11 @@ def _driver_version() -> str | None:
     try:
         out = subprocess.run(
             [exe, "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10, check=True,
-        ).stdout  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     first = out.strip().splitlines()[0].strip() if out.strip() else ""

@@ -39,4 +39,27 @@ from labkit.models.throughput import BatchThroughput, throughput_by_batch
 from labkit.models.trace import LayerShape, ShapeTrace, format_trace, trace_shapes
 from labkit.models.train import TrainingResult, train_classifier, train_torch_rnn
 
-__all__ = ["BatchThroughput", "KERAS_RNN_KINDS", "LayerShape", "RnnTiming", "ShapeTrace", "TrainingResult", "digits_images", "format_trace", "keras_rnn", "plot_throughput", "seed_rnn", "seed_rnn_calls_cuda", "seed_tensor_calls_cuda", "sequence_task", "synthetic_images", "throughput_by_batch", "time_keras_rnns", "trace_shapes", "train_classifier", "train_keras_rnn", "train_test_split", "train_torch_rnn"]
+__all__ = [
+    "BatchThroughput",
+    "KERAS_RNN_KINDS",
+    "LayerShape",
+    "RnnTiming",
+    "ShapeTrace",
+    "TrainingResult",
+    "digits_images",
+    "format_trace",
+    "keras_rnn",
+    "plot_throughput",
+    "seed_rnn",
+    "seed_rnn_calls_cuda",
+    "seed_tensor_calls_cuda",
+    "sequence_task",
+    "synthetic_images",
+    "throughput_by_batch",
+    "time_keras_rnns",
+    "trace_shapes",
+    "train_classifier",
+    "train_keras_rnn",
+    "train_test_split",
+    "train_torch_rnn",
+]

@@ -43,8 +43,11 @@ def synthetic_images(
     num_classes = _positive_int("num_classes", num_classes, 2)
     seed = check_seed("seed", seed)
     noise = check_real("noise", noise, low=0)
-    check_memory_fits(4 * 3 * size * size * (n + num_classes), arrays=3,
-                      what=f"synthetic_images(n={n}, size={size})")  # fmt: skip
+    check_memory_fits(
+        4 * 3 * size * size * (n + num_classes),
+        arrays=3,
+        what=f"synthetic_images(n={n}, size={size})",
+    )
     torch = import_optional("torch", "synthetic_images")
     functional = torch.nn.functional
     patterns_gen = torch.Generator().manual_seed(10_000 + num_classes)
@@ -104,8 +107,11 @@ def sequence_task(
     steps = _positive_int("steps", steps)
     features = _positive_int("features", features)
     seed = check_seed("seed", seed)
-    check_memory_fits(4 * n * steps * features, arrays=2,
-                      what=f"sequence_task(n={n}, steps={steps}, features={features})")  # fmt: skip
+    check_memory_fits(
+        4 * n * steps * features,
+        arrays=2,
+        what=f"sequence_task(n={n}, steps={steps}, features={features})",
+    )
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, steps, features), dtype=np.float32)
     y = (x[:, :, 0].sum(axis=1) > 0).astype(np.int64)

@@ -41,8 +41,13 @@ def plot_throughput(curves: Any, *, ax: Any = None) -> Any:
         ax.plot([r.batch_size for r in rows], [r.images_per_s for r in rows], "o-", label=name)
     ax.legend(fontsize="small")
     style_axes(
-        ax, xlabel="batch size (images per call)", ylabel="throughput (images/s)",
-        title="Throughput against batch size", device=device, logx=True, logy=True,
+        ax,
+        xlabel="batch size (images per call)",
+        ylabel="throughput (images/s)",
+        title="Throughput against batch size",
+        device=device,
+        logx=True,
+        logy=True,
     )
     plain_log_ticks(ax.xaxis)
     plain_log_ticks(ax.yaxis)

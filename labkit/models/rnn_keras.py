@@ -165,13 +165,18 @@ def time_keras_rnns(
         raise TypeError(f"kinds must be a non-empty list of {KERAS_RNN_KINDS}, got {kinds!r}")
     unknown = [k for k in kinds if k not in KERAS_RNN_KINDS]
     if unknown:
-        raise ValueError(f"kinds must hold names from {', '.join(KERAS_RNN_KINDS)}; got {unknown!r}")
+        raise ValueError(
+            f"kinds must hold names from {', '.join(KERAS_RNN_KINDS)}; got {unknown!r}"
+        )
     _check_layer(kinds[0], units)
     check_tf_device(device, allow_none=True)
     check_ms("warmup_ms", warmup_ms, allow_zero=True)
     check_ms("rep_ms", rep_ms)
-    check_memory_fits(4 * batch * steps * (features + 4 * units), arrays=2,
-                      what=f"time_keras_rnns(batch={batch}, steps={steps})")  # fmt: skip
+    check_memory_fits(
+        4 * batch * steps * (features + 4 * units),
+        arrays=2,
+        what=f"time_keras_rnns(batch={batch}, steps={steps})",
+    )
     tf = import_tensorflow("time_keras_rnns")
     from labkit.machine.report import pick_device
     from labkit.timing.bench import bench

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from labkit.core.optional import import_optional
 
-import_optional("torch", "labkit.models.rnn_torch")  # without torch: one line that names the install command
+import_optional(
+    "torch", "labkit.models.rnn_torch"
+)  # without torch: one line that names the install command
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 

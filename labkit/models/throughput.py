@@ -158,8 +158,11 @@ def throughput_by_batch(
             raise MemoryBudgetError(
                 text + ". Pass smaller batch_sizes or image_size, or close other programs."
             )
-        warnings.warn(text + f"; the largest batch measured is {fitting[-1]}.",
-                      MemoryBudgetWarning, stacklevel=2)  # fmt: skip
+        warnings.warn(
+            text + f"; the largest batch measured is {fitting[-1]}.",
+            MemoryBudgetWarning,
+            stacklevel=2,
+        )
 
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
     model = model.to(device=device, memory_format=memory_format)
@@ -170,8 +173,19 @@ def throughput_by_batch(
     results: list[BatchThroughput] = []
     for batch in fitting:
         try:
-            timing = _time_batch(torch, model, batch, image_size, memory_format, inference,
-                                 autocast, params, where, warmup_ms, rep_ms)  # fmt: skip
+            timing = _time_batch(
+                torch,
+                model,
+                batch,
+                image_size,
+                memory_format,
+                inference,
+                autocast,
+                params,
+                where,
+                warmup_ms,
+                rep_ms,
+            )
         except Exception as exc:  # out of memory: the sweep ends at the batches that fit
             if not is_out_of_memory(exc):
                 raise
@@ -200,9 +214,19 @@ def throughput_by_batch(
     return results
 
 
-def _time_batch(torch: Any, model: Any, batch: int, image_size: int, memory_format: Any,
-                inference: bool, autocast: Any, params: list[Any], where: str,
-                warmup_ms: float, rep_ms: float) -> Any:  # fmt: skip
+def _time_batch(
+    torch: Any,
+    model: Any,
+    batch: int,
+    image_size: int,
+    memory_format: Any,
+    inference: bool,
+    autocast: Any,
+    params: list[Any],
+    where: str,
+    warmup_ms: float,
+    rep_ms: float,
+) -> Any:
     """Time the model on one random batch (see :func:`throughput_by_batch`)."""
     from labkit.timing.bench import bench
 

@@ -171,7 +171,9 @@ def _fmt_shape(shape: Any) -> str:
 def format_trace(trace: ShapeTrace) -> str:
     """The trace as a plain-text table, with a last line saying how the forward pass ended."""
     if not isinstance(trace, ShapeTrace):
-        raise TypeError(f"Expected a ShapeTrace (from trace_shapes) as trace, got {type(trace).__name__}")
+        raise TypeError(
+            f"Expected a ShapeTrace (from trace_shapes) as trace, got {type(trace).__name__}"
+        )
     header = ("layer", "type", "input", "output", "params")
     rows = [
         (r.name, r.type, _fmt_shape(r.input_shape), _fmt_shape(r.output_shape), f"{r.params:,}")

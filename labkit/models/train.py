@@ -82,7 +82,9 @@ def accuracy(model: Any, x: Any, y: Any, batch_size: int = 512) -> float:
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__} instead")
     check_positive_int("batch_size", batch_size)
     if len(x) != len(y) or len(x) == 0:
-        raise ValueError(f"x and y must be non-empty and the same length, got {len(x)} and {len(y)}")
+        raise ValueError(
+            f"x and y must be non-empty and the same length, got {len(x)} and {len(y)}"
+        )
     was_training = model.training
     model.eval()
     correct = 0

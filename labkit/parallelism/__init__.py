@@ -12,4 +12,16 @@ from labkit.parallelism.crossover import launch_overhead
 from labkit.parallelism.plots import plot_amdahl, plot_size_sweep
 from labkit.parallelism.sweep import SizeSweep, cpu_threads, sweep_add, sweep_matmul, torch_threads
 
-__all__ = ["SizeSweep", "ThreadScaling", "amdahl_speedup", "cpu_threads", "launch_overhead", "measure_thread_scaling", "plot_amdahl", "plot_size_sweep", "sweep_add", "sweep_matmul", "torch_threads"]
+__all__ = [
+    "SizeSweep",
+    "ThreadScaling",
+    "amdahl_speedup",
+    "cpu_threads",
+    "launch_overhead",
+    "measure_thread_scaling",
+    "plot_amdahl",
+    "plot_size_sweep",
+    "sweep_add",
+    "sweep_matmul",
+    "torch_threads",
+]

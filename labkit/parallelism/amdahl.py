@@ -104,7 +104,9 @@ def fit_serial_fraction(threads: Sequence[float], speedups: Sequence[float]) -> 
         n = _check_real(f"threads[{i}]", n_raw)
         s = _check_real(f"speedups[{i}]", s_raw)
         if n < 1 or s <= 0:
-            raise ValueError(f"threads[{i}] must be >= 1 and speedups[{i}] > 0, got {n_raw}, {s_raw}")
+            raise ValueError(
+                f"threads[{i}] must be >= 1 and speedups[{i}] > 0, got {n_raw}, {s_raw}"
+            )
         if n == 1:
             continue
         x = 1.0 - 1.0 / n

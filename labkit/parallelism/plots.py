@@ -75,7 +75,9 @@ def plot_amdahl(scaling: Any, *, ax: Any = None, max_threads: int = 64) -> Any:
     if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 2:
         raise ValueError(f"max_threads must be an integer >= 2, got {max_threads!r}")
     if max_threads > 2**20:
-        raise ValueError(f"max_threads must be at most {2**20} to draw a curve, got {max_threads!r}")
+        raise ValueError(
+            f"max_threads must be at most {2**20} to draw a curve, got {max_threads!r}"
+        )
     check_ax(ax)
     plt = pyplot()
     if ax is None:
@@ -85,12 +87,23 @@ def plot_amdahl(scaling: Any, *, ax: Any = None, max_threads: int = 64) -> Any:
     ax.plot(ns, ns, ls=":", color="0.5", label="ideal: S(n) = n")
     f = scaling.serial_fraction
     if f is not None:
-        ax.plot(ns, [amdahl_speedup(f, n) for n in ns], color="C1",
-                label=f"Amdahl, measured f = {f:.3f}")  # fmt: skip
+        ax.plot(
+            ns,
+            [amdahl_speedup(f, n) for n in ns],
+            color="C1",
+            label=f"Amdahl, measured f = {f:.3f}",
+        )
         if f > 0:
             ax.axhline(1 / f, color="C1", ls="--", lw=1, label=f"limit 1/f = {1 / f:.3g}×")
-    ax.plot([p.threads for p in scaling.points], [p.speedup for p in scaling.points], "o",
-            color="C0", ms=7, zorder=3, label="measured")  # fmt: skip
+    ax.plot(
+        [p.threads for p in scaling.points],
+        [p.speedup for p in scaling.points],
+        "o",
+        color="C0",
+        ms=7,
+        zorder=3,
+        label="measured",
+    )
     ax.legend(fontsize="small", loc="upper left")
     style_axes(
         ax,

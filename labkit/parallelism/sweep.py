@@ -39,8 +39,12 @@ OPS: tuple[str, ...] = ("add", "matmul")
 
 #: Backend keys, in the order sweeps run and tables print them.
 BACKENDS: tuple[str, ...] = (
-    "python", "numpy", "torch-1-thread", "torch-all-threads", "torch-cuda",
-)  # fmt: skip
+    "python",
+    "numpy",
+    "torch-1-thread",
+    "torch-all-threads",
+    "torch-cuda",
+)
 
 #: Default sizes: elements of ``a + b`` (1 to 16,777,216, ×4 each step), and
 #: n of an n×n matmul (1 to 2048, ×2 each step). Chosen so each default sweep
@@ -244,7 +248,9 @@ def backend_label(backend: str) -> str:
         "torch-cuda": "torch, CUDA",
     }
     if not isinstance(backend, str) or backend not in labels:
-        raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
+        raise ValueError(
+            f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}"
+        )
     return labels[backend]
 
 
@@ -261,10 +267,16 @@ def sweep_add(
 ) -> SizeSweep:
     """Time ``c = a + b`` on n-element vectors at each n on each backend; see :func:`sweep`."""
     return sweep(
-        "add", sizes, backends, dtype=dtype, warmup_ms=warmup_ms, rep_ms=rep_ms,
-        python_max_size=python_max_size, python_max_call_ms=python_max_call_ms,
+        "add",
+        sizes,
+        backends,
+        dtype=dtype,
+        warmup_ms=warmup_ms,
+        rep_ms=rep_ms,
+        python_max_size=python_max_size,
+        python_max_call_ms=python_max_call_ms,
         show_progress=show_progress,
-    )  # fmt: skip
+    )
 
 
 def sweep_matmul(
@@ -280,10 +292,16 @@ def sweep_matmul(
 ) -> SizeSweep:
     """Time ``C = A @ B`` for n×n matrices at each n on each backend; see :func:`sweep`."""
     return sweep(
-        "matmul", sizes, backends, dtype=dtype, warmup_ms=warmup_ms, rep_ms=rep_ms,
-        python_max_size=python_max_size, python_max_call_ms=python_max_call_ms,
+        "matmul",
+        sizes,
+        backends,
+        dtype=dtype,
+        warmup_ms=warmup_ms,
+        rep_ms=rep_ms,
+        python_max_size=python_max_size,
+        python_max_call_ms=python_max_call_ms,
         show_progress=show_progress,
-    )  # fmt: skip
+    )
 
 
 def sweep(
@@ -356,9 +374,13 @@ def sweep(
                 case = _make_case(op, key, size, dtype)
                 case.check()
                 timing = bench(
-                    case.fn, warmup_ms=warmup, rep_ms=rep, device=case.device,
-                    label=f"{backend_label(key)}: {op} {size}", warn=False,
-                )  # fmt: skip
+                    case.fn,
+                    warmup_ms=warmup,
+                    rep_ms=rep,
+                    device=case.device,
+                    label=f"{backend_label(key)}: {op} {size}",
+                    warn=False,
+                )
                 del case  # before the next size's inputs are made, not after
         except Exception as exc:  # out of memory ends that backend's curve, nothing else
             if not _memory.is_out_of_memory(exc):
@@ -367,9 +389,11 @@ def sweep(
             skipped[key].append(size)
             done = points[key]
             stopped[key] = _memory.out_of_memory_message(
-                f"{op} sweep on {backend_label(key)}", f"n={size:,}",
-                f"n={done[-1].size:,}" if done else None, _device_of(key),
-            )  # fmt: skip
+                f"{op} sweep on {backend_label(key)}",
+                f"n={size:,}",
+                f"n={done[-1].size:,}" if done else None,
+                _device_of(key),
+            )
             _memory.release_memory(_device_of(key))
             print(stopped[key])
             continue
@@ -432,9 +456,12 @@ def _over_budget(
         total = _memory.total_bytes("cpu")
         for (_key, size), (host, _) in needs.items():
             if host > total and all(needs[k, n][0] > total for k, n in needs if n == size):
-                _memory.check_fits(host, what=f"the {op} sweep at n={size:,} (more than the "
-                                   f"{_memory.format_bytes(total)} this machine has in all)",
-                                   name="sizes")  # fmt: skip
+                _memory.check_fits(
+                    host,
+                    what=f"the {op} sweep at n={size:,} (more than the "
+                    f"{_memory.format_bytes(total)} this machine has in all)",
+                    name="sizes",
+                )
     if runnable and over == set(needs):
         key, size = min(runnable, key=lambda point: needs[point][0])
         what = f"the {op} sweep at its smallest n={size:,} ({backend_label(key)})"
@@ -443,8 +470,11 @@ def _over_budget(
         if gpu:
             _memory.check_fits(gpu, device="cuda", what=what, name="sizes")
     if over:
-        firsts = {key: min(s for k, s in over if k == key) for key in keys if any(
-            k == key for k, _ in over)}  # fmt: skip
+        firsts = {
+            key: min(s for k, s in over if k == key)
+            for key in keys
+            if any(k == key for k, _ in over)
+        }
         warnings.warn(
             f"{op} sweep: skipped the points that do not fit {_memory.DEFAULT_FRACTION:.0%} of "
             "the free memory (listed in each backend's skipped): "

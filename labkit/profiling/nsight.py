@@ -100,17 +100,40 @@ def nsight_commands(
     kernel_regex = _check_text("kernel_regex", kernel_regex)
     output = _check_text("output", output)
     python = _check_text("python", python)
-    if isinstance(args, str) or not isinstance(args, Sequence) or not all(
-        isinstance(a, str) for a in args
+    if (
+        isinstance(args, str)
+        or not isinstance(args, Sequence)
+        or not all(isinstance(a, str) for a in args)
     ):
         raise TypeError(
             f"args must be a sequence of strings such as ('--steps', '20'), got {args!r}"
         )
     target = [python, *shlex.split(script), *args]
-    nsys = ["nsys", "profile", "-t", "cuda,nvtx,osrt", "--stats=true", "--force-overwrite", "true",
-            "-o", output, *target]  # fmt: skip
-    ncu = ["ncu", "--set", "full", "-k", f"regex:{kernel_regex}", "-c", "1", "-f", "-o", output,
-           *target]  # fmt: skip
+    nsys = [
+        "nsys",
+        "profile",
+        "-t",
+        "cuda,nvtx,osrt",
+        "--stats=true",
+        "--force-overwrite",
+        "true",
+        "-o",
+        output,
+        *target,
+    ]
+    ncu = [
+        "ncu",
+        "--set",
+        "full",
+        "-k",
+        f"regex:{kernel_regex}",
+        "-c",
+        "1",
+        "-f",
+        "-o",
+        output,
+        *target,
+    ]
     return [shlex.join(nsys), shlex.join(ncu)]
 
 
@@ -211,17 +234,40 @@ def run_nsys(
     folder = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="labkit-nsys-"))
     folder.mkdir(parents=True, exist_ok=True)
     output = folder / "report"
-    cmd = [exe, "profile", "-t", "cuda,nvtx,osrt", "--stats=true", "--sample=none",
-           "--cpuctxsw=none", "--force-overwrite", "true", "-o", str(output),
-           sys.executable, "-m", "labkit.profiling.nsys_target", "--steps", str(steps),
-           "--batch", str(batch), "--image-size", str(image_size)]  # fmt: skip
+    cmd = [
+        exe,
+        "profile",
+        "-t",
+        "cuda,nvtx,osrt",
+        "--stats=true",
+        "--sample=none",
+        "--cpuctxsw=none",
+        "--force-overwrite",
+        "true",
+        "-o",
+        str(output),
+        sys.executable,
+        "-m",
+        "labkit.profiling.nsys_target",
+        "--steps",
+        str(steps),
+        "--batch",
+        str(batch),
+        "--image-size",
+        str(image_size),
+    ]
     command = shlex.join(cmd)
     start = time.perf_counter()
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
-        return NsysRun(command, False, None, time.perf_counter() - start,
-                       error=f"timed out after {timeout_s:g} s")  # fmt: skip
+        return NsysRun(
+            command,
+            False,
+            None,
+            time.perf_counter() - start,
+            error=f"timed out after {timeout_s:g} s",
+        )
     except OSError as exc:
         return NsysRun(command, False, None, time.perf_counter() - start, error=str(exc))
     seconds = time.perf_counter() - start
@@ -229,6 +275,13 @@ def run_nsys(
     stats = parse_stats(done.stdout)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        return NsysRun(command, False, done.returncode, seconds, files, stats,
-                       error=f"exit code {done.returncode}: " + " | ".join(tail))  # fmt: skip
+        return NsysRun(
+            command,
+            False,
+            done.returncode,
+            seconds,
+            files,
+            stats,
+            error=f"exit code {done.returncode}: " + " | ".join(tail),
+        )
     return NsysRun(command, True, 0, seconds, files, stats)

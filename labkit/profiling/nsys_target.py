@@ -24,8 +24,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
     parser.add_argument("--batch", type=int, default=64, help="images per step (default 64)")
     parser.add_argument("--image-size", type=int, default=32, help="image side in pixels")
-    parser.add_argument("--item-every-step", action="store_true",
-                        help="read loss.item() every step (a sync point) instead of once")  # fmt: skip
+    parser.add_argument(
+        "--item-every-step",
+        action="store_true",
+        help="read loss.item() every step (a sync point) instead of once",
+    )
     parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: the best)")
     args = parser.parse_args(argv)
     for name in ("steps", "batch", "image_size"):

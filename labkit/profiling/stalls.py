@@ -319,9 +319,12 @@ def time_sync_stall(
     check_memory(dev, batch, image_size, "time_sync_stall")
     trainer = Trainer(torch, dev, batch, image_size, seed)
     options: dict[str, Any] = {
-        "warmup_ms": warmup_ms, "rep_ms": rep_ms, "min_reps": min_reps,
-        "device": str(dev), "warn": False,
-    }  # fmt: skip
+        "warmup_ms": warmup_ms,
+        "rep_ms": rep_ms,
+        "min_reps": min_reps,
+        "device": str(dev),
+        "warn": False,
+    }
     once = bench(trainer.run, steps, False, label="loss read once", **options)
     every = bench(trainer.run, steps, True, label="loss.item() every step", **options)
     return SyncStallTiming(

@@ -348,8 +348,9 @@ def profile_keras_training(
 
     batch_bytes = batch * 3 * image_size * image_size * 4
     # The arrays live on the host; activations are counted there too (a GPU has more room).
-    check_fits(batch_bytes * 34, device="cpu", what="profile_keras_training",
-               name="batch or image_size")  # fmt: skip
+    check_fits(
+        batch_bytes * 34, device="cpu", what="profile_keras_training", name="batch or image_size"
+    )
     tf = import_tensorflow(PURPOSE)
     import keras
     import numpy as np

@@ -338,7 +338,7 @@ class TorchProfile:
                     "device_ms_per_step": p.device_ms_per_step,
                 }
                 for p in self.phases
-            ],  # fmt: skip
+            ],
             "ops": [
                 {
                     "name": o.name,
@@ -349,7 +349,7 @@ class TorchProfile:
                     "on_device": o.on_device,
                 }
                 for o in ops
-            ],  # fmt: skip
+            ],
             "trace_path": self.trace_path,
             "profiler_messages": list(self.profiler_messages),
         }
@@ -445,8 +445,9 @@ def resolve_device(torch: Any, device: Any) -> Any:
     return resolve_torch_device(device)
 
 
-def check_memory(device: Any, batch: int, image_size: int, what: str,
-                 name: str = "batch or image_size") -> None:  # fmt: skip
+def check_memory(
+    device: Any, batch: int, image_size: int, what: str, name: str = "batch or image_size"
+) -> None:
     """Refuse sizes whose data and activations exceed labkit's memory budget (25% of free)."""
     from labkit.machine.memory import check_fits
 

@@ -17,4 +17,18 @@ from labkit.roofline.measure import (
 from labkit.roofline.model import OpCost, Roofline, add_cost, conv2d_cost, matmul_cost, sum_cost
 from labkit.roofline.plots import plot_roofline
 
-__all__ = ["OpCost", "OpMeasurement", "PeakCompute", "Roofline", "add_cost", "conv2d_cost", "matmul_cost", "measure_op", "measure_peak_compute", "measure_roofline", "plot_roofline", "sum_cost", "tf32_mode"]
+__all__ = [
+    "OpCost",
+    "OpMeasurement",
+    "PeakCompute",
+    "Roofline",
+    "add_cost",
+    "conv2d_cost",
+    "matmul_cost",
+    "measure_op",
+    "measure_peak_compute",
+    "measure_roofline",
+    "plot_roofline",
+    "sum_cost",
+    "tf32_mode",
+]

@@ -46,7 +46,7 @@ _TOLERANCE = {"float64": 1e-10, "float32": 1e-4, "tf32": 1e-2, "float16": 1e-2, 
 
 
 def resolve_device(device: Any = None) -> str:
-    """"cpu", "cuda" or "cuda:N": None picks the GPU where one exists (torch devices accepted)."""
+    """ "cpu", "cuda" or "cuda:N": None picks the GPU where one exists (torch devices accepted)."""
     from labkit.machine.gpu import has_gpu
 
     if device is None:
@@ -183,7 +183,9 @@ def measure_peak_compute(
     dev = resolve_device(device)
     on_gpu = dev != "cpu"
     chosen = _check_dtypes(dtypes, on_gpu)
-    tried = check_sizes(sizes if sizes is not None else (GPU_PEAK_SIZES if on_gpu else CPU_PEAK_SIZES))
+    tried = check_sizes(
+        sizes if sizes is not None else (GPU_PEAK_SIZES if on_gpu else CPU_PEAK_SIZES)
+    )
     torch = import_optional("torch", "measuring peak FLOP/s")
 
     over = _peak_sizes_over_budget(chosen, tried, dev, named=sizes is not None)
@@ -210,18 +212,24 @@ def measure_peak_compute(
                     return torch.matmul(a, b, out=c)
 
                 timing = bench(
-                    matmul, warmup_ms=warmup, rep_ms=rep, device=dev,
-                    label=f"matmul {n} {dtype}", warn=False,
-                )  # fmt: skip
+                    matmul,
+                    warmup_ms=warmup,
+                    rep_ms=rep,
+                    device=dev,
+                    label=f"matmul {n} {dtype}",
+                    warn=False,
+                )
                 del a, b, c, matmul
         except Exception as exc:  # out of memory: this dtype stops at the sizes that fit
             if not _memory.is_out_of_memory(exc):
                 raise
         if timing is None:
             stopped[dtype] = _memory.out_of_memory_message(
-                f"peak FLOP/s ({dtype})", f"matmul n={n:,}",
-                f"n={done[-1][0]:,}" if done else None, dev,
-            )  # fmt: skip
+                f"peak FLOP/s ({dtype})",
+                f"matmul n={n:,}",
+                f"n={done[-1][0]:,}" if done else None,
+                dev,
+            )
             _memory.release_memory(dev)
             if not done:
                 raise _memory.MemoryBudgetError(stopped[dtype])
@@ -233,10 +241,14 @@ def measure_peak_compute(
         rates = [(2 * n**3 / (t.median_ms / 1e3) / 1e9, n) for n, t in runs if t.median_ms > 0]
         best_rate, best_n = max(rates) if rates else (math.nan, runs[0][0])
         results[dtype] = PeakCompute(
-            dtype=dtype, device=dev, gflop_per_s=best_rate, size=best_n,
-            sizes=tuple(n for n, _ in runs), timings=tuple(t for _, t in runs),
+            dtype=dtype,
+            device=dev,
+            gflop_per_s=best_rate,
+            size=best_n,
+            sizes=tuple(n for n, _ in runs),
+            timings=tuple(t for _, t in runs),
             out_of_memory=stopped.get(dtype, ""),
-        )  # fmt: skip
+        )
     return results
 
 
@@ -272,13 +284,23 @@ def _peak_sizes_over_budget(
         for i, n in enumerate(sizes):
             need = _peak_bytes(n, dtype, first=i == 0)
             if total is not None and need > total:
-                _memory.check_fits(need, device=where, name="sizes", what=(
-                    f"a {n:,} x {n:,} {dtype} matmul (more than the {_memory.format_bytes(total)} "
-                    "this machine has in all)"))  # fmt: skip
+                _memory.check_fits(
+                    need,
+                    device=where,
+                    name="sizes",
+                    what=(
+                        f"a {n:,} x {n:,} {dtype} matmul (more than the {_memory.format_bytes(total)} "
+                        "this machine has in all)"
+                    ),
+                )
             if need > budget:
                 if i == 0:
-                    _memory.check_fits(need, device=where, name="sizes",
-                                       what=f"the smallest {dtype} matmul, n={n:,}, and its check")  # fmt: skip
+                    _memory.check_fits(
+                        need,
+                        device=where,
+                        name="sizes",
+                        what=f"the smallest {dtype} matmul, n={n:,}, and its check",
+                    )
                 over.add((dtype, n))
     if over:
         warnings.warn(
@@ -435,15 +457,19 @@ def measure_op(
         from labkit.bandwidth.strided import flush_bytes
 
         need += flush_bytes("cpu" if where == "cpu" else dev)
-    _memory.check_fits(need, device=where, what=f"measure_op({op.name})",
-                       name="op (its sizes)")  # fmt: skip
+    _memory.check_fits(need, device=where, what=f"measure_op({op.name})", name="op (its sizes)")
     mode = tf32_mode(tf32) if dev != "cpu" else contextlib.nullcontext()
     with mode:
         fn = _build(torch, op, dev)
         timing = bench(
-            fn, warmup_ms=warmup, rep_ms=rep, device=dev, flush_l2=flush_cache,
-            label=op.name, warn=False,
-        )  # fmt: skip
+            fn,
+            warmup_ms=warmup,
+            rep_ms=rep,
+            device=dev,
+            flush_l2=flush_cache,
+            label=op.name,
+            warn=False,
+        )
     seconds = timing.median_ms / 1e3
     return OpMeasurement(
         op=op,
@@ -483,7 +509,11 @@ def _build(torch: Any, op: OpCost, dev: str) -> Any:
     w = randn(d["K"], d["C"], d["R"], d["S"])
     stride, padding = d["stride"], d["padding"]
     shape = tuple(functional.conv2d(x, w, stride=stride, padding=padding).shape)
-    expected = (d["N"], d["K"], *conv2d_output_size(d["H"], d["W"], d["R"], d["S"], stride, padding))
+    expected = (
+        d["N"],
+        d["K"],
+        *conv2d_output_size(d["H"], d["W"], d["R"], d["S"], stride, padding),
+    )
     if shape != expected:  # the FLOP count would be wrong: refuse to report a rate
         raise RuntimeError(f"conv2d produced {shape}, but its OpCost assumes {expected}")
     return lambda: functional.conv2d(x, w, stride=stride, padding=padding)

@@ -98,7 +98,9 @@ class OpCost:
         if not isinstance(self.name, str) or not self.name:
             raise TypeError(f"name must be a non-empty string, got {self.name!r}")
         if not isinstance(self.kind, str) or self.kind not in OP_KINDS:
-            raise ValueError(f"kind must be one of {', '.join(map(repr, OP_KINDS))}, got {self.kind!r}")
+            raise ValueError(
+                f"kind must be one of {', '.join(map(repr, OP_KINDS))}, got {self.kind!r}"
+            )
         _dtype_name(self.dtype)
         _positive_int("flops", self.flops, minimum=0)
         _positive_int("bytes", self.bytes)
@@ -119,7 +121,9 @@ class OpCost:
         for key, value in self.dims:
             if key == name:
                 return value
-        raise ValueError(f"{self.name} has no dimension {name!r}; it has {[k for k, _ in self.dims]}")
+        raise ValueError(
+            f"{self.name} has no dimension {name!r}; it has {[k for k, _ in self.dims]}"
+        )
 
     def __str__(self) -> str:
         return (
@@ -139,12 +143,18 @@ def add_cost(n: int, dtype: str = "float32", *, name: str | None = None) -> OpCo
     size = dtype_bytes(dtype)
     _check_name(name)
     return OpCost(
-        name=name or f"add {n:,}", flops=n, bytes=3 * n * size, dtype=_dtype_name(dtype),
-        kind="add", dims=(("n", n),),
-    )  # fmt: skip
+        name=name or f"add {n:,}",
+        flops=n,
+        bytes=3 * n * size,
+        dtype=_dtype_name(dtype),
+        kind="add",
+        dims=(("n", n),),
+    )
 
 
-def matmul_cost(m: int, n: int, k: int, dtype: str = "float32", *, name: str | None = None) -> OpCost:
+def matmul_cost(
+    m: int, n: int, k: int, dtype: str = "float32", *, name: str | None = None
+) -> OpCost:
     """``C = A @ B`` with A m×k, B k×n, C m×n: 2·m·n·k FLOPs, (mk + kn + mn) elements moved.
 
     Each of the m·n outputs is a dot product of length k: k multiplies and k
@@ -188,9 +198,19 @@ def conv2d_output_size(
 
 
 def conv2d_cost(
-    N: int, C: int, H: int, W: int, K: int, R: int, S: int,
-    stride: int = 1, padding: int = 0, dtype: str = "float32", *, name: str | None = None,
-) -> OpCost:  # fmt: skip
+    N: int,
+    C: int,
+    H: int,
+    W: int,
+    K: int,
+    R: int,
+    S: int,
+    stride: int = 1,
+    padding: int = 0,
+    dtype: str = "float32",
+    *,
+    name: str | None = None,
+) -> OpCost:
     """A 2-D convolution in cuDNN's notation, without bias: input N×C×H×W, K filters of C×R×S.
 
     FLOPs = 2·N·K·Ho·Wo·C·R·S: each of the N·K·Ho·Wo outputs is a dot
@@ -214,9 +234,18 @@ def conv2d_cost(
         bytes=elements * size,
         dtype=_dtype_name(dtype),
         kind="conv2d",
-        dims=(("N", N), ("C", C), ("H", H), ("W", W), ("K", K), ("R", R), ("S", S),
-              ("stride", stride), ("padding", padding)),
-    )  # fmt: skip
+        dims=(
+            ("N", N),
+            ("C", C),
+            ("H", H),
+            ("W", W),
+            ("K", K),
+            ("R", R),
+            ("S", S),
+            ("stride", stride),
+            ("padding", padding),
+        ),
+    )
 
 
 def sum_cost(n: int, dtype: str = "float32", *, name: str | None = None) -> OpCost:
@@ -230,9 +259,13 @@ def sum_cost(n: int, dtype: str = "float32", *, name: str | None = None) -> OpCo
     size = dtype_bytes(dtype)
     _check_name(name)
     return OpCost(
-        name=name or f"sum {n:,}", flops=n, bytes=(n + 1) * size, dtype=_dtype_name(dtype),
-        kind="sum", dims=(("n", n),),
-    )  # fmt: skip
+        name=name or f"sum {n:,}",
+        flops=n,
+        bytes=(n + 1) * size,
+        dtype=_dtype_name(dtype),
+        kind="sum",
+        dims=(("n", n),),
+    )
 
 
 # --------------------------------------------------------------------------- the roofline
@@ -305,7 +338,7 @@ class Roofline:
         return min(self.peak(dtype), intensity * self.peak_gb_per_s)
 
     def bound(self, op: OpCost, dtype: str | None = None) -> str:
-        """"memory-bound" when ``op``'s intensity is below the ridge point, else "compute-bound".
+        """ "memory-bound" when ``op``'s intensity is below the ridge point, else "compute-bound".
 
         ``dtype`` picks the compute roof; by default the op's own dtype
         (pass "tf32" to ask about a float32 op on tensor cores).

@@ -36,19 +36,36 @@ def plot_roofline(roofline: Any, points: Any = (), *, ax: Any = None) -> Any:
     x_hi = max([max(ridges.values()) * 30, *(ai * 3 for ai in intensities)])
     bw = roofline.peak_gb_per_s
     top_ridge = max(ridges.values())
-    ax.plot([x_lo, top_ridge], [bw * x_lo, bw * top_ridge], color="k", lw=2,
-            label=f"memory roof: {three_digits(bw)} GB/s")  # fmt: skip
+    ax.plot(
+        [x_lo, top_ridge],
+        [bw * x_lo, bw * top_ridge],
+        color="k",
+        lw=2,
+        label=f"memory roof: {three_digits(bw)} GB/s",
+    )
     for i, (dtype, peak) in enumerate(roofline.peak_gflop_per_s.items()):
         ridge, color = ridges[dtype], f"C{i}"
-        ax.plot([ridge, x_hi], [peak, peak], color=color, lw=2,
-                label=f"{dtype} roof: {format_gflop_per_s(peak)}")  # fmt: skip
+        ax.plot(
+            [ridge, x_hi],
+            [peak, peak],
+            color=color,
+            lw=2,
+            label=f"{dtype} roof: {format_gflop_per_s(peak)}",
+        )
         ax.plot([ridge], [peak], "o", color=color, ms=5)
-        ax.annotate(f"ridge {three_digits(ridge)} FLOP/B", (ridge, peak), color=color,
-                    textcoords="offset points", xytext=(4, -12), fontsize="x-small")  # fmt: skip
+        ax.annotate(
+            f"ridge {three_digits(ridge)} FLOP/B",
+            (ridge, peak),
+            color=color,
+            textcoords="offset points",
+            xytext=(4, -12),
+            fontsize="x-small",
+        )
     for label, ai, gflop_per_s in marks:
         ax.plot([ai], [gflop_per_s], "*", color="C3", ms=11, zorder=3)
-        ax.annotate(label, (ai, gflop_per_s), textcoords="offset points", xytext=(6, 4),
-                    fontsize="small")  # fmt: skip
+        ax.annotate(
+            label, (ai, gflop_per_s), textcoords="offset points", xytext=(6, 4), fontsize="small"
+        )
     ax.set_xlim(x_lo, x_hi)
     lowest = min([bw * x_lo, *(g for _, _, g in marks)])
     ax.set_ylim(lowest / 2, max(roofline.peak_gflop_per_s.values()) * 3)

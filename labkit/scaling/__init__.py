@@ -35,4 +35,24 @@ from labkit.scaling.launch import (
 )
 from labkit.scaling.mirrored import MirroredRun, run_mirrored
 
-__all__ = ["Accumulation", "AllreduceCost", "DdpRun", "DistRunError", "DistTimeoutError", "MirroredRun", "ModelSizeComm", "Scaling", "accumulate_equivalence", "allreduce_cost", "allreduce_vs_model_size", "launch_command", "plot_accumulation", "plot_allreduce", "plot_model_size", "plot_scaling", "run_ddp", "run_mirrored", "scaling_efficiency"]
+__all__ = [
+    "Accumulation",
+    "AllreduceCost",
+    "DdpRun",
+    "DistRunError",
+    "DistTimeoutError",
+    "MirroredRun",
+    "ModelSizeComm",
+    "Scaling",
+    "accumulate_equivalence",
+    "allreduce_cost",
+    "allreduce_vs_model_size",
+    "launch_command",
+    "plot_accumulation",
+    "plot_allreduce",
+    "plot_model_size",
+    "plot_scaling",
+    "run_ddp",
+    "run_mirrored",
+    "scaling_efficiency",
+]

@@ -74,8 +74,11 @@ class Accumulation:
 
     def __str__(self) -> str:
         k, b = self.accum_steps, self.micro_batch
-        layers = "with batch norm (mixes the samples of a batch)" if self.batch_norm else (
-            "no layer mixes the samples of a batch")  # fmt: skip
+        layers = (
+            "with batch norm (mixes the samples of a batch)"
+            if self.batch_norm
+            else ("no layer mixes the samples of a batch")
+        )
         verdict = "the same gradient" if self.equivalent else "NOT the same gradient"
         lines = [
             f"Gradient accumulation: {k} micro-batches of {b} (each loss ÷ {k}, one optimizer "
@@ -93,15 +96,22 @@ class Accumulation:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "micro_batch": self.micro_batch, "accum_steps": self.accum_steps,
-            "effective_batch": self.effective_batch, "width": self.width,
-            "parameter_count": self.parameter_count, "dtype": self.dtype,
-            "batch_norm": self.batch_norm, "device": self.device,
+            "micro_batch": self.micro_batch,
+            "accum_steps": self.accum_steps,
+            "effective_batch": self.effective_batch,
+            "width": self.width,
+            "parameter_count": self.parameter_count,
+            "dtype": self.dtype,
+            "batch_norm": self.batch_norm,
+            "device": self.device,
             "max_abs_grad_diff": self.max_abs_grad_diff,
-            "max_rel_grad_diff": self.max_rel_grad_diff, "max_param_diff": self.max_param_diff,
-            "tolerance": self.tolerance, "equivalent": self.equivalent,
-            "accumulated": self.accumulated.to_dict(), "direct": self.direct.to_dict(),
-        }  # fmt: skip
+            "max_rel_grad_diff": self.max_rel_grad_diff,
+            "max_param_diff": self.max_param_diff,
+            "tolerance": self.tolerance,
+            "equivalent": self.equivalent,
+            "accumulated": self.accumulated.to_dict(),
+            "direct": self.direct.to_dict(),
+        }
 
 
 def _grads(model: Any) -> list[Any]:
@@ -162,16 +172,18 @@ def accumulate_equivalence(
 
     rows = micro_batch * accum_steps
     item = 8 if dtype == "float64" else 4
-    check_fits((4 * mlp_parameter_count(width) + 6 * rows * (width + IN_FEATURES)) * item,
-               device="cuda" if dev.type == "cuda" else "cpu",
-               what=f"gradient accumulation of {rows} samples (micro_batch={micro_batch} × "
-                    f"accum_steps={accum_steps}) at width {width}",
-               name="micro_batch, accum_steps or width")  # fmt: skip
+    check_fits(
+        (4 * mlp_parameter_count(width) + 6 * rows * (width + IN_FEATURES)) * item,
+        device="cuda" if dev.type == "cuda" else "cpu",
+        what=f"gradient accumulation of {rows} samples (micro_batch={micro_batch} × "
+        f"accum_steps={accum_steps}) at width {width}",
+        name="micro_batch, accum_steps or width",
+    )
     torch_dtype = getattr(torch, dtype)
     torch.manual_seed(seed)
     model = build_mlp(width, batch_norm=batch_norm).to(dev, torch_dtype)
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    (x, y), = synthetic_batches(1, micro_batch * accum_steps, seed=seed, dtype=torch_dtype)  # fmt: skip
+    ((x, y),) = synthetic_batches(1, micro_batch * accum_steps, seed=seed, dtype=torch_dtype)
     x, y = x.to(dev), y.to(dev)
     micro = list(zip(x.split(micro_batch), y.split(micro_batch), strict=True))
     loss_fn = torch.nn.MSELoss()
@@ -199,12 +211,18 @@ def accumulate_equivalence(
     abs_diff = max(
         float((a - b).abs().max()) for a, b in zip(grads_accum, grads_direct, strict=True)
     )
-    param_diff = max(float((a - b).abs().max())
-                     for a, b in zip(params_accum, params_direct, strict=True))  # fmt: skip
+    param_diff = max(
+        float((a - b).abs().max()) for a, b in zip(params_accum, params_direct, strict=True)
+    )
     model.load_state_dict(start)
 
-    opts: dict[str, Any] = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "min_reps": min_reps, "device": str(dev),
-            "warn": False}  # fmt: skip
+    opts: dict[str, Any] = {
+        "warmup_ms": warmup_ms,
+        "rep_ms": rep_ms,
+        "min_reps": min_reps,
+        "device": str(dev),
+        "warn": False,
+    }
     accumulated = bench(
         accumulated_step, label=f"{accum_steps} × {micro_batch} accumulated", **opts
     )
@@ -231,7 +249,12 @@ def plot_accumulation(result: Accumulation, ax: Any = None) -> Any:
     from labkit.timing.plots import plot_timings
 
     if not isinstance(result, Accumulation):
-        raise TypeError(f"Expected an instance of Accumulation as result, got {type(result).__name__} "
-                        "instead; pass the result of accumulate_equivalence()")  # fmt: skip
-    return plot_timings([result.direct, result.accumulated], ax=ax,
-                        title=f"One effective batch of {result.effective_batch} samples")  # fmt: skip
+        raise TypeError(
+            f"Expected an instance of Accumulation as result, got {type(result).__name__} "
+            "instead; pass the result of accumulate_equivalence()"
+        )
+    return plot_timings(
+        [result.direct, result.accumulated],
+        ax=ax,
+        title=f"One effective batch of {result.effective_batch} samples",
+    )

@@ -48,8 +48,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         prog="python -m torch.distributed.run ... -m labkit.scaling.allreduce",
         description="Time all-reduces of float32 buffers of the given sizes.",
     )
-    parser.add_argument("--sizes", type=_sizes, default=[1024, 1024**2],
-                        help="comma-separated message sizes in bytes")  # fmt: skip
+    parser.add_argument(
+        "--sizes",
+        type=_sizes,
+        default=[1024, 1024**2],
+        help="comma-separated message sizes in bytes",
+    )
     parser.add_argument("--reps", type=int, default=20, help="timed calls per size")
     parser.add_argument("--warmup", type=int, default=3, help="untimed calls per size first")
     add_common_args(parser)
@@ -69,8 +73,9 @@ def measure(ctx: Any, sizes: list[int], *, reps: int, warmup: int) -> dict[str, 
     rows = []
     expected = ctx.world_size * (ctx.world_size + 1) / 2
     for size in sizes:
-        buffer = torch.full((size // 4,), float(ctx.rank + 1), dtype=torch.float32,
-                            device=ctx.device)  # fmt: skip
+        buffer = torch.full(
+            (size // 4,), float(ctx.rank + 1), dtype=torch.float32, device=ctx.device
+        )
         dist.all_reduce(buffer)
         wrong = int((buffer != expected).sum())
         if wrong:
@@ -79,12 +84,20 @@ def measure(ctx: Any, sizes: list[int], *, reps: int, warmup: int) -> dict[str, 
                 f"from {expected:g}"
             )
         buffer.zero_()
-        samples = timed_samples(ctx, functools.partial(dist.all_reduce, buffer), reps=reps,
-                                warmup=warmup)  # fmt: skip
+        samples = timed_samples(
+            ctx, functools.partial(dist.all_reduce, buffer), reps=reps, warmup=warmup
+        )
         rows.append({"size_bytes": size, "samples_ms": slowest(ctx, samples)})
         del buffer
-    return {"kind": "allreduce", **describe(ctx), "reps": reps, "warmup": warmup,
-            "dtype": "float32", "op": "sum", "rows": rows}  # fmt: skip
+    return {
+        "kind": "allreduce",
+        **describe(ctx),
+        "reps": reps,
+        "warmup": warmup,
+        "dtype": "float32",
+        "op": "sum",
+        "rows": rows,
+    }
 
 
 def _main(argv: list[str] | None) -> int:

@@ -68,12 +68,32 @@ from labkit.scaling.results import (
 from labkit.scaling.train_ddp import DEPTH, IN_FEATURES, OUT_FEATURES, mlp_parameter_count
 
 __all__ = [
-    "DEFAULT_ALLREDUCE_SIZES", "DEFAULT_WIDTHS", "GRACE_S", "AllreduceCost", "AllreduceRow",
-    "DdpRun", "DistRunError", "DistTimeoutError", "ModelSizeComm", "ProcessOutput", "Scaling",
-    "ScalingRow", "allreduce_cost", "allreduce_vs_model_size", "bus_bandwidth_factor",
-    "launch_command", "plot_allreduce", "plot_model_size", "plot_scaling", "run_ddp",
-    "run_process", "run_torchrun", "scaling_efficiency", "standalone_command", "worker_error",
-]  # fmt: skip
+    "DEFAULT_ALLREDUCE_SIZES",
+    "DEFAULT_WIDTHS",
+    "GRACE_S",
+    "AllreduceCost",
+    "AllreduceRow",
+    "DdpRun",
+    "DistRunError",
+    "DistTimeoutError",
+    "ModelSizeComm",
+    "ProcessOutput",
+    "Scaling",
+    "ScalingRow",
+    "allreduce_cost",
+    "allreduce_vs_model_size",
+    "bus_bandwidth_factor",
+    "launch_command",
+    "plot_allreduce",
+    "plot_model_size",
+    "plot_scaling",
+    "run_ddp",
+    "run_process",
+    "run_torchrun",
+    "scaling_efficiency",
+    "standalone_command",
+    "worker_error",
+]
 
 #: Message sizes :func:`allreduce_cost` sweeps by default: 1 KiB to 64 MiB, ×4 each step.
 DEFAULT_ALLREDUCE_SIZES: tuple[int, ...] = tuple(1024 * 4**k for k in range(9))
@@ -128,15 +148,18 @@ def launch_command(
         if not isinstance(value, str) or not value or any(c.isspace() for c in value):
             raise ValueError(f"{name} must be a non-empty string without spaces, got {value!r}")
     return [
-        python_executable(python), "-m", "torch.distributed.run",
+        python_executable(python),
+        "-m",
+        "torch.distributed.run",
         f"--nnodes={nnodes}",
         f"--nproc-per-node={nproc_per_node}",
         f"--rdzv-id={rdzv_id}",
         f"--rdzv-backend={rdzv_backend}",
         f"--rdzv-endpoint={rdzv_endpoint}",
-        "-m", module,
+        "-m",
+        module,
         *check_script_args(script_args),
-    ]  # fmt: skip
+    ]
 
 
 def _check_backend(backend: Any) -> str:
@@ -190,19 +213,41 @@ def run_ddp(
     check_real("timeout_s", timeout_s, low=0, low_open=True)
     from labkit.machine.memory import check_fits
 
-    check_fits(_ddp_bytes_per_proc(width, depth, batch_per_rank), arrays=nproc,
-               what=f"DDP training of an MLP of width {width} on {nproc} processes",
-               name="width or batch_per_rank")  # fmt: skip
+    check_fits(
+        _ddp_bytes_per_proc(width, depth, batch_per_rank),
+        arrays=nproc,
+        what=f"DDP training of an MLP of width {width} on {nproc} processes",
+        name="width or batch_per_rank",
+    )
     args = [
-        "--width", str(width), "--depth", str(depth), "--steps", str(steps),
-        "--warmup-steps", str(warmup_steps), "--batch-per-rank", str(batch_per_rank),
-        "--accum-steps", str(accum_steps), "--allreduce-reps", str(allreduce_reps),
-        "--threads", str(threads_per_proc), "--backend", backend,
-    ]  # fmt: skip
+        "--width",
+        str(width),
+        "--depth",
+        str(depth),
+        "--steps",
+        str(steps),
+        "--warmup-steps",
+        str(warmup_steps),
+        "--batch-per-rank",
+        str(batch_per_rank),
+        "--accum-steps",
+        str(accum_steps),
+        "--allreduce-reps",
+        str(allreduce_reps),
+        "--threads",
+        str(threads_per_proc),
+        "--backend",
+        backend,
+    ]
     data, output, cmd = run_torchrun(
-        "labkit.scaling.train_ddp", args, nproc=nproc, threads_per_proc=threads_per_proc,
-        timeout_s=timeout_s, env=env, what=f"DDP training on {nproc} processes",
-    )  # fmt: skip
+        "labkit.scaling.train_ddp",
+        args,
+        nproc=nproc,
+        threads_per_proc=threads_per_proc,
+        timeout_s=timeout_s,
+        env=env,
+        what=f"DDP training on {nproc} processes",
+    )
     return DdpRun.from_dict(data, wall_s=output.wall_s, command=shlex.join(cmd))
 
 
@@ -226,9 +271,20 @@ def scaling_efficiency(
     from labkit.core.validate import check_sizes
 
     counts = check_sizes(nprocs, "nprocs")
-    runs = [run_ddp(n, width=width, steps=steps, batch_per_rank=batch_per_rank,
-                    accum_steps=accum_steps, threads_per_proc=threads_per_proc, backend=backend,
-                    timeout_s=timeout_s, env=env) for n in counts]  # fmt: skip
+    runs = [
+        run_ddp(
+            n,
+            width=width,
+            steps=steps,
+            batch_per_rank=batch_per_rank,
+            accum_steps=accum_steps,
+            threads_per_proc=threads_per_proc,
+            backend=backend,
+            timeout_s=timeout_s,
+            env=env,
+        )
+        for n in counts
+    ]
     return Scaling.from_runs(runs)
 
 
@@ -270,12 +326,27 @@ def allreduce_cost(
     # each rank's buffer and gloo's copies; none fitting (or one beyond the machine's whole
     # memory) raises MemoryBudgetError naming sizes_bytes, before any process starts
     kept, dropped = fit_sizes(sizes, arrays=3 * nproc, name="sizes_bytes")
-    args = ["--sizes", ",".join(str(s) for s in kept), "--reps", str(reps), "--warmup",
-            str(warmup), "--threads", str(threads_per_proc), "--backend", backend]  # fmt: skip
+    args = [
+        "--sizes",
+        ",".join(str(s) for s in kept),
+        "--reps",
+        str(reps),
+        "--warmup",
+        str(warmup),
+        "--threads",
+        str(threads_per_proc),
+        "--backend",
+        backend,
+    ]
     data, _output, _cmd = run_torchrun(
-        "labkit.scaling.allreduce", args, nproc=nproc, threads_per_proc=threads_per_proc,
-        timeout_s=timeout_s, env=env, what=f"all-reduce timing on {nproc} processes",
-    )  # fmt: skip
+        "labkit.scaling.allreduce",
+        args,
+        nproc=nproc,
+        threads_per_proc=threads_per_proc,
+        timeout_s=timeout_s,
+        env=env,
+        what=f"all-reduce timing on {nproc} processes",
+    )
     return AllreduceCost.from_dict(data, skipped_bytes=dropped)
 
 
@@ -299,9 +370,19 @@ def allreduce_vs_model_size(
     from labkit.core.validate import check_sizes
 
     checked = check_sizes(widths, "widths")
-    runs = tuple(run_ddp(nproc, width=w, steps=steps, batch_per_rank=batch_per_rank,
-                         threads_per_proc=threads_per_proc, backend=backend, timeout_s=timeout_s,
-                         env=env) for w in checked)  # fmt: skip
+    runs = tuple(
+        run_ddp(
+            nproc,
+            width=w,
+            steps=steps,
+            batch_per_rank=batch_per_rank,
+            threads_per_proc=threads_per_proc,
+            backend=backend,
+            timeout_s=timeout_s,
+            env=env,
+        )
+        for w in checked
+    )
     return ModelSizeComm(runs)
 
 
@@ -320,8 +401,10 @@ def plot_scaling(scaling: Scaling, ax: Any = None) -> Any:
     from labkit.plotting import pyplot, style_axes
 
     if not isinstance(scaling, Scaling):
-        raise TypeError(f"Expected an instance of Scaling as scaling, got {type(scaling).__name__} instead; "
-                        "pass the result of labkit.scaling.launch.scaling_efficiency()")  # fmt: skip
+        raise TypeError(
+            f"Expected an instance of Scaling as scaling, got {type(scaling).__name__} instead; "
+            "pass the result of labkit.scaling.launch.scaling_efficiency()"
+        )
     plt = pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 4))
@@ -331,17 +414,24 @@ def plot_scaling(scaling: Scaling, ax: Any = None) -> Any:
     ax.plot(ns, ideal, ls="--", color="0.5", label="ideal: N × one process")
     ax.plot(ns, [r.run.samples_per_s for r in scaling.rows], "o-", color="C0", label="measured")
     for r in scaling.rows:
-        ax.annotate(f"{r.efficiency:.0%}", (r.nproc, r.run.samples_per_s),
-                    textcoords="offset points", xytext=(6, -12), fontsize="small")  # fmt: skip
+        ax.annotate(
+            f"{r.efficiency:.0%}",
+            (r.nproc, r.run.samples_per_s),
+            textcoords="offset points",
+            xytext=(6, -12),
+            fontsize="small",
+        )
     ax.set_xticks(ns)
     ax.set_xlim(min(ns) - 0.3, max(ns) + 0.3)
     ax.set_ylim(0, max(ideal + [r.run.samples_per_s for r in scaling.rows]) * 1.15)
     ax.legend(fontsize="small", loc="upper left")
     return style_axes(
-        ax, xlabel="processes N (same batch per process)", ylabel="throughput (samples/s)",
+        ax,
+        xlabel="processes N (same batch per process)",
+        ylabel="throughput (samples/s)",
         title=f"Weak scaling of DDP ({base.backend}), efficiency at each point",
         device=base.device,
-    )  # fmt: skip
+    )
 
 
 def plot_allreduce(cost: AllreduceCost, ax: Any = None) -> Any:
@@ -356,23 +446,32 @@ def plot_allreduce(cost: AllreduceCost, ax: Any = None) -> Any:
     from labkit.plotting import bytes_ticks, pyplot, style_axes
 
     if not isinstance(cost, AllreduceCost):
-        raise TypeError(f"Expected an instance of AllreduceCost as cost, got {type(cost).__name__} "
-                        "instead; pass the result of labkit.scaling.launch.allreduce_cost()")  # fmt: skip
+        raise TypeError(
+            f"Expected an instance of AllreduceCost as cost, got {type(cost).__name__} "
+            "instead; pass the result of labkit.scaling.launch.allreduce_cost()"
+        )
     plt = pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4.5))
     sizes = [r.size_bytes for r in cost.rows]
     ax.plot(sizes, [r.median_ms for r in cost.rows], "o-", color="C0", label="time (median)")
-    style_axes(ax, xlabel="message size (bytes per rank)", ylabel="time per all-reduce (ms)",
-               title=f"All-reduce on {plural(cost.nproc, 'process')} ({cost.backend})",
-               device=cost.device, logx=True, logy=True)  # fmt: skip
+    style_axes(
+        ax,
+        xlabel="message size (bytes per rank)",
+        ylabel="time per all-reduce (ms)",
+        title=f"All-reduce on {plural(cost.nproc, 'process')} ({cost.backend})",
+        device=cost.device,
+        logx=True,
+        logy=True,
+    )
     low, high = min(sizes) / 1.5, max(sizes) * 1.5
     ax.set_xlim(low, high)
     bytes_ticks(ax.xaxis, low, high)
     if cost.nproc > 1:
         right = ax.twinx()
-        right.plot(sizes, [r.busbw_gb_per_s for r in cost.rows], "s--", color="C1",
-                   label="bus bandwidth")  # fmt: skip
+        right.plot(
+            sizes, [r.busbw_gb_per_s for r in cost.rows], "s--", color="C1", label="bus bandwidth"
+        )
         right.set_yscale("log")
         right.set_ylabel("bus bandwidth (GB/s)")
         handles = ax.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
@@ -395,8 +494,10 @@ def plot_model_size(result: ModelSizeComm, ax: Any = None) -> Any:
     from labkit.plotting import pyplot, style_axes
 
     if not isinstance(result, ModelSizeComm):
-        raise TypeError(f"Expected an instance of ModelSizeComm as result, got {type(result).__name__} "
-                        "instead; pass the result of allreduce_vs_model_size()")  # fmt: skip
+        raise TypeError(
+            f"Expected an instance of ModelSizeComm as result, got {type(result).__name__} "
+            "instead; pass the result of allreduce_vs_model_size()"
+        )
     plt = pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4))
@@ -412,9 +513,14 @@ def plot_model_size(result: ModelSizeComm, ax: Any = None) -> Any:
         ax.bar(xs, values, width=width, color=color, label=name)
     ax.set_xticks(list(range(len(labels))), labels)
     ax.legend(fontsize="small", loc="upper left")
-    return style_axes(ax, xlabel="model", ylabel="time (ms, medians)", logy=True,
-                      title="DDP step time and all-reduce cost, by model size",
-                      device=result.runs[0].device)  # fmt: skip
+    return style_axes(
+        ax,
+        xlabel="model",
+        ylabel="time (ms, medians)",
+        logy=True,
+        title="DDP step time and all-reduce cost, by model size",
+        device=result.runs[0].device,
+    )
 
 
 # --------------------------------------------------------------------------- command line
@@ -445,8 +551,14 @@ def main(argv: list[str] | None = None) -> int:
         int(args.nproc_per_node) if args.nproc_per_node.isdigit() else args.nproc_per_node
     )
     try:
-        cmd = launch_command(args.nnodes, nproc, args.rdzv_endpoint, rdzv_id=args.rdzv_id,
-                             script_args=extra, python=args.python)  # fmt: skip
+        cmd = launch_command(
+            args.nnodes,
+            nproc,
+            args.rdzv_endpoint,
+            rdzv_id=args.rdzv_id,
+            script_args=extra,
+            python=args.python,
+        )
     except (TypeError, ValueError) as exc:
         parser.error(str(exc))
     print(shlex.join(cmd))

@@ -135,22 +135,37 @@ class MirroredRun:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "replicas": self.replicas, "devices": list(self.devices),
-            "cross_device_ops": self.cross_device_ops, "batch_per_replica": self.batch_per_replica,
-            "global_batch": self.global_batch, "width": self.width,
-            "parameter_count": self.parameter_count, "step": self.step.to_dict(),
-            "samples_per_s": self.samples_per_s, "epoch_losses": list(self.epoch_losses),
-            "loss_decreased": self.loss_decreased, "replicas_identical": self.replicas_identical,
-            "tf_version": self.tf_version, "efficiency": self.efficiency,
+            "replicas": self.replicas,
+            "devices": list(self.devices),
+            "cross_device_ops": self.cross_device_ops,
+            "batch_per_replica": self.batch_per_replica,
+            "global_batch": self.global_batch,
+            "width": self.width,
+            "parameter_count": self.parameter_count,
+            "step": self.step.to_dict(),
+            "samples_per_s": self.samples_per_s,
+            "epoch_losses": list(self.epoch_losses),
+            "loss_decreased": self.loss_decreased,
+            "replicas_identical": self.replicas_identical,
+            "tf_version": self.tf_version,
+            "efficiency": self.efficiency,
             "baseline_step": None if self.baseline_step is None else self.baseline_step.to_dict(),
-        }  # fmt: skip
+        }
 
 
 # --------------------------------------------------------------------------- in the subprocess
 
 
-def _fit(tf: Any, strategy: Any, *, steps: int, epochs: int, batch_per_replica: int, width: int,
-         seed: int) -> dict[str, Any]:  # fmt: skip
+def _fit(
+    tf: Any,
+    strategy: Any,
+    *,
+    steps: int,
+    epochs: int,
+    batch_per_replica: int,
+    width: int,
+    seed: int,
+) -> dict[str, Any]:
     """Build, train and check a Keras MLP under ``strategy``; the step times in ms."""
     import keras
     import numpy as np
@@ -161,12 +176,14 @@ def _fit(tf: Any, strategy: Any, *, steps: int, epochs: int, batch_per_replica: 
     global_batch = batch_per_replica * replicas
     keras.utils.set_random_seed(seed)
     with strategy.scope():
-        model = keras.Sequential([
-            keras.Input((IN_FEATURES,)),
-            keras.layers.Dense(width, activation="relu"),
-            keras.layers.Dense(width, activation="relu"),
-            keras.layers.Dense(OUT_FEATURES),
-        ])  # fmt: skip
+        model = keras.Sequential(
+            [
+                keras.Input((IN_FEATURES,)),
+                keras.layers.Dense(width, activation="relu"),
+                keras.layers.Dense(width, activation="relu"),
+                keras.layers.Dense(OUT_FEATURES),
+            ]
+        )
         model.compile(optimizer=keras.optimizers.SGD(0.3), loss="mse")
     rng = np.random.default_rng(seed)
     teacher = rng.standard_normal((IN_FEATURES, OUT_FEATURES)) / IN_FEATURES**0.5
@@ -183,8 +200,9 @@ def _fit(tf: Any, strategy: Any, *, steps: int, epochs: int, batch_per_replica: 
             float((logs or {}).get("loss", 0.0))  # the value exists only when the step is done
             samples.append((time.perf_counter() - self.start) * 1e3)
 
-    history = model.fit(data, epochs=epochs, steps_per_epoch=steps, verbose=0,
-                        callbacks=[StepTimer()])  # fmt: skip
+    history = model.fit(
+        data, epochs=epochs, steps_per_epoch=steps, verbose=0, callbacks=[StepTimer()]
+    )
     identical = True
     for weight in model.weights:
         copies = [v.numpy() for v in strategy.experimental_local_results(weight.value)]
@@ -201,8 +219,16 @@ def _fit(tf: Any, strategy: Any, *, steps: int, epochs: int, batch_per_replica: 
     }
 
 
-def measure(n_logical: int = 2, *, steps: int = 20, epochs: int = 3, batch_per_replica: int = 32,
-            width: int = 64, seed: int = 0, baseline: bool = True) -> dict[str, Any]:  # fmt: skip
+def measure(
+    n_logical: int = 2,
+    *,
+    steps: int = 20,
+    epochs: int = 3,
+    batch_per_replica: int = 32,
+    width: int = 64,
+    seed: int = 0,
+    baseline: bool = True,
+) -> dict[str, Any]:
     """Split the CPU into ``n_logical`` devices and train; call in a fresh process only."""
     from labkit.core.optional import import_tensorflow
 
@@ -210,7 +236,8 @@ def measure(n_logical: int = 2, *, steps: int = 20, epochs: int = 3, batch_per_r
     cpus = tf.config.list_physical_devices("CPU")
     try:
         tf.config.set_logical_device_configuration(
-            cpus[0], [tf.config.LogicalDeviceConfiguration() for _ in range(n_logical)])  # fmt: skip
+            cpus[0], [tf.config.LogicalDeviceConfiguration() for _ in range(n_logical)]
+        )
     except RuntimeError as exc:  # devices already initialized: not a fresh process
         raise RuntimeError(
             "TensorFlow's devices were already initialized in this process, so the CPU can no "
@@ -218,14 +245,25 @@ def measure(n_logical: int = 2, *, steps: int = 20, epochs: int = 3, batch_per_r
             "which runs this in a fresh process"
         ) from exc
     names = [d.name for d in tf.config.list_logical_devices("CPU")][:n_logical]
-    opts = {"steps": steps, "epochs": epochs, "batch_per_replica": batch_per_replica,
-            "width": width, "seed": seed}  # fmt: skip
+    opts = {
+        "steps": steps,
+        "epochs": epochs,
+        "batch_per_replica": batch_per_replica,
+        "width": width,
+        "seed": seed,
+    }
     runs = []
     if baseline and n_logical > 1:
         runs.append(_fit(tf, tf.distribute.MirroredStrategy(names[:1]), **opts))
     runs.append(_fit(tf, tf.distribute.MirroredStrategy(names), **opts))
-    return {"kind": "mirrored", "tf_version": tf.__version__, "n_logical": n_logical,
-            "batch_per_replica": batch_per_replica, "width": width, "runs": runs}  # fmt: skip
+    return {
+        "kind": "mirrored",
+        "tf_version": tf.__version__,
+        "n_logical": n_logical,
+        "batch_per_replica": batch_per_replica,
+        "width": width,
+        "runs": runs,
+    }
 
 
 # --------------------------------------------------------------------------- from a notebook
@@ -267,9 +305,21 @@ def run_mirrored(
     worker_env = build_worker_env(1, env)  # checks env
     if not is_installed("tensorflow"):
         raise MissingPackageError("tensorflow", "tf.distribute.MirroredStrategy")
-    cmd = [sys.executable, "-m", "labkit.scaling.mirrored", "--n-logical", str(n_logical),
-           "--steps", str(steps), "--epochs", str(epochs), "--batch-per-replica",
-           str(batch_per_replica), "--width", str(width)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "labkit.scaling.mirrored",
+        "--n-logical",
+        str(n_logical),
+        "--steps",
+        str(steps),
+        "--epochs",
+        str(epochs),
+        "--batch-per-replica",
+        str(batch_per_replica),
+        "--width",
+        str(width),
+    ]
     if not baseline:
         cmd.append("--no-baseline")
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # leave TensorFlow's threads alone
@@ -278,8 +328,12 @@ def run_mirrored(
     worker_env.update(env or {})
     with tempfile.TemporaryDirectory(prefix="labkit-mirrored-") as folder:
         out = Path(folder) / "result.json"
-        output = run_process([*cmd, "--out", str(out)], timeout_s=timeout_s, env=worker_env,
-                             what="the MirroredStrategy run")  # fmt: skip
+        output = run_process(
+            [*cmd, "--out", str(out)],
+            timeout_s=timeout_s,
+            env=worker_env,
+            what="the MirroredStrategy run",
+        )
         if output.returncode != 0 or not out.exists():
             lines = [ln for ln in output.stderr.splitlines() if ln.strip()][-20:]
             raise DistRunError(
@@ -294,16 +348,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m labkit.scaling.mirrored [--json]``: run in this (fresh) process and report."""
     from labkit.core.optional import MissingPackageError
 
-    parser = argparse.ArgumentParser(prog="python -m labkit.scaling.mirrored",
-                                     description=__doc__.splitlines()[0])  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m labkit.scaling.mirrored", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--n-logical", type=int, default=2, help="logical CPU devices (replicas)")
     parser.add_argument("--steps", type=int, default=20, help="steps per epoch")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-per-replica", type=int, default=32)
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-baseline", action="store_true",
-                        help="skip the 1-replica comparison run")  # fmt: skip
+    parser.add_argument(
+        "--no-baseline", action="store_true", help="skip the 1-replica comparison run"
+    )
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
     parser.add_argument("--out", default=None, help="also write the JSON result to this file")
     args = parser.parse_args(argv)
@@ -311,9 +367,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     try:
-        data = measure(args.n_logical, steps=args.steps, epochs=args.epochs,
-                       batch_per_replica=args.batch_per_replica, width=args.width, seed=args.seed,
-                       baseline=not args.no_baseline)  # fmt: skip
+        data = measure(
+            args.n_logical,
+            steps=args.steps,
+            epochs=args.epochs,
+            batch_per_replica=args.batch_per_replica,
+            width=args.width,
+            seed=args.seed,
+            baseline=not args.no_baseline,
+        )
     except MissingPackageError as exc:
         print(f"labkit: {exc}", file=sys.stderr)
         return 1

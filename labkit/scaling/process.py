@@ -70,9 +70,13 @@ def check_script_args(script_args: Any) -> list[str]:
 
 
 def standalone_command(
-    target: str, script_args: Sequence[str] = (), *, nproc: int, module: bool = True,
+    target: str,
+    script_args: Sequence[str] = (),
+    *,
+    nproc: int,
+    module: bool = True,
     python: str | None = None,
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     """torchrun on this machine only: ``--standalone`` rendezvous on a free port, ``nproc`` workers.
 
     ``target`` is a module (``module=True``, run with ``-m``) or a script path.
@@ -81,15 +85,27 @@ def standalone_command(
 
 
 def _torchrun_command(
-    target: str, script_args: Sequence[str] = (), *, nproc: int, module: bool = True,
-    python: str | None = None, launcher_args: Sequence[str] = (),
-) -> list[str]:  # fmt: skip
+    target: str,
+    script_args: Sequence[str] = (),
+    *,
+    nproc: int,
+    module: bool = True,
+    python: str | None = None,
+    launcher_args: Sequence[str] = (),
+) -> list[str]:
     """:func:`standalone_command`, with ``launcher_args`` for torchrun itself before the target."""
     nproc = check_positive_int("nproc", nproc)
     if not isinstance(target, str) or not target:
         raise TypeError(f"target must be a module name or a script path, got {target!r}")
-    cmd = [python_executable(python), "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-           f"--nproc-per-node={nproc}", *launcher_args]  # fmt: skip
+    cmd = [
+        python_executable(python),
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes=1",
+        f"--nproc-per-node={nproc}",
+        *launcher_args,
+    ]
     cmd += ["-m", target] if module else [target]
     return cmd + check_script_args(script_args)
 
@@ -158,9 +174,12 @@ def _tail(text: str, lines: int = 25) -> str:
 
 
 def run_process(
-    cmd: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None = None,
+    cmd: Sequence[str],
+    *,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
     what: str = "the run",
-) -> ProcessOutput:  # fmt: skip
+) -> ProcessOutput:
     """Run ``cmd`` in a new session, capture its output, and stop its whole tree on timeout.
 
     Raises :class:`DistTimeoutError` after ``timeout_s`` seconds (with the
@@ -174,9 +193,13 @@ def run_process(
         raise ValueError(f"timeout_s must be a finite number of seconds > 0, got {timeout_s!r}")
     start = time.perf_counter()
     proc = subprocess.Popen(
-        list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=None if env is None else dict(env), start_new_session=True,
-    )  # fmt: skip
+        list(cmd),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=None if env is None else dict(env),
+        start_new_session=True,
+    )
     try:
         stdout, stderr = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -208,14 +231,16 @@ def worker_error(stderr: str) -> str | None:
     if match is None:
         return None
     lines = [line.rstrip() for line in match.group(1).splitlines() if line.strip()]
-    return "\n".join(f"  {line.strip()}" if not line.startswith("    ") else f"  {line[2:]}"
-                     for line in lines)  # fmt: skip
+    return "\n".join(
+        f"  {line.strip()}" if not line.startswith("    ") else f"  {line[2:]}" for line in lines
+    )
 
 
 def _last_exception_line(stderr: str) -> str | None:
     """The last "SomeError: message" line: the worker's own error in a Python traceback."""
-    found = re.findall(r"^\s*(?:\[rank\d+\]:\s*)?([A-Za-z_][\w.]*(?:Error|Exception|Interrupt)\b.*)$",
-                       stderr, re.M)  # fmt: skip
+    found = re.findall(
+        r"^\s*(?:\[rank\d+\]:\s*)?([A-Za-z_][\w.]*(?:Error|Exception|Interrupt)\b.*)$", stderr, re.M
+    )
     found = [f for f in found if "ChildFailedError" not in f]
     return found[-1].strip() if found else None
 
@@ -270,11 +295,14 @@ def _failure_message(
     root = worker_error(text)
     ranks = _failed_ranks(root, logs)
     # With torch's @record the report holds the traceback; without it, the worker printed it.
-    first = (_last_exception_line(root or "")
-             or next(filter(None, (_last_exception_line(logs[r]) for r in ranks)), None)
-             or _last_exception_line(text))  # fmt: skip
-    lines = [f"{what} failed: torchrun exited with code {output.returncode} after "
-             f"{output.wall_s:.1f} s."]  # fmt: skip
+    first = (
+        _last_exception_line(root or "")
+        or next(filter(None, (_last_exception_line(logs[r]) for r in ranks)), None)
+        or _last_exception_line(text)
+    )
+    lines = [
+        f"{what} failed: torchrun exited with code {output.returncode} after {output.wall_s:.1f} s."
+    ]
     if first:
         lines.append(f"The worker's error: {first}")
     if root:
@@ -306,10 +334,16 @@ def build_worker_env(threads: int, env: Mapping[str, str] | None) -> dict[str, s
 
 
 def run_torchrun(
-    target: str, script_args: Sequence[str] = (), *, nproc: int, module: bool = True,
-    threads_per_proc: int = 1, timeout_s: float = 120, env: Mapping[str, str] | None = None,
+    target: str,
+    script_args: Sequence[str] = (),
+    *,
+    nproc: int,
+    module: bool = True,
+    threads_per_proc: int = 1,
+    timeout_s: float = 120,
+    env: Mapping[str, str] | None = None,
     what: str = "torchrun",
-) -> tuple[dict[str, Any], ProcessOutput, list[str]]:  # fmt: skip
+) -> tuple[dict[str, Any], ProcessOutput, list[str]]:
     """Run ``target`` under torchrun with ``--out FILE`` appended; return rank 0's JSON.
 
     Also returns torchrun's own output (each worker's output goes to a file
@@ -325,8 +359,13 @@ def run_torchrun(
     with tempfile.TemporaryDirectory(prefix="labkit-dist-") as folder:
         out = Path(folder) / "result.json"
         log_dir = Path(folder) / "logs"
-        cmd = _torchrun_command(target, [*args, "--out", str(out)], nproc=nproc, module=module,
-                                launcher_args=["--log-dir", str(log_dir), "--redirects", "3"])  # fmt: skip
+        cmd = _torchrun_command(
+            target,
+            [*args, "--out", str(out)],
+            nproc=nproc,
+            module=module,
+            launcher_args=["--log-dir", str(log_dir), "--redirects", "3"],
+        )
         try:
             output = run_process(cmd, timeout_s=timeout_s, env=worker_env, what=what)
         except DistTimeoutError as exc:
@@ -337,10 +376,14 @@ def run_torchrun(
             raise DistRunError(_failure_message(what, output, worker_logs(log_dir)))
         if not out.exists():
             logs = worker_logs(log_dir)
-            raise DistRunError("\n".join([
-                f"{what} finished, but rank 0 wrote no result to --out. Last lines of its "
-                f"output:\n{_tail(output.stderr or output.stdout)}",
-                *_workers_output(logs, [r for r, text in logs.items() if text.strip()]),
-            ]))  # fmt: skip
+            raise DistRunError(
+                "\n".join(
+                    [
+                        f"{what} finished, but rank 0 wrote no result to --out. Last lines of its "
+                        f"output:\n{_tail(output.stderr or output.stdout)}",
+                        *_workers_output(logs, [r for r, text in logs.items() if text.strip()]),
+                    ]
+                )
+            )
         data = json.loads(out.read_text(encoding="utf-8"))
     return data, output, shown

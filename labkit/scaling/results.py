@@ -29,8 +29,10 @@ def _timing(samples: Sequence[float], label: str, device: str) -> Timing:
 def _timing_text(timing: Timing) -> str:
     """A timing as "median 4.12 ms (IQR 0.31 ms, n=20)", flagged when noisy, like ``Timing``."""
     unit = duration_unit(timing.median_ms)
-    text = (f"median {format_duration(timing.median_ms)} (IQR "
-            f"{format_duration(timing.iqr_ms, unit)}, n={timing.n})")  # fmt: skip
+    text = (
+        f"median {format_duration(timing.median_ms)} (IQR "
+        f"{format_duration(timing.iqr_ms, unit)}, n={timing.n})"
+    )
     if timing.noisy:
         text += f" [noisy: IQR is {timing.relative_spread * 100:.0f}% of the median]"
     return text
@@ -38,8 +40,11 @@ def _timing_text(timing: Timing) -> str:
 
 def format_rate(samples_per_s: float) -> str:
     """A throughput as "21,300 samples/s": 3 significant digits, thousands separated."""
-    return f"{round3(samples_per_s):,} samples/s" if samples_per_s >= 100 else (
-        f"{three_digits(samples_per_s)} samples/s")  # fmt: skip
+    return (
+        f"{round3(samples_per_s):,} samples/s"
+        if samples_per_s >= 100
+        else (f"{three_digits(samples_per_s)} samples/s")
+    )
 
 
 def plural(n: int, word: str) -> str:
@@ -151,10 +156,12 @@ class DdpRun:
     def _head(self) -> str:
         procs = plural(self.nproc, "process")
         nodes = f" on {self.nnodes} nodes" if self.nnodes > 1 else ""
-        return (f"DDP training, {procs}{nodes} × {plural(self.threads_per_proc, 'thread')} "
-                f"({_where(self.backend, self.devices)}), MLP width {self.width}: "
-                f"{self.parameter_count:,} parameters, {format_bytes(self.gradient_bytes)} of "
-                "gradients")  # fmt: skip
+        return (
+            f"DDP training, {procs}{nodes} × {plural(self.threads_per_proc, 'thread')} "
+            f"({_where(self.backend, self.devices)}), MLP width {self.width}: "
+            f"{self.parameter_count:,} parameters, {format_bytes(self.gradient_bytes)} of "
+            "gradients"
+        )
 
     def __str__(self) -> str:
         micro = plural(self.accum_steps, "micro-batch")
@@ -172,9 +179,12 @@ class DdpRun:
             f"  throughput: {format_rate(self.samples_per_s)}",
             f"  loss {self.loss_first:.4f} at the first step, loss {self.loss_last:.4f} at the last",
             "  replicas identical after training: "
-            + ("yes (the same SHA-256 of the parameters on every rank)" if self.params_identical
-               else "NO: the ranks' parameters differ"),
-        ]  # fmt: skip
+            + (
+                "yes (the same SHA-256 of the parameters on every rank)"
+                if self.params_identical
+                else "NO: the ranks' parameters differ"
+            ),
+        ]
         return "\n".join(lines)
 
     def summary(self) -> list[str]:
@@ -191,19 +201,31 @@ class DdpRun:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "nproc": self.nproc, "backend": self.backend, "devices": list(self.devices),
-            "hosts": list(self.hosts), "nnodes": self.nnodes,
-            "threads_per_proc": self.threads_per_proc, "width": self.width, "depth": self.depth,
-            "parameter_count": self.parameter_count, "gradient_bytes": self.gradient_bytes,
-            "batch_per_rank": self.batch_per_rank, "accum_steps": self.accum_steps,
-            "global_batch": self.global_batch, "step": self.step.to_dict(),
-            "local_step": self.local_step.to_dict(), "allreduce": self.allreduce.to_dict(),
-            "comm_overhead_ms": self.comm_overhead_ms, "no_overlap_ms": self.no_overlap_ms,
+            "nproc": self.nproc,
+            "backend": self.backend,
+            "devices": list(self.devices),
+            "hosts": list(self.hosts),
+            "nnodes": self.nnodes,
+            "threads_per_proc": self.threads_per_proc,
+            "width": self.width,
+            "depth": self.depth,
+            "parameter_count": self.parameter_count,
+            "gradient_bytes": self.gradient_bytes,
+            "batch_per_rank": self.batch_per_rank,
+            "accum_steps": self.accum_steps,
+            "global_batch": self.global_batch,
+            "step": self.step.to_dict(),
+            "local_step": self.local_step.to_dict(),
+            "allreduce": self.allreduce.to_dict(),
+            "comm_overhead_ms": self.comm_overhead_ms,
+            "no_overlap_ms": self.no_overlap_ms,
             "samples_per_s": self.samples_per_s,
-            "loss_first": self.loss_first, "loss_last": self.loss_last,
-            "params_identical": self.params_identical, "checksums": list(self.checksums),
+            "loss_first": self.loss_first,
+            "loss_last": self.loss_last,
+            "params_identical": self.params_identical,
+            "checksums": list(self.checksums),
             "wall_s": self.wall_s,
-        }  # fmt: skip
+        }
 
 
 # --------------------------------------------------------------------------- weak scaling
@@ -256,14 +278,18 @@ class Scaling:
 
     def _head(self) -> str:
         b = self.baseline
-        return (f"Weak scaling of DDP training ({_where(b.backend, b.devices)}, "
-                f"{plural(b.threads_per_proc, 'thread')} per process, {b.batch_per_rank} samples "
-                f"per process per step, MLP width {b.width}: {b.parameter_count:,} parameters)")  # fmt: skip
+        return (
+            f"Weak scaling of DDP training ({_where(b.backend, b.devices)}, "
+            f"{plural(b.threads_per_proc, 'thread')} per process, {b.batch_per_rank} samples "
+            f"per process per step, MLP width {b.width}: {b.parameter_count:,} parameters)"
+        )
 
     def _line(self, r: ScalingRow, width: int) -> str:
         label = f"{plural(r.nproc, 'process')}:"
-        text = (f"{label:<{width}} step median {format_duration(r.run.step.median_ms)}, "
-                f"{format_rate(r.run.samples_per_s)}")  # fmt: skip
+        text = (
+            f"{label:<{width}} step median {format_duration(r.run.step.median_ms)}, "
+            f"{format_rate(r.run.samples_per_s)}"
+        )
         if r.run is not self.baseline:
             text += f", speedup {r.speedup:.2f}×, efficiency {r.efficiency:.0%}"
         return text
@@ -274,8 +300,10 @@ class Scaling:
         ideal = "N" if base == 1 else f"N/{base}"
         lines = [self._head()]
         lines += [f"  {self._line(r, width)}" for r in self.rows]
-        lines.append(f"Efficiency = samples/s with N processes ÷ ({ideal} × samples/s with {base}); "
-                     "100% would be perfect scaling.")  # fmt: skip
+        lines.append(
+            f"Efficiency = samples/s with N processes ÷ ({ideal} × samples/s with {base}); "
+            "100% would be perfect scaling."
+        )
         return "\n".join(lines)
 
     def summary(self) -> list[str]:
@@ -283,8 +311,17 @@ class Scaling:
         return [f"{dev}: {self._head()}"] + [f"{dev}: {self._line(r, 0)}" for r in self.rows]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rows": [{"nproc": r.nproc, "speedup": r.speedup, "efficiency": r.efficiency,
-                          "run": r.run.to_dict()} for r in self.rows]}  # fmt: skip
+        return {
+            "rows": [
+                {
+                    "nproc": r.nproc,
+                    "speedup": r.speedup,
+                    "efficiency": r.efficiency,
+                    "run": r.run.to_dict(),
+                }
+                for r in self.rows
+            ]
+        }
 
 
 # --------------------------------------------------------------------------- all-reduce sweep
@@ -340,30 +377,47 @@ class AllreduceCost:
             timing = _timing(entry["samples_ms"], f"all-reduce {format_bytes(size)}", device)
             algbw = size / (timing.median_ms / 1e3) / 1e9 if timing.median_ms > 0 else math.inf
             rows.append(AllreduceRow(size, timing, algbw, algbw * factor))
-        return cls(n, str(data["backend"]), tuple(data["devices"]), int(data["reps"]),
-                   tuple(rows), tuple(skipped_bytes))  # fmt: skip
+        return cls(
+            n,
+            str(data["backend"]),
+            tuple(data["devices"]),
+            int(data["reps"]),
+            tuple(rows),
+            tuple(skipped_bytes),
+        )
 
     @property
     def device(self) -> str:
         return self.devices[0]
 
     def _head(self) -> str:
-        return (f"All-reduce (sum of float32) across {plural(self.nproc, 'process')}, "
-                f"{_where(self.backend, self.devices)}; median of {self.reps} calls, slowest rank")  # fmt: skip
+        return (
+            f"All-reduce (sum of float32) across {plural(self.nproc, 'process')}, "
+            f"{_where(self.backend, self.devices)}; median of {self.reps} calls, slowest rank"
+        )
 
     def __str__(self) -> str:
         table = [("message", "time (median)", "algbw", "busbw")]
         for r in self.rows:
-            table.append((format_bytes(r.size_bytes), format_duration(r.median_ms),
-                          f"{three_digits(r.algbw_gb_per_s)} GB/s",
-                          f"{three_digits(r.busbw_gb_per_s)} GB/s"))  # fmt: skip
+            table.append(
+                (
+                    format_bytes(r.size_bytes),
+                    format_duration(r.median_ms),
+                    f"{three_digits(r.algbw_gb_per_s)} GB/s",
+                    f"{three_digits(r.busbw_gb_per_s)} GB/s",
+                )
+            )
         widths = [max(len(row[i]) for row in table) for i in range(4)]
         lines = [self._head()]
-        lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-                  for row in table]  # fmt: skip
-        lines.append(f"algbw = size / time; busbw = algbw × 2(n-1)/n = algbw × "
-                     f"{bus_bandwidth_factor(self.nproc):g} here: the bytes each rank's link "
-                     "carries per second (nccl-tests' definition), comparable with a link's peak.")  # fmt: skip
+        lines += [
+            "  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+            for row in table
+        ]
+        lines.append(
+            f"algbw = size / time; busbw = algbw × 2(n-1)/n = algbw × "
+            f"{bus_bandwidth_factor(self.nproc):g} here: the bytes each rank's link "
+            "carries per second (nccl-tests' definition), comparable with a link's peak."
+        )
         if self.skipped_bytes:
             lines.append(
                 f"Skipped for lack of memory: {', '.join(format_bytes(s) for s in self.skipped_bytes)}."
@@ -379,11 +433,23 @@ class AllreduceCost:
         ]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"nproc": self.nproc, "backend": self.backend, "devices": list(self.devices),
-                "reps": self.reps, "skipped_bytes": list(self.skipped_bytes),
-                "rows": [{"size_bytes": r.size_bytes, "median_ms": r.median_ms,
-                          "algbw_gb_per_s": r.algbw_gb_per_s, "busbw_gb_per_s": r.busbw_gb_per_s,
-                          "timing": r.timing.to_dict()} for r in self.rows]}  # fmt: skip
+        return {
+            "nproc": self.nproc,
+            "backend": self.backend,
+            "devices": list(self.devices),
+            "reps": self.reps,
+            "skipped_bytes": list(self.skipped_bytes),
+            "rows": [
+                {
+                    "size_bytes": r.size_bytes,
+                    "median_ms": r.median_ms,
+                    "algbw_gb_per_s": r.algbw_gb_per_s,
+                    "busbw_gb_per_s": r.busbw_gb_per_s,
+                    "timing": r.timing.to_dict(),
+                }
+                for r in self.rows
+            ],
+        }
 
 
 # --------------------------------------------------------------------------- model size
@@ -401,24 +467,45 @@ class ModelSizeComm:
 
     def _head(self) -> str:
         b = self.runs[0]
-        return (f"All-reduce cost against model size: DDP on {plural(b.nproc, 'process')} "
-                f"({_where(b.backend, b.devices)}), {b.batch_per_rank} samples per process")  # fmt: skip
+        return (
+            f"All-reduce cost against model size: DDP on {plural(b.nproc, 'process')} "
+            f"({_where(b.backend, b.devices)}), {b.batch_per_rank} samples per process"
+        )
 
     def __str__(self) -> str:
-        table = [("width", "parameters", "gradients", "step", "no_sync step", "exposed",
-                  "one all-reduce")]  # fmt: skip
+        table = [
+            (
+                "width",
+                "parameters",
+                "gradients",
+                "step",
+                "no_sync step",
+                "exposed",
+                "one all-reduce",
+            )
+        ]
         for r in self.runs:
-            table.append((str(r.width), f"{r.parameter_count:,}", format_bytes(r.gradient_bytes),
-                          format_duration(r.step.median_ms),
-                          format_duration(r.local_step.median_ms),
-                          format_duration(max(0.0, r.comm_overhead_ms)),
-                          format_duration(r.allreduce.median_ms)))  # fmt: skip
+            table.append(
+                (
+                    str(r.width),
+                    f"{r.parameter_count:,}",
+                    format_bytes(r.gradient_bytes),
+                    format_duration(r.step.median_ms),
+                    format_duration(r.local_step.median_ms),
+                    format_duration(max(0.0, r.comm_overhead_ms)),
+                    format_duration(r.allreduce.median_ms),
+                )
+            )
         widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
         lines = [self._head()]
-        lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-                  for row in table]  # fmt: skip
-        lines.append("exposed = step - no_sync step (medians, floored at 0): the all-reduce time "
-                     "DDP did not hide behind the backward pass.")  # fmt: skip
+        lines += [
+            "  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+            for row in table
+        ]
+        lines.append(
+            "exposed = step - no_sync step (medians, floored at 0): the all-reduce time "
+            "DDP did not hide behind the backward pass."
+        )
         return "\n".join(lines)
 
     def summary(self) -> list[str]:

@@ -67,15 +67,22 @@ POOL_BATCHES = 8
 def _check_mlp(width: Any, in_features: Any, depth: Any, out_features: Any) -> None:
     from labkit.core.validate import check_positive_int
 
-    for name, value in (("width", width), ("in_features", in_features), ("depth", depth),
-                        ("out_features", out_features)):  # fmt: skip
+    for name, value in (
+        ("width", width),
+        ("in_features", in_features),
+        ("depth", depth),
+        ("out_features", out_features),
+    ):
         check_positive_int(name, value)
 
 
 def mlp_parameter_count(
-    width: int, *, in_features: int = IN_FEATURES, depth: int = DEPTH,
+    width: int,
+    *,
+    in_features: int = IN_FEATURES,
+    depth: int = DEPTH,
     out_features: int = OUT_FEATURES,
-) -> int:  # fmt: skip
+) -> int:
     """Weights and biases of :func:`build_mlp` (without batch norm), computed without torch."""
     _check_mlp(width, in_features, depth, out_features)
     hidden = (depth - 1) * (width * width + width)
@@ -83,9 +90,13 @@ def mlp_parameter_count(
 
 
 def build_mlp(
-    width: int, *, in_features: int = IN_FEATURES, depth: int = DEPTH,
-    out_features: int = OUT_FEATURES, batch_norm: bool = False,
-) -> Any:  # fmt: skip
+    width: int,
+    *,
+    in_features: int = IN_FEATURES,
+    depth: int = DEPTH,
+    out_features: int = OUT_FEATURES,
+    batch_norm: bool = False,
+) -> Any:
     """Linear -> [BatchNorm] -> ReLU, ``depth`` times, then a Linear head (a torch module).
 
     Without batch norm no layer mixes the samples of a batch, which is what
@@ -109,9 +120,15 @@ def build_mlp(
 
 
 def synthetic_batches(
-    count: int, batch: int, *, seed: int, rank: int = 0, in_features: int = IN_FEATURES,
-    out_features: int = OUT_FEATURES, dtype: Any = None,
-) -> list[tuple[Any, Any]]:  # fmt: skip
+    count: int,
+    batch: int,
+    *,
+    seed: int,
+    rank: int = 0,
+    in_features: int = IN_FEATURES,
+    out_features: int = OUT_FEATURES,
+    dtype: Any = None,
+) -> list[tuple[Any, Any]]:
     """``count`` (x, y) pairs of a fixed task; the task is the same on every rank, the samples differ.
 
     The targets come from a random "teacher" ``y = tanh(x @ W)`` seeded by
@@ -150,12 +167,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--depth", type=_positive_int, default=DEPTH, help="hidden layers")
     parser.add_argument("--steps", type=_positive_int, default=20, help="timed steps of each kind")
     parser.add_argument("--warmup-steps", type=int, default=3, help="untimed steps first")
-    parser.add_argument("--batch-per-rank", type=_positive_int, default=64,
-                        help="samples per micro-batch on each rank")  # fmt: skip
-    parser.add_argument("--accum-steps", type=_positive_int, default=1,
-                        help="micro-batches per optimizer step (gradient accumulation)")  # fmt: skip
-    parser.add_argument("--allreduce-reps", type=_positive_int, default=10,
-                        help="timed all-reduces of a gradient-sized buffer")  # fmt: skip
+    parser.add_argument(
+        "--batch-per-rank",
+        type=_positive_int,
+        default=64,
+        help="samples per micro-batch on each rank",
+    )
+    parser.add_argument(
+        "--accum-steps",
+        type=_positive_int,
+        default=1,
+        help="micro-batches per optimizer step (gradient accumulation)",
+    )
+    parser.add_argument(
+        "--allreduce-reps",
+        type=_positive_int,
+        default=10,
+        help="timed all-reduces of a gradient-sized buffer",
+    )
     parser.add_argument("--lr", type=float, default=0.3, help="SGD learning rate")
     parser.add_argument("--seed", type=int, default=0)
     add_common_args(parser)
@@ -180,9 +209,15 @@ def train(ctx: Any, args: argparse.Namespace) -> dict[str, Any]:
     ddp = DistributedDataParallel(model, device_ids=[ctx.local_rank] if ctx.is_cuda else None)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr)
     loss_fn = torch.nn.MSELoss()
-    pool = [(x.to(ctx.device), y.to(ctx.device)) for x, y in synthetic_batches(
-        max(POOL_BATCHES, args.accum_steps), args.batch_per_rank, seed=args.seed, rank=ctx.rank,
-    )]  # fmt: skip
+    pool = [
+        (x.to(ctx.device), y.to(ctx.device))
+        for x, y in synthetic_batches(
+            max(POOL_BATCHES, args.accum_steps),
+            args.batch_per_rank,
+            seed=args.seed,
+            rank=ctx.rank,
+        )
+    ]
     batches = itertools.cycle(pool)
     losses: list[Any] = []
 
@@ -227,15 +262,17 @@ def train(ctx: Any, args: argparse.Namespace) -> dict[str, Any]:
         restore()
 
     flat = torch.zeros(count, dtype=torch.float32, device=ctx.device)
-    allreduce_ms = timed_samples(ctx, lambda: dist.all_reduce(flat), reps=args.allreduce_reps,
-                                 warmup=2)  # fmt: skip
+    allreduce_ms = timed_samples(
+        ctx, lambda: dist.all_reduce(flat), reps=args.allreduce_reps, warmup=2
+    )
 
     with torch.no_grad():
         values = torch.cat([p.detach().reshape(-1).float().cpu() for p in parameters])
     digest = hashlib.sha256(values.numpy().tobytes()).hexdigest()[:16]
     checksums = gather(digest)
-    first_last = torch.tensor([losses[0].item(), losses[-1].item()], dtype=torch.float64,
-                              device=ctx.device)  # fmt: skip
+    first_last = torch.tensor(
+        [losses[0].item(), losses[-1].item()], dtype=torch.float64, device=ctx.device
+    )
     dist.all_reduce(first_last)
     first_last /= ctx.world_size
     result = {

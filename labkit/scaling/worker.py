@@ -59,13 +59,21 @@ class Context:
 
 def add_common_args(parser: Any) -> None:
     """The options every worker takes: --out, --backend, --threads."""
-    parser.add_argument("--out", default=None,
-                        help="rank 0 writes its JSON result here (default: print it)")  # fmt: skip
-    parser.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto",
-                        help="auto: nccl where CUDA is available, else gloo")  # fmt: skip
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads per process (default: torch's own, which follows "
-                             "OMP_NUM_THREADS)")  # fmt: skip
+    parser.add_argument(
+        "--out", default=None, help="rank 0 writes its JSON result here (default: print it)"
+    )
+    parser.add_argument(
+        "--backend",
+        choices=("auto", "gloo", "nccl"),
+        default="auto",
+        help="auto: nccl where CUDA is available, else gloo",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads per process (default: torch's own, which follows OMP_NUM_THREADS)",
+    )
 
 
 def pick_backend(requested: str, local_world_size: int | None = None) -> str:
@@ -212,8 +220,14 @@ def describe(ctx: Context) -> dict[str, Any]:
     """What the result files share: the job's shape and where each rank ran."""
     import torch
 
-    per_rank = gather({"device": ctx.device_name, "host": ctx.hostname, "threads": ctx.threads,
-                       "group_rank": ctx.group_rank})  # fmt: skip
+    per_rank = gather(
+        {
+            "device": ctx.device_name,
+            "host": ctx.hostname,
+            "threads": ctx.threads,
+            "group_rank": ctx.group_rank,
+        }
+    )
     return {
         "world_size": ctx.world_size,
         "nnodes": len({r["group_rank"] for r in per_rank}),

@@ -154,7 +154,9 @@ class Timing:
                 raise TypeError(
                     f"{name} must be a string, got {type(getattr(self, name)).__name__}"
                 )
-        if isinstance(self.warmup_calls, bool) or not isinstance(self.warmup_calls, numbers.Integral):
+        if isinstance(self.warmup_calls, bool) or not isinstance(
+            self.warmup_calls, numbers.Integral
+        ):
             raise TypeError(
                 f"warmup_calls must be an integer, got {type(self.warmup_calls).__name__}"
             )
@@ -380,9 +382,17 @@ def bench(
     else:
         estimate_ms = _median(warmup_samples[-5:]) if warmup_samples else first_call_ms
         samples = _event_samples(
-            fn, args, kwargs, group, events, prepare_and_flush, estimate_ms,
-            rep_ms, min_reps, max_reps,
-        )  # fmt: skip
+            fn,
+            args,
+            kwargs,
+            group,
+            events,
+            prepare_and_flush,
+            estimate_ms,
+            rep_ms,
+            min_reps,
+            max_reps,
+        )
         method = "device events"
 
     timing = Timing(

@@ -13,6 +13,7 @@ the recording that CPU-only learners see in notebook 00.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import time
@@ -144,9 +145,16 @@ def naive_timing(
     group.synchronize()  # drain what the naive loop left queued, after the clock read
 
     synced = bench(
-        fn, *args, warmup_ms=warmup_ms, rep_ms=rep_ms, device=device, label=label,
-        clock=clock, warn=warn, **kwargs,
-    )  # fmt: skip
+        fn,
+        *args,
+        warmup_ms=warmup_ms,
+        rep_ms=rep_ms,
+        device=device,
+        label=label,
+        clock=clock,
+        warn=warn,
+        **kwargs,
+    )
     return NaiveVsSynced(
         label=label,
         device=group.primary.name,
@@ -211,10 +219,8 @@ def available_devices() -> list[tuple[str, int]]:
     if mps is not None and mps.is_available():
         cases.append(("mps", GPU_MATMUL_N))
     if is_installed("cupy"):
-        try:
+        with contextlib.suppress(Exception):  # a CuPy that cannot load is "no CuPy device"
             cupy = import_optional("cupy", "labkit bench timing")
             if cupy.is_available():
                 cases.append(("cupy", GPU_MATMUL_N))
-        except Exception:  # a CuPy that cannot load is "no CuPy device"
-            pass
     return cases

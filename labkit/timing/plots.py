@@ -20,7 +20,9 @@ def plot_samples(timing: Timing, *, ax: Any = None) -> Any:
     up, and why it reports the median rather than the mean.
     """
     if not isinstance(timing, Timing):
-        raise TypeError(f"Expected an instance of Timing for timing, got {type(timing).__name__} instead.")
+        raise TypeError(
+            f"Expected an instance of Timing for timing, got {type(timing).__name__} instead."
+        )
     check_ax(ax)
     plt = pyplot()
     if ax is None:
@@ -57,8 +59,10 @@ def plot_timings(timings: Any, *, ax: Any = None, title: str = "Median time per 
     The error bars are the point: two bars whose IQRs overlap are not
     reliably different, whatever their medians say.
     """
-    items = [] if isinstance(timings, (str, bytes)) or not isinstance(timings, Iterable) else list(
-        timings
+    items = (
+        []
+        if isinstance(timings, (str, bytes)) or not isinstance(timings, Iterable)
+        else list(timings)
     )
     if not items or not all(isinstance(t, Timing) for t in items):
         raise TypeError("timings must be a non-empty sequence of labkit Timing objects")
@@ -76,6 +80,9 @@ def plot_timings(timings: Any, *, ax: Any = None, title: str = "Median time per 
     ax.barh(labels, medians, xerr=[low, high], color="C0", capsize=4)
     ax.invert_yaxis()  # first timing on top, as in the compare table
     return style_axes(
-        ax, xlabel=f"median time per call ({unit}; bars show the IQR)", ylabel="variant",
-        title=title, device=items[0].device,
+        ax,
+        xlabel=f"median time per call ({unit}; bars show the IQR)",
+        ylabel="variant",
+        title=title,
+        device=items[0].device,
     )

@@ -109,9 +109,12 @@ class HostSync:
 
         from labkit.machine.memory import check_fits
 
-        nbytes = check_fits(2 * cpu_last_level_cache_bytes(), what="bench(flush_l2=True)'s "
-                            "cache-flush buffer (twice the last-level cache; flush_l2=False "
-                            "needs none)")  # fmt: skip
+        nbytes = check_fits(
+            2 * cpu_last_level_cache_bytes(),
+            what="bench(flush_l2=True)'s "
+            "cache-flush buffer (twice the last-level cache; flush_l2=False "
+            "needs none)",
+        )
         buffer = np.empty(nbytes, dtype=np.uint8)
 
         def flush() -> None:

@@ -119,16 +119,24 @@ class AccelResults:
         """The structured numbers behind :meth:`summary`."""
         launch = None
         if self.launch is not None:
-            launch = {"gpu": self.launch.device, "launch_ms": self.launch.launch_ms,
-                      "synchronized_ms": self.launch.synchronized_ms,
-                      "hidden_ratio": self.launch.hidden_ratio}  # fmt: skip
+            launch = {
+                "gpu": self.launch.device,
+                "launch_ms": self.launch.launch_ms,
+                "synchronized_ms": self.launch.synchronized_ms,
+                "hidden_ratio": self.launch.hidden_ratio,
+            }
         s = self.sync
         compiled = None
         if self.compiled is not None:
             c = self.compiled
-            compiled = {"elements": c.elements, "eager_ms": c.eager.median_ms,
-                        "compiled_ms": c.compiled.median_ms, "first_call_s": c.first_call_s,
-                        "speedup": c.speedup, "break_even_calls": c.break_even_calls}  # fmt: skip
+            compiled = {
+                "elements": c.elements,
+                "eager_ms": c.eager.median_ms,
+                "compiled_ms": c.compiled.median_ms,
+                "first_call_s": c.first_call_s,
+                "speedup": c.speedup,
+                "break_even_calls": c.break_even_calls,
+            }
         return {
             "device": self.device,
             "quick": self.quick,
@@ -140,7 +148,7 @@ class AccelResults:
                 "item_ratio": s.item_ratio,
                 "cpu_ratio": s.cpu_ratio,
                 "print_ratio": s.print_ratio,
-            },  # fmt: skip
+            },
             "mixed_precision": [
                 {
                     "dtype": p.dtype,
@@ -156,7 +164,7 @@ class AccelResults:
                     "used_loss_scaling": p.used_loss_scaling,
                 }
                 for p in self.precision
-            ],  # fmt: skip
+            ],
             "torch_compile": compiled,
             "compile_note": self.compile_note,
             "failed": [{"name": name, "error": error} for name, error in self.failed],
@@ -195,14 +203,22 @@ def measure(quick: bool = False) -> AccelResults:
     failed: list[tuple[str, str]] = []
 
     launch = async_launch_demo(**({"size": 256, "repeats": 3} if quick else {})) if on_gpu else None
-    sync = sync_points_benchmark(**({"steps": 5, "size": 32} if quick else {}), device=device,
-                                 **budget)  # fmt: skip
+    sync = sync_points_benchmark(
+        **({"steps": 5, "size": 32} if quick else {}), device=device, **budget
+    )
     precision = []
     for dtype in PRECISIONS:
         try:
-            precision.append(mixed_precision_torch(
-                mlp_factory, mlp_data(), dtype=dtype, device=device,
-                **({"steps": 2} if quick else {}), **budget))  # fmt: skip
+            precision.append(
+                mixed_precision_torch(
+                    mlp_factory,
+                    mlp_data(),
+                    dtype=dtype,
+                    device=device,
+                    **({"steps": 2} if quick else {}),
+                    **budget,
+                )
+            )
         except Exception as exc:  # e.g. float16 autocast unsupported on this CPU
             failed.append((f"{dtype} autocast", f"{type(exc).__name__}: {first_line(exc)}"))
     compiled, note = None, None
@@ -213,9 +229,16 @@ def measure(quick: bool = False) -> AccelResults:
             compiled = torch_compile_benchmark(size=2**24 if on_gpu else 4_000_000, device=device)
         except Exception as exc:  # no C++ compiler / Triton here: say so, keep the rest
             note = f"not measured ({type(exc).__name__}: {first_line(exc)})"
-    return AccelResults(device=device, launch=launch, sync=sync, precision=tuple(precision),
-                        compiled=compiled, compile_note=note, failed=tuple(failed),
-                        quick=quick)  # fmt: skip
+    return AccelResults(
+        device=device,
+        launch=launch,
+        sync=sync,
+        precision=tuple(precision),
+        compiled=compiled,
+        compile_note=note,
+        failed=tuple(failed),
+        quick=quick,
+    )
 
 
 def run_accel_benchmark(as_json: bool = False, record: bool = False, quick: bool = False) -> int:
@@ -233,6 +256,9 @@ def run_accel_benchmark(as_json: bool = False, record: bool = False, quick: bool
         return early
     results = measure(quick=quick)
     return record_and_report(
-        "accel", REFERENCE_NAME, results, as_json=as_json,
+        "accel",
+        REFERENCE_NAME,
+        results,
+        as_json=as_json,
         record=record and results.device != "cpu",
     )

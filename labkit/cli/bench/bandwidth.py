@@ -64,8 +64,12 @@ class CReference:
     flags: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"status": self.status, "note": self.note, "compiler": self.compiler,
-                "flags": list(self.flags)}  # fmt: skip
+        return {
+            "status": self.status,
+            "note": self.note,
+            "compiler": self.compiler,
+            "flags": list(self.flags),
+        }
 
 
 # --------------------------------------------------------------------------- the CPU part
@@ -137,16 +141,23 @@ def cpu_bytes_per_array(max_bytes: int | None = None, *, arrays: int = 3) -> tup
     return size, notes
 
 
-def _stream_result(kernel: str, n: int, samples: list[float], text: str,
-                   threads: int | None, calls: int = 1) -> _bandwidth.BandwidthResult:  # fmt: skip
+def _stream_result(
+    kernel: str, n: int, samples: list[float], text: str, threads: int | None, calls: int = 1
+) -> _bandwidth.BandwidthResult:
     """A BandwidthResult for a reference measured outside :func:`labkit.bandwidth.stream.measure_kernel`."""
     traffic_kernel = "copy" if kernel == "memcpy" else kernel
     return _bandwidth.BandwidthResult(
-        kernel=traffic_kernel, device="cpu", dtype="float64", n_elements=n,
-        bytes_per_array=8 * n, bytes_per_call=_bandwidth.stream_bytes(traffic_kernel, n),
-        calls_per_sample=calls, timing=Timing(tuple(samples), label=text, device="cpu"),
-        implementation=text, threads=threads,
-    )  # fmt: skip
+        kernel=traffic_kernel,
+        device="cpu",
+        dtype="float64",
+        n_elements=n,
+        bytes_per_array=8 * n,
+        bytes_per_call=_bandwidth.stream_bytes(traffic_kernel, n),
+        calls_per_sample=calls,
+        timing=Timing(tuple(samples), label=text, device="cpu"),
+        implementation=text,
+        threads=threads,
+    )
 
 
 def run_cpu(max_bytes: int | None = None, rounds: int = 4) -> CpuBandwidth:
@@ -179,9 +190,12 @@ def run_cpu(max_bytes: int | None = None, rounds: int = 4) -> CpuBandwidth:
                 exe, flags = _cstream.compile_stream(Path(tmp), compiler)
                 proc = _cstream.CStream(exe, n)
                 build = f"{Path(compiler).name} {' '.join(flags)}"
-                c_ref = CReference("ok", f"compiled with {build}"
-                                   + ("" if proc.openmp else " (no OpenMP: 1 thread)"),
-                                   compiler, flags)  # fmt: skip
+                c_ref = CReference(
+                    "ok",
+                    f"compiled with {build}" + ("" if proc.openmp else " (no OpenMP: 1 thread)"),
+                    compiler,
+                    flags,
+                )
             except _cstream.CStreamError as exc:
                 c_ref = CReference("skipped", str(exc), compiler)
         if proc is not None:
@@ -203,11 +217,16 @@ def run_cpu(max_bytes: int | None = None, rounds: int = 4) -> CpuBandwidth:
                             proc.close()
                             proc = None
                             continue
-                        samples[name] += [sum(ms[i : i + calls])
-                                          for i in range(0, len(ms), calls)]  # fmt: skip
+                        samples[name] += [sum(ms[i : i + calls]) for i in range(0, len(ms), calls)]
                     else:
-                        timing = bench(turns[name], warmup_ms=0.0, rep_ms=1e-3,
-                                       min_reps=SAMPLES_PER_TURN, device="cpu", warn=False)  # fmt: skip
+                        timing = bench(
+                            turns[name],
+                            warmup_ms=0.0,
+                            rep_ms=1e-3,
+                            min_reps=SAMPLES_PER_TURN,
+                            device="cpu",
+                            warn=False,
+                        )
                         samples[name] += list(timing.samples_ms)
         finally:
             if proc is not None:
@@ -217,26 +236,36 @@ def run_cpu(max_bytes: int | None = None, rounds: int = 4) -> CpuBandwidth:
         if c_ref.status != "ok":
             samples = {k: v for k, v in samples.items() if not k.startswith("c ")}
     calls_by_kernel = {k: prepared[k].calls_per_sample for k in _KERNELS}
-    labkit = {k: prepared[k].result(Timing(tuple(samples[f"labkit {k}"]), label=k, device="cpu"))
-              for k in _KERNELS}  # fmt: skip
+    labkit = {
+        k: prepared[k].result(Timing(tuple(samples[f"labkit {k}"]), label=k, device="cpu"))
+        for k in _KERNELS
+    }
     threads = proc.threads if proc is not None else None
     refs: dict[str, list[_bandwidth.BandwidthResult]] = {"copy": [], "triad": []}
-    refs["copy"].append(_stream_result("copy", n, samples["numpy copy"], "NumPy np.copyto(a, b)",
-                                       1, calls_by_kernel["copy"]))  # fmt: skip
+    refs["copy"].append(
+        _stream_result(
+            "copy", n, samples["numpy copy"], "NumPy np.copyto(a, b)", 1, calls_by_kernel["copy"]
+        )
+    )
     info: list[_bandwidth.BandwidthResult] = []
     for kernel in _cstream.KERNELS:
         if f"c {kernel}" in samples:
             text = _cstream.DESCRIPTIONS[kernel]
             if kernel != "memcpy":
                 text += f" ({c_ref.note.removeprefix('compiled with ')})"
-            row = _stream_result(kernel, n, samples[f"c {kernel}"], text, threads,
-                                 calls_by_kernel["copy"])  # fmt: skip
+            row = _stream_result(
+                kernel, n, samples[f"c {kernel}"], text, threads, calls_by_kernel["copy"]
+            )
             (info if kernel == "memcpy" else refs[kernel]).append(row)
     return CpuBandwidth(
-        bytes_per_array=size, rounds=rounds, labkit=labkit,
-        references={k: tuple(v) for k, v in refs.items()}, c_reference=c_ref,
-        notes=tuple(notes), informational=tuple(info),
-    )  # fmt: skip
+        bytes_per_array=size,
+        rounds=rounds,
+        labkit=labkit,
+        references={k: tuple(v) for k, v in refs.items()},
+        c_reference=c_ref,
+        notes=tuple(notes),
+        informational=tuple(info),
+    )
 
 
 # --------------------------------------------------------------------------- the GPU part
@@ -277,27 +306,36 @@ def gpu_summary(parts: dict[str, Any]) -> list[str]:
         raise TypeError(f"parts must be the dict run_gpu() returns, got {type(parts).__name__}")
     d2d = parts["d2d"]
     fmt = _bandwidth.format_gb_per_s
-    lines = [f"device-to-device copy, {format_bytes(d2d.labkit.bytes_per_array)} per array "
-             f"(read + write counted): labkit {fmt(d2d.labkit.gb_per_s)}"]  # fmt: skip
+    lines = [
+        f"device-to-device copy, {format_bytes(d2d.labkit.bytes_per_array)} per array "
+        f"(read + write counted): labkit {fmt(d2d.labkit.gb_per_s)}"
+    ]
     for ref in d2d.references:
         lines.append(f"  {ref.implementation}: {fmt(ref.gb_per_s)}")
     if d2d.ratio_to_best is not None:
         lines.append(f"  labkit / best reference: {d2d.ratio_to_best:.2f}×")
     if d2d.peak_gb_per_s:
-        lines.append(f"  datasheet peak {fmt(d2d.peak_gb_per_s)}: labkit reaches "
-                     f"{d2d.fraction_of_peak:.2f}× of it")  # fmt: skip
+        lines.append(
+            f"  datasheet peak {fmt(d2d.peak_gb_per_s)}: labkit reaches "
+            f"{d2d.fraction_of_peak:.2f}× of it"
+        )
     lines += [f"  note: {n}" for n in d2d.notes]
     sweep = parts.get("transfers")
     if isinstance(sweep, str) or sweep is None:
         lines.append(f"host<->device transfers: not measured ({sweep})")
     else:
         for direction in ("h2d", "d2h"):
-            cells = [f"{kind} {fmt(sweep.peak(direction, kind).gb_per_s)}" for kind in
-                     ("pageable", "pinned")]  # fmt: skip
+            cells = [
+                f"{kind} {fmt(sweep.peak(direction, kind).gb_per_s)}"
+                for kind in ("pageable", "pinned")
+            ]
             lines.append(f"{direction} best: {', '.join(cells)}")
     overlap = parts.get("overlap")
-    lines.append(f"overlap: {overlap}" if not isinstance(overlap, str) else
-                 f"overlap: not measured ({overlap})")  # fmt: skip
+    lines.append(
+        f"overlap: {overlap}"
+        if not isinstance(overlap, str)
+        else f"overlap: not measured ({overlap})"
+    )
     stride = parts.get("strided")
     if isinstance(stride, str) or stride is None:
         lines.append(f"strided reads: not measured ({stride})")
@@ -308,8 +346,9 @@ def gpu_summary(parts: dict[str, Any]) -> list[str]:
 
 
 def _gpu_json(parts: dict[str, Any]) -> dict[str, Any]:
-    return {k: (v if isinstance(v, str) else v.to_dict()) for k, v in parts.items()
-            if k != "device"} | {"device": parts["device"]}  # fmt: skip
+    return {
+        k: (v if isinstance(v, str) else v.to_dict()) for k, v in parts.items() if k != "device"
+    } | {"device": parts["device"]}
 
 
 # --------------------------------------------------------------------------- output
@@ -327,8 +366,15 @@ def format_cpu(cpu: CpuBandwidth) -> str:
         for row in (cpu.labkit[kernel], *cpu.references.get(kernel, ()), *info):
             who = "labkit (torch): " if row is cpu.labkit[kernel] else ""
             mark = " [info]" if row in info else ""
-            table.append([kernel, who + row.implementation + mark, fmt(row.gb_per_s),
-                          format_duration(row.median_ms), str(row.threads or "")])  # fmt: skip
+            table.append(
+                [
+                    kernel,
+                    who + row.implementation + mark,
+                    fmt(row.gb_per_s),
+                    format_duration(row.median_ms),
+                    str(row.threads or ""),
+                ]
+            )
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     lines = [
         f"STREAM copy and triad on the CPU: float64, {format_bytes(cpu.bytes_per_array)} per "
@@ -336,8 +382,10 @@ def format_cpu(cpu: CpuBandwidth) -> str:
         "",
     ]
     for cells_in in table:
-        cells = [c.ljust(w) if i < 2 else c.rjust(w)
-                 for i, (c, w) in enumerate(zip(cells_in, widths, strict=True))]  # fmt: skip
+        cells = [
+            c.ljust(w) if i < 2 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells_in, widths, strict=True))
+        ]
         lines.append("  ".join(cells).rstrip())
     lines.append("")
     parts = []

@@ -122,15 +122,17 @@ class CnnResults:
                     ],
                 }
                 for c in self.curves
-            ],  # fmt: skip
+            ],
             "largest_common_batch": self.largest_common_batch(),
             "gain_vs_float32_nchw": self.gains(),
             "failed": [{"name": name, "error": error} for name, error in self.failed],
         }
 
     def __str__(self) -> str:
-        lines = [f"labkit.models.cnn.CNN on {self.device}, {self.image_size}×{self.image_size} "
-                 "images, inference (images/s by batch size):"]  # fmt: skip
+        lines = [
+            f"labkit.models.cnn.CNN on {self.device}, {self.image_size}×{self.image_size} "
+            "images, inference (images/s by batch size):"
+        ]
         for c in self.curves:
             lines.append(f"  {c.name}:")
             lines += [f"    {p}" for p in c.points]
@@ -166,8 +168,14 @@ def measure(quick: bool = False) -> CnnResults:
         torch.manual_seed(0)
         try:
             points = throughput.throughput_by_batch(
-                cnn.CNN(), batches, image, device=device, channels_last=channels_last,
-                amp_dtype=None if amp is None else getattr(torch, amp), **budget)  # fmt: skip
+                cnn.CNN(),
+                batches,
+                image,
+                device=device,
+                channels_last=channels_last,
+                amp_dtype=None if amp is None else getattr(torch, amp),
+                **budget,
+            )
         except Exception as exc:  # one variant failing keeps the others
             failed.append((name, f"{type(exc).__name__}: {first_line(exc)}"))
             continue
@@ -175,8 +183,9 @@ def measure(quick: bool = False) -> CnnResults:
             curves.append(VariantCurve(name, tuple(points)))
         else:
             failed.append((name, "no batch size fitted in memory"))
-    return CnnResults(device=device, image_size=image, curves=tuple(curves),
-                      failed=tuple(failed), quick=quick)  # fmt: skip
+    return CnnResults(
+        device=device, image_size=image, curves=tuple(curves), failed=tuple(failed), quick=quick
+    )
 
 
 def run_cnn_benchmark(as_json: bool = False, record: bool = False, quick: bool = False) -> int:
@@ -189,6 +198,9 @@ def run_cnn_benchmark(as_json: bool = False, record: bool = False, quick: bool =
         return early
     results = measure(quick=quick)
     return record_and_report(
-        "cnn", REFERENCE_NAME, results, as_json=as_json,
+        "cnn",
+        REFERENCE_NAME,
+        results,
+        as_json=as_json,
         record=record and results.device != "cpu",
     )

@@ -86,8 +86,11 @@ def compile_stream(workdir: Path, compiler: str) -> tuple[Path, tuple[str, ...]]
         try:
             done = subprocess.run(
                 [compiler, *flags, str(source), "-o", str(exe)],
-                capture_output=True, text=True, timeout=120, check=False,
-            )  # fmt: skip
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
         except (OSError, subprocess.SubprocessError) as exc:
             last = str(exc)
             continue
@@ -116,9 +119,12 @@ class CStream:
         try:
             self._proc = subprocess.Popen(
                 [str(exe), str(int(n_elements))],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                text=True, bufsize=1,
-            )  # fmt: skip
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                bufsize=1,
+            )
         except OSError as exc:
             raise CStreamError(f"the C reference could not start: {exc}") from exc
         ready = self._read()
@@ -148,10 +154,12 @@ class CStream:
         if not isinstance(kernel, str) or kernel not in KERNELS:
             raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
         reps = check_positive_int("reps", reps)
-        assert self._proc.stdin is not None
+        stdin = self._proc.stdin  # opened with stdin=PIPE, so never None
         try:
-            self._proc.stdin.write(f"{kernel} {reps}\n")
-            self._proc.stdin.flush()
+            if stdin is None:
+                raise OSError("the C reference has no stdin")
+            stdin.write(f"{kernel} {reps}\n")
+            stdin.flush()
         except OSError as exc:  # it has exited: report why
             self._proc.kill()
             _, err = self._proc.communicate(timeout=self.timeout_s)
@@ -165,9 +173,10 @@ class CStream:
     def close(self) -> None:
         if self._proc.poll() is None:
             try:
-                assert self._proc.stdin is not None
-                self._proc.stdin.write("quit\n")
-                self._proc.stdin.flush()
+                stdin = self._proc.stdin
+                if stdin is not None:
+                    stdin.write("quit\n")
+                    stdin.flush()
                 self.valid = bool(self._read().get("valid"))
                 self._proc.wait(timeout=self.timeout_s)
             except (OSError, CStreamError, ValueError, subprocess.SubprocessError):

@@ -120,18 +120,31 @@ class KernelsBenchResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "device": self.device, "quick": self.quick, "elapsed_s": self.elapsed_s,
-            "bars": [{"name": b.name, "bar": b.bar, "fraction": b.fraction, "verdict": b.verdict,
-                      "detail": b.detail} for b in self.bars],
+            "device": self.device,
+            "quick": self.quick,
+            "elapsed_s": self.elapsed_s,
+            "bars": [
+                {
+                    "name": b.name,
+                    "bar": b.bar,
+                    "fraction": b.fraction,
+                    "verdict": b.verdict,
+                    "detail": b.detail,
+                }
+                for b in self.bars
+            ],
             "experiments": {k: v.to_dict() for k, v in self.experiments.items()},
             "errors": dict(self.errors),
             "tuning": {k: v.to_dict() for k, v in self.tuning.items()},
             "tuning_notes": list(self.tuning_notes),
-        }  # fmt: skip
+        }
 
     def __str__(self) -> str:
-        lines = [f"CUDA kernels in CuPy on {self.device}: each verified, then timed against a "
-                 "ceiling measured in this run", "Bars (fraction of the ceiling):"]  # fmt: skip
+        lines = [
+            f"CUDA kernels in CuPy on {self.device}: each verified, then timed against a "
+            "ceiling measured in this run",
+            "Bars (fraction of the ceiling):",
+        ]
         lines += [f"  {bar.line()}" for bar in self.bars]
         for experiment in self.experiments.values():
             lines += ["", str(experiment)]
@@ -193,16 +206,19 @@ def measure(quick: bool = False, *, tune: bool = True) -> tuple[KernelsBenchResu
     from labkit.kernels import tuning
 
     start = time.monotonic()
-    budget: dict[str, Any] = {"warmup_ms": 1.0, "rep_ms": 5.0, "quick": True} if quick else dict(FULL_BUDGET)
+    budget: dict[str, Any] = (
+        {"warmup_ms": 1.0, "rep_ms": 5.0, "quick": True} if quick else dict(FULL_BUDGET)
+    )
     sgemm_budget: dict[str, Any] = {k: v for k, v in budget.items() if k != "quick"}
     parts: dict[str, Callable[[], Any]] = {
         "stride sweep": lambda: run.stride_sweep(**budget),
         "transposes": lambda: run.transpose_versions(padded_configs=PADDED_CONFIGS, **budget),
         "reductions": lambda: run.reduction_versions(**budget),
-        "sgemm": lambda: run.sgemm_vs_cublas(QUICK_SGEMM_N if quick else SGEMM_N,
-                                             tiled_configs=SGEMM_TILED_CONFIGS, **sgemm_budget),
+        "sgemm": lambda: run.sgemm_vs_cublas(
+            QUICK_SGEMM_N if quick else SGEMM_N, tiled_configs=SGEMM_TILED_CONFIGS, **sgemm_budget
+        ),
         "block sizes": lambda: run.block_size_sweep("strided_copy", **budget),
-    }  # fmt: skip
+    }
     experiments: dict[str, Any] = {}
     errors: dict[str, str] = {}
     for name, part in parts.items():
@@ -225,14 +241,16 @@ def measure(quick: bool = False, *, tune: bool = True) -> tuple[KernelsBenchResu
         searches = {
             "transpose": lambda: tuning.tune_transpose(1024 if quick else TUNE_TRANSPOSE_N),
             "sgemm": lambda: tuning.tune_sgemm(
-                256 if quick else TUNE_SGEMM_N,
-                tune_params=_QUICK_SGEMM_PARAMS if quick else None),
-        }  # fmt: skip
+                256 if quick else TUNE_SGEMM_N, tune_params=_QUICK_SGEMM_PARAMS if quick else None
+            ),
+        }
         for kernel, search in searches.items():
             elapsed = time.monotonic() - start
             if kernel == "sgemm" and not quick and elapsed > SGEMM_TUNING_DEADLINE_S:
-                notes.append(f"Kernel Tuner: the SGEMM search was skipped to keep the run short "
-                             f"({elapsed:.0f} s had passed)")  # fmt: skip
+                notes.append(
+                    f"Kernel Tuner: the SGEMM search was skipped to keep the run short "
+                    f"({elapsed:.0f} s had passed)"
+                )
                 continue
             _log(f"Kernel Tuner search of {kernel}...")
             try:
@@ -247,16 +265,27 @@ def measure(quick: bool = False, *, tune: bool = True) -> tuple[KernelsBenchResu
     except Exception as exc:  # pragma: no cover - the GPU was there a moment ago
         device = f"a CUDA GPU ({_first_line(exc)})"
     result = KernelsBenchResult(
-        device=device, quick=quick, experiments=experiments, errors=errors,
-        bars=_bars(experiments, errors), tuning=replays, tuning_notes=tuple(notes),
+        device=device,
+        quick=quick,
+        experiments=experiments,
+        errors=errors,
+        bars=_bars(experiments, errors),
+        tuning=replays,
+        tuning_notes=tuple(notes),
         elapsed_s=round(time.monotonic() - start, 1),
-    )  # fmt: skip
+    )
     return result, caches
 
 
 #: A tiny SGEMM search for --quick (two configurations).
-_QUICK_SGEMM_PARAMS = {"BM": (64, 128), "BN": (64,), "BK": (8,), "TM": (8,), "TN": (8,),
-                       "block_size_x": (64, 128)}  # fmt: skip
+_QUICK_SGEMM_PARAMS = {
+    "BM": (64, 128),
+    "BN": (64,),
+    "BK": (8,),
+    "TM": (8,),
+    "TN": (8,),
+    "block_size_x": (64, 128),
+}
 
 
 def no_gpu_line() -> str:
@@ -297,19 +326,23 @@ def run_kernels_benchmark(
     result, caches = measure(quick=quick)
     measured = bool(result.experiments)
     if record and not measured:
-        print("labkit bench kernels --record: every part failed, so nothing was recorded",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "labkit bench kernels --record: every part failed, so nothing was recorded",
+            file=sys.stderr,
+        )
     if record and measured:
         from labkit.kernels import tuning
 
         extra = {"transpose": ("TILE_DIM", "BLOCK_ROWS"), "sgemm": ("block_size_x",)}
         for kernel, path in caches.items():
             try:
-                saved = tuning.record_cache(path, kernel, gpu_name=result.device,
-                                            block_size_names=extra.get(kernel))  # fmt: skip
+                saved = tuning.record_cache(
+                    path, kernel, gpu_name=result.device, block_size_names=extra.get(kernel)
+                )
                 _log(f"recorded the Kernel Tuner cache of {kernel} to {saved}")
             except Exception as exc:
                 _log(f"could not record the Kernel Tuner cache of {kernel}: {_first_line(exc)}")
-    code = record_and_report("kernels", REFERENCE_NAME, result, as_json=as_json,
-                             record=record and measured)  # fmt: skip
+    code = record_and_report(
+        "kernels", REFERENCE_NAME, result, as_json=as_json, record=record and measured
+    )
     return code if measured else 1

@@ -67,9 +67,12 @@ class ParallelResults:
 
     def summary(self) -> list[str]:
         """Lines for people: launch overhead, crossovers and peak throughputs (the recording's)."""
-        lines = [f"GPU {self.launch}" if self.launch is not None else
-                 "GPU launch overhead and crossover: not measured (no CUDA GPU here; "
-                 "`labkit doctor` shows what is)"]  # fmt: skip
+        lines = [
+            f"GPU {self.launch}"
+            if self.launch is not None
+            else "GPU launch overhead and crossover: not measured (no CUDA GPU here; "
+            "`labkit doctor` shows what is)"
+        ]
         for sweep in self.sweeps:
             what = _what(sweep)
             if sweep.has_backend(_GPU) and sweep.has_backend(_CPU_FOR_CROSSOVER):
@@ -95,7 +98,9 @@ class ParallelResults:
         """The structured numbers: per backend [size, median_ms] pairs, overhead, crossovers."""
         return {
             "quick": self.quick,
-            "launch_overhead": None if self.launch is None else {
+            "launch_overhead": None
+            if self.launch is None
+            else {
                 "device": self.launch.device,
                 "kernel_us": self.launch.kernel_us,
                 "round_trip_us": self.launch.round_trip_us,
@@ -103,7 +108,7 @@ class ParallelResults:
             "crossover_n": {s.op: self.crossover_n(s.op) for s in self.sweeps},
             "add": sweep_to_dict(self.add),
             "matmul": sweep_to_dict(self.matmul),
-        }  # fmt: skip
+        }
 
     def __str__(self) -> str:
         summary = ["Summary:", *(f"  {line}" for line in self.summary())]
@@ -163,8 +168,9 @@ def measure(quick: bool = False, show_progress: bool | None = None) -> ParallelR
 
     options: dict[str, Any] = dict(QUICK_BUDGET_MS) if quick else {}
     add = sweep_add(QUICK_SIZES["add"] if quick else None, show_progress=show_progress, **options)
-    matmul = sweep_matmul(QUICK_SIZES["matmul"] if quick else None, show_progress=show_progress,
-                          **options)  # fmt: skip
+    matmul = sweep_matmul(
+        QUICK_SIZES["matmul"] if quick else None, show_progress=show_progress, **options
+    )
     launch = None
     if has_gpu():
         quick_budget: dict[str, Any] = {"warmup_ms": 1.0, "rep_ms": 5.0}
@@ -189,6 +195,9 @@ def run_parallel_benchmark(as_json: bool = False, record: bool = False, quick: b
         return early
     results = measure(quick=quick)
     return record_and_report(
-        "parallel", REFERENCE_NAME, results, as_json=as_json,
+        "parallel",
+        REFERENCE_NAME,
+        results,
+        as_json=as_json,
         record=record and results.launch is not None,
     )

@@ -78,7 +78,10 @@ class ProfileResults:
                 f"{format_duration(st.ms_per_step_sync_once)} per step, loss.item() every step "
                 f"{format_duration(st.ms_per_step_item)} per step ({st.ratio:.2f}× the time)"
             )
-        for name, prof in (("sync once", self.sync_once), (".item() every step", self.item_every_step)):  # fmt: skip
+        for name, prof in (
+            ("sync once", self.sync_once),
+            (".item() every step", self.item_every_step),
+        ):
             if prof is None:
                 continue
             logging = prof.phase("logging")
@@ -87,7 +90,10 @@ class ProfileResults:
                 f"{prof.totals_line()}; logging phase {format_duration(logging.cpu_ms_per_step)} "
                 "of host time per step"
             )
-        for name, report in (("sync once", self.sync_points_once), (".item() every step", self.sync_points_item)):  # fmt: skip
+        for name, report in (
+            ("sync once", self.sync_points_once),
+            (".item() every step", self.sync_points_item),
+        ):
             if report is None:
                 continue
             if not report:
@@ -138,8 +144,10 @@ class ProfileResults:
         parts = []
         if self.stall is not None:
             parts.append(str(self.stall))
-        for prof, report in ((self.sync_once, self.sync_points_once),
-                             (self.item_every_step, self.sync_points_item)):  # fmt: skip
+        for prof, report in (
+            (self.sync_once, self.sync_points_once),
+            (self.item_every_step, self.sync_points_item),
+        ):
             if prof is not None:
                 parts.append(str(prof))
             if report is not None:
@@ -192,8 +200,9 @@ def measure(quick: bool = False) -> ProfileResults:
 
     attempt("time_sync_stall", time_sync_stall, shape["stall_steps"], **size, **budget)
     attempt("profile_sync_once", profile_training, shape["steps"], **size)
-    attempt("profile_item_every_step", profile_training, shape["steps"], **size,
-            sync_every_step=True)  # fmt: skip
+    attempt(
+        "profile_item_every_step", profile_training, shape["steps"], **size, sync_every_step=True
+    )
     for key in ("sync_once", "item_every_step"):
         if f"profile_{key}" in parts:
             attempt(f"sync_points_{key}", find_sync_points, parts[f"profile_{key}"])
@@ -202,8 +211,14 @@ def measure(quick: bool = False) -> ProfileResults:
         from labkit.profiling import find_nsight, run_nsys
 
         if find_nsight().nsys is not None:
-            attempt("nsys", run_nsys, steps=NSYS_STEPS, batch=shape["batch"],
-                    image_size=shape["image_size"], timeout_s=NSYS_TIMEOUT_S)  # fmt: skip
+            attempt(
+                "nsys",
+                run_nsys,
+                steps=NSYS_STEPS,
+                batch=shape["batch"],
+                image_size=shape["image_size"],
+                timeout_s=NSYS_TIMEOUT_S,
+            )
             nsys = parts.get("nsys")
     return ProfileResults(
         device=device,
@@ -232,8 +247,11 @@ def run_profile_benchmark(
     results = measure(quick=quick)
     can_record = results.on_gpu and results.complete
     if record and not can_record:
-        why = (f"the run was on {results.device}, not a CUDA GPU" if not results.on_gpu
-               else "parts of it failed: " + "; ".join(f"{w}: {e}" for w, e in results.failed))  # fmt: skip
+        why = (
+            f"the run was on {results.device}, not a CUDA GPU"
+            if not results.on_gpu
+            else "parts of it failed: " + "; ".join(f"{w}: {e}" for w, e in results.failed)
+        )
         print(f"labkit bench profile --record: nothing was recorded ({why})", file=sys.stderr)
     return record_and_report(
         "profile", REFERENCE_NAME, results, as_json=as_json, record=record and can_record

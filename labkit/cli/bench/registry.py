@@ -28,7 +28,9 @@ def bounded_int(minimum: int = 1, maximum: int | None = None) -> Callable[[str],
         try:
             value = int(text.strip())
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer {bounds}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"expected an integer {bounds}, got {text!r}"
+            ) from None
         if value < minimum or (maximum is not None and value > maximum):
             raise argparse.ArgumentTypeError(f"expected an integer {bounds}, got {text!r}")
         return value
@@ -86,12 +88,18 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         quick=False,
         options=(
             Option(
-                "--max-bytes", "max_bytes", bounded_int(MIN_BYTES_PER_ARRAY), None,
+                "--max-bytes",
+                "max_bytes",
+                bounded_int(MIN_BYTES_PER_ARRAY),
+                None,
                 f"cap the bytes per array, at least {MIN_BYTES_PER_ARRAY} (a cache-sized cap "
                 "measures the cache, not DRAM)",
             ),
             Option(
-                "--rounds", "rounds", bounded_int(1, MAX_ROUNDS), 4,
+                "--rounds",
+                "rounds",
+                bounded_int(1, MAX_ROUNDS),
+                4,
                 f"rounds in which labkit and the references take turns, 1 to {MAX_ROUNDS} "
                 "(default 4)",
             ),

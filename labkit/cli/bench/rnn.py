@@ -64,18 +64,24 @@ class RnnResults:
         """The comparisons the notebook makes (loop time / fused time, and so on)."""
         m = self.median_ms
         if self.framework == "tensorflow":
-            return {"LSTM-no-cudnn / LSTM": ratio(m["LSTM-no-cudnn"], m["LSTM"]),
-                    "SimpleRNN / LSTM": ratio(m["SimpleRNN"], m["LSTM"])}  # fmt: skip
-        return {"nn.LSTMCell loop / nn.LSTM": ratio(m["nn.LSTMCell loop"], m["nn.LSTM"]),
-                "nn.RNN / nn.LSTM": ratio(m["nn.RNN"], m["nn.LSTM"])}  # fmt: skip
+            return {
+                "LSTM-no-cudnn / LSTM": ratio(m["LSTM-no-cudnn"], m["LSTM"]),
+                "SimpleRNN / LSTM": ratio(m["SimpleRNN"], m["LSTM"]),
+            }
+        return {
+            "nn.LSTMCell loop / nn.LSTM": ratio(m["nn.LSTMCell loop"], m["nn.LSTM"]),
+            "nn.RNN / nn.LSTM": ratio(m["nn.RNN"], m["nn.LSTM"]),
+        }
 
     def _describe(self) -> str:
         s = self.shape
         what = "Keras (TensorFlow)" if self.framework == "tensorflow" else "torch"
         if self.note:
             what += f" ({self.note})"
-        return (f"{what} on {self.device}, input [{s['batch']}, {s['steps']}, {s['features']}], "
-                f"{s['units']} units, forward pass")  # fmt: skip
+        return (
+            f"{what} on {self.device}, input [{s['batch']}, {s['steps']}, {s['features']}], "
+            f"{s['units']} units, forward pass"
+        )
 
     def summary(self) -> list[str]:
         dev = self.device
@@ -90,9 +96,15 @@ class RnnResults:
         return lines
 
     def to_dict(self) -> dict[str, Any]:
-        return {"framework": self.framework, "device": self.device, "quick": self.quick,
-                "shape": dict(self.shape), "cudnn": self.cudnn,
-                "median_ms": dict(self.median_ms), "ratios": self.ratios()}  # fmt: skip
+        return {
+            "framework": self.framework,
+            "device": self.device,
+            "quick": self.quick,
+            "shape": dict(self.shape),
+            "cudnn": self.cudnn,
+            "median_ms": dict(self.median_ms),
+            "ratios": self.ratios(),
+        }
 
     def __str__(self) -> str:
         lines = [f"Recurrent layers, {self._describe()}:"]
@@ -107,8 +119,9 @@ def _measure_keras(shape: dict[str, Any], budget: dict[str, Any]) -> RnnResults:
     from labkit.models.rnn_keras import time_keras_rnns
 
     timings = time_keras_rnns(**shape, kinds=KERAS_KINDS, **budget)
-    return RnnResults("tensorflow", timings[0].device, shape,
-                      {t.kind: t.median_ms for t in timings})  # fmt: skip
+    return RnnResults(
+        "tensorflow", timings[0].device, shape, {t.kind: t.median_ms for t in timings}
+    )
 
 
 def _measure_torch(shape: dict[str, int], budget: dict[str, float], device: str) -> RnnResults:
@@ -160,8 +173,11 @@ def measure(quick: bool = False) -> RnnResults:
     result = _measure_keras(shape, budget) if tensorflow_available() else None
     note = ""
     if result is None or (on_gpu and not result.cudnn):  # no TF, or a TF that sees no GPU
-        note = ("TensorFlow is not installed here" if result is None
-                else "the TensorFlow here sees no GPU")  # fmt: skip
+        note = (
+            "TensorFlow is not installed here"
+            if result is None
+            else "the TensorFlow here sees no GPU"
+        )
         result = _measure_torch(shape, budget, "cuda" if on_gpu else "cpu")
     return dataclasses.replace(result, quick=quick, note=note)
 
@@ -176,9 +192,15 @@ def run_rnn_benchmark(as_json: bool = False, record: bool = False, quick: bool =
         return early
     results = measure(quick=quick)
     if record and not results.cudnn:  # a GPU that TensorFlow cannot see: say so, record nothing
-        print(f"labkit bench rnn --record: the run was on {results.device}, not a GPU, so "
-              "nothing was recorded", file=sys.stderr)  # fmt: skip
+        print(
+            f"labkit bench rnn --record: the run was on {results.device}, not a GPU, so "
+            "nothing was recorded",
+            file=sys.stderr,
+        )
     return record_and_report(
-        "rnn", REFERENCE_NAME, results, as_json=as_json,
+        "rnn",
+        REFERENCE_NAME,
+        results,
+        as_json=as_json,
         record=record and results.cudnn,
     )

@@ -69,8 +69,13 @@ def standard_ops(on_gpu: bool, quick: bool = False) -> tuple[OpSpec, ...]:
     ]
     if on_gpu:
         big = sizes[-1]
-        specs.append(OpSpec(matmul_cost(big, big, big, name=f"matmul {big}×{big} @ {big}×{big} "
-                                        "(TF32)"), "tf32", tf32=True))  # fmt: skip
+        specs.append(
+            OpSpec(
+                matmul_cost(big, big, big, name=f"matmul {big}×{big} @ {big}×{big} (TF32)"),
+                "tf32",
+                tf32=True,
+            )
+        )
         for dtype in ("bfloat16", "float16"):
             specs.append(OpSpec(matmul_cost(big, big, big, dtype), dtype))
     return tuple(specs)
@@ -184,15 +189,25 @@ class DeviceRoofline:
         rows = [header]
         for op in self.ops:
             m = op.measurement
-            rows.append([m.op.name, op.roof_dtype, three_digits(m.arithmetic_intensity),
-                         format_duration(m.median_ms), _gflops(m.gflop_per_s),
-                         _gflops(op.attainable_gflop_per_s), f"{op.fraction_of_attainable:.0%}",
-                         op.bound])  # fmt: skip
+            rows.append(
+                [
+                    m.op.name,
+                    op.roof_dtype,
+                    three_digits(m.arithmetic_intensity),
+                    format_duration(m.median_ms),
+                    _gflops(m.gflop_per_s),
+                    _gflops(op.attainable_gflop_per_s),
+                    f"{op.fraction_of_attainable:.0%}",
+                    op.bound,
+                ]
+            )
         widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
         lines = [str(self.roofline), ""]
         for row in rows:
-            cells = [c.ljust(w) if i in (0, 1, 7) else c.rjust(w)
-                     for i, (c, w) in enumerate(zip(row, widths, strict=True))]  # fmt: skip
+            cells = [
+                c.ljust(w) if i in (0, 1, 7) else c.rjust(w)
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            ]
             lines.append("  ".join(cells).rstrip())
         lines += [f"{name}: not measured ({error})" for name, error in self.failed]
         if any(op.fraction_of_attainable > _ABOVE_ROOF for op in self.ops):
@@ -203,8 +218,9 @@ class DeviceRoofline:
         return "\n".join(lines)
 
 
-def measure_device(device: str, quick: bool = False, show_progress: bool | None = None
-                   ) -> DeviceRoofline:  # fmt: skip
+def measure_device(
+    device: str, quick: bool = False, show_progress: bool | None = None
+) -> DeviceRoofline:
     """Measure ``device``'s roofs, then run :func:`standard_ops` on it and place each one."""
     check_flags(quick=quick)
     check_optional_bool("show_progress", show_progress)
@@ -218,8 +234,9 @@ def measure_device(device: str, quick: bool = False, show_progress: bool | None 
     dtypes = None
     if quick:
         options = {"sizes": (64, 128), "warmup_ms": 0.0, "rep_ms": 5.0}
-        dtypes = sorted({s.roof_dtype for s in specs}, key=("float32", "tf32", "bfloat16",
-                                                             "float16").index)  # fmt: skip
+        dtypes = sorted(
+            {s.roof_dtype for s in specs}, key=("float32", "tf32", "bfloat16", "float16").index
+        )
     peaks = measure_peak_compute(device, dtypes, show_progress=show_progress, **options)
     quick_memory: dict[str, Any] = {"bytes_per_array": 1024**2, "warmup_ms": 1.0, "rep_ms": 5.0}
     memory = peak_bandwidth(device, **(quick_memory if quick else {}))
@@ -238,15 +255,24 @@ def measure_device(device: str, quick: bool = False, show_progress: bool | None 
         except Exception as exc:  # keep the rest of the run; say what failed
             failed.append((spec.op.name, f"{type(exc).__name__}: {exc}"))
             continue
-        placed.append(PlacedOp(
-            measurement=m,
-            roof_dtype=spec.roof_dtype,
-            attainable_gflop_per_s=roofline.attainable_gflop_per_s(
-                spec.op.arithmetic_intensity, spec.roof_dtype),
-            bound=roofline.bound(spec.op, spec.roof_dtype),
-        ))  # fmt: skip
-    return DeviceRoofline(roofline=roofline, peaks=peaks, memory=memory, ops=tuple(placed),
-                          failed=tuple(failed), quick=quick)  # fmt: skip
+        placed.append(
+            PlacedOp(
+                measurement=m,
+                roof_dtype=spec.roof_dtype,
+                attainable_gflop_per_s=roofline.attainable_gflop_per_s(
+                    spec.op.arithmetic_intensity, spec.roof_dtype
+                ),
+                bound=roofline.bound(spec.op, spec.roof_dtype),
+            )
+        )
+    return DeviceRoofline(
+        roofline=roofline,
+        peaks=peaks,
+        memory=memory,
+        ops=tuple(placed),
+        failed=tuple(failed),
+        quick=quick,
+    )
 
 
 def measure(quick: bool = False, show_progress: bool | None = None) -> list[DeviceRoofline]:

@@ -22,7 +22,9 @@ def check_record_flags(command: str, *, record: bool, quick: bool) -> None:
         )
 
 
-def preflight(command: str, *, record: bool, quick: bool = False, gpu_here: bool | None = None) -> int | None:
+def preflight(
+    command: str, *, record: bool, quick: bool = False, gpu_here: bool | None = None
+) -> int | None:
     """An exit code to return at once, or None when the benchmark should run.
 
     - ``--record --quick`` is refused (:class:`UsageError`, exit 2): a recording made
