@@ -752,7 +752,7 @@ CASES: list[Case] = [
     ),
     # ---------------------------------------------------------------- labkit.batching.loaders
     Case(
-        "labkit.batching.loaders:SyntheticImages",
+        "labkit.batching.synthetic:SyntheticImages",
         {"n": 4},
         {
             "n": BAD_POS,
@@ -766,7 +766,7 @@ CASES: list[Case] = [
         run_valid=True,
     ),
     Case(
-        "labkit.batching.loaders:decode_sample",
+        "labkit.batching.synthetic:decode_sample",
         {"index": 0, "decode_px": 8},
         {
             "index": bad_int(0),
@@ -779,7 +779,7 @@ CASES: list[Case] = [
         run_valid=True,
     ),
     Case(
-        "labkit.batching.loaders:augment_sample",
+        "labkit.batching.synthetic:augment_sample",
         lambda: {"image": np.zeros((3, 16, 16), np.float32), "index": 0, "image_size": 8},
         {
             "image": st.one_of(not_numbers, st.just(np.zeros((16, 16), np.float32))),
@@ -790,7 +790,7 @@ CASES: list[Case] = [
         run_valid=True,
     ),
     Case(
-        "labkit.batching.loaders:sample_cost",
+        "labkit.batching.synthetic:sample_cost",
         {},
         {
             "dataset": st.one_of(st.integers(), st.text(max_size=3)),
@@ -799,7 +799,7 @@ CASES: list[Case] = [
         },
     ),
     Case(
-        "labkit.batching.loaders:thread_scaling",
+        "labkit.batching.synthetic:thread_scaling",
         {},
         {
             "dataset": st.one_of(st.integers(), st.text(max_size=3)),
@@ -843,10 +843,10 @@ CASES: list[Case] = [
         },
     ),
     Case(
-        "labkit.batching.loaders:build_tf_pipeline",
+        "labkit.batching.tf_data:build_tf_pipeline",
         lambda: {
             "variant": "map",
-            "dataset": _resolve("labkit.batching.loaders:SyntheticImages")(8),
+            "dataset": _resolve("labkit.batching.synthetic:SyntheticImages")(8),
             "batch_size": 2,
             "epoch_batches": 1,
         },
@@ -867,7 +867,7 @@ CASES: list[Case] = [
         },
     ),
     Case(
-        "labkit.batching.loaders:measure_tf_pipeline",
+        "labkit.batching.tf_data:measure_tf_pipeline",
         {},
         {
             "variant": bad_choice(
@@ -889,7 +889,7 @@ CASES: list[Case] = [
         },
     ),
     Case(
-        "labkit.batching.loaders:compare_tf_pipelines",
+        "labkit.batching.tf_data:compare_tf_pipelines",
         {"variants": ["map"]},
         {
             "variants": st.one_of(

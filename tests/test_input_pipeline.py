@@ -20,20 +20,20 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from labkit.batching import loaders as input_pipeline  # noqa: E402
-from labkit.batching.loaders import (  # noqa: E402
+from labkit.batching import (
+    synthetic,  # noqa: E402
+    tf_data,  # noqa: E402
+)
+from labkit.batching.loaders import (
     PIN_MEMORY_CPU_NOTE,
     LoaderComparison,
     LoaderRun,
-    SyntheticImages,
-    ThreadScaling,
     compare_loaders,
-    compare_tf_pipelines,
     measure_loader,
-    measure_tf_pipeline,
     plot_loader_comparison,
-    sample_cost,
-    thread_scaling,
 )
+from labkit.batching.synthetic import SyntheticImages, ThreadScaling, sample_cost, thread_scaling
+from labkit.batching.tf_data import compare_tf_pipelines, measure_tf_pipeline
 from labkit.core.optional import MissingPackageError, is_installed  # noqa: E402
 from labkit.timing.bench import Timing  # noqa: E402
 
@@ -82,8 +82,8 @@ def test_io_latency_is_a_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_python_work_is_a_fixed_amount_of_bytecode(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(input_pipeline, "_LOOPS_PER_MS", [1000.0])
-    assert input_pipeline._python_work(2.5) == 2500
+    monkeypatch.setattr(synthetic, "_LOOPS_PER_MS", [1000.0])
+    assert synthetic._python_work(2.5) == 2500
     data = SyntheticImages(n=2, image_size=8, decode_px=16, python_ms=0.5)
     assert np.array_equal(data[1][0], SyntheticImages(n=2, image_size=8, decode_px=16)[1][0])
     assert "500 µs of Python (holds the GIL)" in data.describe()
@@ -115,7 +115,7 @@ def test_thread_scaling_times_one_thread_and_a_pool() -> None:
     text = str(result)
     assert text.startswith("4 samples (8×8 images decoded from 16×16 per sample): 1 thread ")
     assert text.endswith("× the speed of one")
-    with pytest.raises(ValueError, match="threads must be an int >= 2"):
+    with pytest.raises(ValueError, match="threads must be an integer >= 2"):
         thread_scaling(SMALL, threads=1)
 
 
@@ -165,7 +165,7 @@ def test_loader_with_a_real_training_step() -> None:
 def test_loader_validates() -> None:
     with pytest.raises(ValueError, match="prefetch_factor needs num_workers > 0"):
         measure_loader(num_workers=0, prefetch_factor=2)
-    with pytest.raises(ValueError, match="num_workers must be an int >= 0"):
+    with pytest.raises(ValueError, match="num_workers must be an integer >= 0"):
         measure_loader(num_workers=-1)
     with pytest.raises(TypeError, match="pin_memory must be True or False"):
         measure_loader(pin_memory="yes")  # type: ignore[arg-type]
@@ -249,7 +249,7 @@ def test_tf_variants_run_and_report() -> None:
 @pytest.mark.skipif(not is_installed("tensorflow"), reason="TensorFlow is not installed here")
 def test_tf_variants_turn_the_default_rewrites_off_except_defaults() -> None:
     def rewrites(variant: str) -> tuple:
-        ds = input_pipeline.build_tf_pipeline(variant, SMALL, 4, 2)
+        ds = tf_data.build_tf_pipeline(variant, SMALL, 4, 2)
         opt = ds.options().experimental_optimization
         return opt.map_parallelization, opt.inject_prefetch
 
@@ -259,7 +259,7 @@ def test_tf_variants_turn_the_default_rewrites_off_except_defaults() -> None:
 
 @pytest.mark.skipif(not is_installed("tensorflow"), reason="TensorFlow is not installed here")
 def test_tf_pipeline_yields_the_same_samples_as_the_dataset() -> None:
-    ds = input_pipeline.build_tf_pipeline("parallel+prefetch", SMALL, 4, 2)
+    ds = tf_data.build_tf_pipeline("parallel+prefetch", SMALL, 4, 2)
     x, y = next(iter(ds))
     assert tuple(x.shape) == (4, 3, 8, 8)
     for i in range(4):

@@ -165,7 +165,8 @@ def _probe_table() -> list[tuple[str, Callable[[], Any], bool, Callable[[Any], b
     from labkit.bandwidth import pipeline, strided
     from labkit.bandwidth import stream as bandwidth
     from labkit.bandwidth import sweep as stream_sweep
-    from labkit.batching.loaders import SyntheticImages, measure_loader
+    from labkit.batching.loaders import measure_loader
+    from labkit.batching.synthetic import SyntheticImages
     from labkit.models import data
     from labkit.models.throughput import throughput_by_batch
     from labkit.parallelism import sweep as parallel
@@ -496,7 +497,7 @@ def test_tensorflow_probes_refuse_before_importing_tensorflow(
     import sys
 
     from labkit.accel.compilers import tf_xla_benchmark
-    from labkit.batching.loaders import measure_tf_pipeline
+    from labkit.batching.tf_data import measure_tf_pipeline
 
     _simulate_free(monkeypatch, 0)
     had_tf = "tensorflow" in sys.modules

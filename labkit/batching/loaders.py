@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import numbers
 import os
 import time
 import warnings
@@ -48,27 +47,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
+from labkit.batching.synthetic import SyntheticImages
+from labkit.core.validate import check_int, check_ms
 from labkit.timing.bench import Timing, format_duration
 
 #: A consumer waiting this share of the time or more is called input-bound.
 INPUT_BOUND_FRACTION = 0.25
-
-#: The tf.data variants :func:`measure_tf_pipeline` builds, in order of adding one idea each.
-#: "map+defaults" is "map" with tf.data's default graph optimizations left on (see
-#: :func:`build_tf_pipeline`); every other variant turns off the two that would blur it.
-TF_VARIANTS: tuple[str, ...] = (
-    "map",
-    "parallel",
-    "parallel+prefetch",
-    "parallel+cache+prefetch",
-    "map+defaults",
-    "parallel+cache",
-)
-
-#: The variants :func:`compare_tf_pipelines` measures by default.
-DEFAULT_TF_VARIANTS: tuple[str, ...] = TF_VARIANTS[:5]
 
 #: The DataLoader configurations :func:`compare_loaders` measures by default.
 DEFAULT_LOADER_CONFIGS: tuple[dict[str, Any], ...] = (
@@ -83,333 +67,8 @@ PIN_MEMORY_CPU_NOTE = (
     "(and the DataLoader would warn)"
 )
 
-_k = np.arange(8)
-#: The 8×8 DCT-II basis (a JPEG decoder's inverse transform multiplies by it on both sides).
-_DCT = np.cos((2 * _k[:, None] + 1) * _k[None, :] * np.pi / 16).astype(np.float32)
-#: Smaller high-frequency coefficients, as in a real compressed image.
-_FALLOFF = (1.0 / (1 + _k[:, None] + _k[None, :])).astype(np.float32)
-
 
 # --------------------------------------------------------------------------- the samples
-
-
-def decode_sample(
-    index: int,
-    *,
-    decode_px: int = 96,
-    io_ms: float = 0.0,
-    python_ms: float = 0.0,
-    num_classes: int = 10,
-    seed: int = 0,
-) -> tuple[np.ndarray, int]:
-    """Read and decode sample ``index``: a 3×decode_px×decode_px float32 image and its label.
-
-    The encoded image is a grid of 8×8 blocks of DCT coefficients drawn from
-    a generator seeded by ``(seed, index)``, so a sample is the same every
-    time it is read. Decoding is the inverse DCT of every block, in numpy
-    (einsum, which runs no BLAS thread pool and releases the GIL in its
-    loops). ``io_ms`` sleeps first: the latency of reading the file from
-    disk or network, time a worker spends waiting rather than computing.
-    ``python_ms`` adds that much pure-Python work (a bytecode loop), which
-    holds the GIL throughout, like a decoder written in Python.
-    """
-    index = _check_int("index", index, 0)
-    if _check_int("decode_px", decode_px, 8) % 8:
-        raise ValueError(f"decode_px must be a multiple of 8 (8×8 blocks), got {decode_px!r}")
-    io_ms = _check_ms("io_ms", io_ms) or 0.0  # never None here: allow_none is off
-    python_ms = _check_ms("python_ms", python_ms) or 0.0
-    num_classes = _check_int("num_classes", num_classes, 1)
-    seed = _check_int("seed", seed, 0)
-    if io_ms > 0:
-        time.sleep(io_ms / 1e3)
-    if python_ms > 0:
-        _python_work(python_ms)
-    rng = np.random.default_rng((seed, index))
-    blocks = decode_px // 8
-    coeffs = rng.standard_normal((3 * blocks * blocks, 8, 8), dtype=np.float32)
-    coeffs *= _FALLOFF
-    rows = np.einsum("nij,kj->nik", coeffs, _DCT)
-    pixels = np.einsum("ki,nij->nkj", _DCT, rows)
-    image = pixels.reshape(3, blocks, blocks, 8, 8).transpose(0, 1, 3, 2, 4)
-    return image.reshape(3, decode_px, decode_px), int(rng.integers(num_classes))
-
-
-_LOOPS_PER_MS: list[float] = []
-
-
-def _python_work(ms: float) -> int:
-    """Run about ``ms`` milliseconds of Python bytecode (the GIL stays held); returns the count.
-
-    A fixed amount of work, not a deadline: the loop count per ms is
-    calibrated once per process, so two threads sharing the GIL take twice
-    as long, as real Python code would.
-    """
-
-    def loops(n: int) -> int:
-        count = 0
-        for _ in range(n):
-            count += 1
-        return count
-
-    if not _LOOPS_PER_MS:
-        start = time.perf_counter()
-        loops(200_000)
-        _LOOPS_PER_MS.append(200_000 / max((time.perf_counter() - start) * 1e3, 1e-6))
-    return loops(max(1, round(ms * _LOOPS_PER_MS[0])))
-
-
-def augment_sample(
-    image: np.ndarray, index: int, *, image_size: int = 32, seed: int = 0
-) -> np.ndarray:
-    """Random crop (7/8 of the side), horizontal flip, downscale, brightness jitter, normalise.
-
-    Seeded by ``(seed, index, 1)``: deterministic here so runs repeat; a real
-    pipeline draws new crops every epoch.
-    """
-    if not isinstance(image, np.ndarray) or image.ndim != 3 or image.shape[0] != 3:
-        raise TypeError(f"image must be a 3×H×W numpy array, got {type(image).__name__}")
-    index = _check_int("index", index, 0)
-    side = image.shape[-1]
-    if _check_int("image_size", image_size, 1) > side:
-        raise ValueError(f"image_size must be at most the image's side ({side}), got {image_size}")
-    seed = _check_int("seed", seed, 0)
-    rng = np.random.default_rng((seed, index, 1))
-    crop = max(image_size, side * 7 // 8)
-    y0, x0 = (int(v) for v in rng.integers(0, side - crop + 1, size=2))
-    out = image[:, y0 : y0 + crop, x0 : x0 + crop]
-    if rng.random() < 0.5:
-        out = out[:, :, ::-1]
-    f = crop // image_size
-    out = out[:, : f * image_size, : f * image_size]
-    if f > 1:
-        out = out.reshape(3, image_size, f, image_size, f).mean(axis=(2, 4))
-    out = out * rng.uniform(0.8, 1.2, size=(3, 1, 1)).astype(np.float32)
-    mean = out.mean(axis=(1, 2), keepdims=True)
-    std = out.std(axis=(1, 2), keepdims=True) + 1e-5
-    return np.ascontiguousarray((out - mean) / std, dtype=np.float32)
-
-
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def _check_ms(name: str, value: Any, *, allow_none: bool = False) -> float | None:
-    if value is None and allow_none:
-        return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Real)
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        raise ValueError(f"{name} must be a finite number of milliseconds >= 0, got {value!r}")
-    return float(value)
-
-
-class SyntheticImages:
-    """A map-style dataset of ``n`` images that cost real work to prepare (:func:`decode_sample`).
-
-    ``dataset[i]`` returns ``(image, label)``: a float32 numpy array
-    3×image_size×image_size and an int. It needs no torch: the DataLoader
-    accepts any object with ``__len__`` and ``__getitem__``, and its workers
-    import this class from ``labkit.batching.loaders`` (a class defined in a
-    notebook cell could not be found by a worker started with spawn or
-    forkserver).
-
-    The cost of a sample: ``decode_px`` sets the numpy decode work (96 px:
-    1–2 ms on the reference 2-core machine; it grows with the square),
-    ``io_ms`` adds a simulated storage latency (a sleep), ``python_ms``
-    pure-Python work that holds the GIL.
-    """
-
-    def __init__(
-        self,
-        n: int = 1024,
-        *,
-        image_size: int = 32,
-        decode_px: int = 96,
-        io_ms: float = 0.0,
-        python_ms: float = 0.0,
-        num_classes: int = 10,
-        seed: int = 0,
-    ) -> None:
-        self.n = _check_int("n", n, 1)
-        self.image_size = _check_int("image_size", image_size, 2)
-        self.decode_px = _check_int("decode_px", decode_px, 8)
-        if self.decode_px % 8:
-            raise ValueError(
-                "decode_px must be a multiple of 8 (the decoder works on 8×8 blocks), "
-                f"got {decode_px!r}"
-            )
-        if self.decode_px < self.image_size:
-            raise ValueError(f"decode_px ({decode_px}) must be at least image_size ({image_size})")
-        self.io_ms = float(_check_ms("io_ms", io_ms) or 0.0)
-        self.python_ms = float(_check_ms("python_ms", python_ms) or 0.0)
-        self.num_classes = _check_int("num_classes", num_classes, 2)
-        self.seed = _check_int("seed", seed, 0)
-
-    def __len__(self) -> int:
-        return self.n
-
-    def decode(self, index: int) -> tuple[np.ndarray, int]:
-        return decode_sample(
-            index,
-            decode_px=self.decode_px,
-            io_ms=self.io_ms,
-            python_ms=self.python_ms,
-            num_classes=self.num_classes,
-            seed=self.seed,
-        )
-
-    def augment(self, image: np.ndarray, index: int) -> np.ndarray:
-        return augment_sample(image, index, image_size=self.image_size, seed=self.seed)
-
-    def __getitem__(self, index: int) -> tuple[np.ndarray, int]:
-        if isinstance(index, bool) or not isinstance(index, numbers.Integral):
-            raise TypeError(f"index must be an int, got {type(index).__name__}")
-        if not -self.n <= index < self.n:
-            raise IndexError(f"index {index} is out of range for {self.n} samples")
-        index = int(index) % self.n
-        image, label = self.decode(index)
-        return self.augment(image, index), label
-
-    def with_length(self, n: int) -> SyntheticImages:
-        return SyntheticImages(
-            n,
-            image_size=self.image_size,
-            decode_px=self.decode_px,
-            io_ms=self.io_ms,
-            python_ms=self.python_ms,
-            num_classes=self.num_classes,
-            seed=self.seed,
-        )
-
-    def describe(self) -> str:
-        extra = ""
-        if self.python_ms:
-            extra += f" + {format_duration(self.python_ms)} of Python (holds the GIL)"
-        if self.io_ms:
-            extra += f" + {format_duration(self.io_ms)} simulated I/O"
-        return (
-            f"{self.image_size}×{self.image_size} images decoded from "
-            f"{self.decode_px}×{self.decode_px}{extra} per sample"
-        )
-
-    def __repr__(self) -> str:
-        return (
-            f"SyntheticImages(n={self.n}, image_size={self.image_size}, "
-            f"decode_px={self.decode_px}, io_ms={self.io_ms}, python_ms={self.python_ms}, "
-            f"num_classes={self.num_classes}, seed={self.seed})"
-        )
-
-
-def sample_cost(
-    dataset: SyntheticImages | None = None, *, warmup_ms: float = 5.0, rep_ms: float = 50.0
-) -> Timing:
-    """How long one sample takes to prepare in this process (:func:`labkit.timing.bench.bench`).
-
-    Multiply by the batch size to get the time one worker needs per batch:
-    if that exceeds the step, one worker cannot keep up.
-    """
-    from labkit.timing.bench import bench
-
-    dataset = SyntheticImages() if dataset is None else dataset
-    if not isinstance(dataset, SyntheticImages):
-        raise TypeError(f"dataset must be a SyntheticImages, got {type(dataset).__name__} instead")
-    counter = iter(range(10**9))
-
-    def one_sample() -> None:
-        dataset[next(counter) % len(dataset)]
-
-    return bench(
-        one_sample, warmup_ms=warmup_ms, rep_ms=rep_ms, device="cpu", label="one sample", warn=False
-    )
-
-
-@dataclass(frozen=True)
-class ThreadScaling:
-    """The same samples prepared by one thread and by ``threads`` threads of one process.
-
-    A thread pool (tf.data's parallel map, or ``concurrent.futures``) can
-    only speed up the parts of the preparation that release Python's GIL:
-    numpy's loops and waiting on I/O do, Python bytecode does not.
-    """
-
-    threads: int
-    samples: int
-    serial: Timing = field(repr=False)
-    threaded: Timing = field(repr=False)
-    dataset: str = ""
-
-    @property
-    def speedup(self) -> float:
-        return self.serial.median_ms / self.threaded.median_ms
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "threads": self.threads,
-            "samples": self.samples,
-            "speedup": self.speedup,
-            "serial_ms": self.serial.median_ms,
-            "threaded_ms": self.threaded.median_ms,
-            "dataset": self.dataset,
-        }
-
-    def __str__(self) -> str:
-        from labkit.accel.common import times
-
-        return (
-            f"{self.samples} samples ({self.dataset}): 1 thread "
-            f"{format_duration(self.serial.median_ms)}, {self.threads} threads "
-            f"{format_duration(self.threaded.median_ms)}: {times(self.speedup)} the speed of one"
-        )
-
-
-def thread_scaling(
-    dataset: SyntheticImages | None = None,
-    *,
-    threads: int = 2,
-    samples: int = 32,
-    warmup_ms: float = 0.0,
-    rep_ms: float = 200.0,
-) -> ThreadScaling:
-    """Prepare ``samples`` samples in one thread, then in ``threads``; both timed by ``bench``.
-
-    The ratio is the most any thread pool can gain on this preparation (a
-    parallel map in tf.data runs it under ``tf.numpy_function``, in threads).
-    """
-    from concurrent.futures import ThreadPoolExecutor
-
-    from labkit.timing.bench import bench
-
-    dataset = SyntheticImages() if dataset is None else dataset
-    if not isinstance(dataset, SyntheticImages):
-        raise TypeError(f"dataset must be a SyntheticImages, got {type(dataset).__name__} instead")
-    threads = _check_int("threads", threads, 2)
-    samples = _check_int("samples", samples, 1)
-    indices = [i % len(dataset) for i in range(samples)]
-
-    def serial() -> None:
-        for i in indices:
-            dataset[i]
-
-    opts: dict[str, Any] = {
-        "warmup_ms": warmup_ms,
-        "rep_ms": rep_ms,
-        "min_reps": 3,
-        "device": "cpu",
-        "warn": False,
-    }
-    with ThreadPoolExecutor(threads) as pool:
-
-        def threaded() -> None:
-            list(pool.map(dataset.__getitem__, indices))
-
-        one = bench(serial, label="1 thread", **opts)
-        many = bench(threaded, label=f"{threads} threads", **opts)
-    return ThreadScaling(threads, samples, one, many, dataset.describe())
 
 
 # --------------------------------------------------------------------------- results
@@ -664,7 +323,7 @@ def worker_init(worker_id: int) -> None:
     torch.set_num_threads(1)
 
 
-def _profile_loop(
+def profile_loop(
     batches: Iterable[Any],
     step: Callable[[Any, Any], None],
     sync: Callable[[], None],
@@ -695,7 +354,7 @@ def _profile_loop(
     return startup_ms, waits, computes
 
 
-def _check_batches_fit(dataset: SyntheticImages, batch_size: int, batches: int, what: str) -> None:
+def check_batches_fit(dataset: SyntheticImages, batch_size: int, batches: int, what: str) -> None:
     """Refuse a batch size whose batches held at once exceed labkit's memory budget.
 
     A sample is its decoded image (3×decode_px²) and its augmented one
@@ -707,14 +366,14 @@ def _check_batches_fit(dataset: SyntheticImages, batch_size: int, batches: int, 
     check_fits(batch_size * sample_bytes, arrays=batches, what=what, name="batch_size")
 
 
-def _common_args(
+def loop_args(
     batch_size: Any, steps: Any, warmup_steps: Any, step_ms: Any
 ) -> tuple[int, int, int, float | None]:
     return (
-        _check_int("batch_size", batch_size, 1),
-        _check_int("steps", steps, 1),
-        _check_int("warmup_steps", warmup_steps, 0),
-        _check_ms("step_ms", step_ms, allow_none=True),
+        check_int("batch_size", batch_size, minimum=1),
+        check_int("steps", steps, minimum=1),
+        check_int("warmup_steps", warmup_steps, minimum=0),
+        None if step_ms is None else check_ms("step_ms", step_ms, allow_zero=True),
     )
 
 
@@ -733,18 +392,16 @@ def _check_loader_args(
     """:func:`measure_loader`'s arguments, checked before torch is imported or a worker started."""
     from labkit.core.validate import check_torch_device
 
-    num_workers = _check_int("num_workers", num_workers, 0)
+    num_workers = check_int("num_workers", num_workers, minimum=0)
     if not isinstance(pin_memory, bool):
         raise TypeError(f"pin_memory must be True or False, got {type(pin_memory).__name__}")
     if prefetch_factor is not None:
-        prefetch_factor = _check_int("prefetch_factor", prefetch_factor, 1)
+        prefetch_factor = check_int("prefetch_factor", prefetch_factor, minimum=1)
         if num_workers == 0:
             raise ValueError(
                 "prefetch_factor needs num_workers > 0: without workers nothing is prepared ahead"
             )
-    batch_size, steps, warmup_steps, step_ms = _common_args(
-        batch_size, steps, warmup_steps, step_ms
-    )
+    batch_size, steps, warmup_steps, step_ms = loop_args(batch_size, steps, warmup_steps, step_ms)
     if dataset is not None and not isinstance(dataset, SyntheticImages):
         raise TypeError(
             f"dataset must be a labkit.batching.loaders.SyntheticImages, got {type(dataset).__name__}"
@@ -806,7 +463,7 @@ def measure_loader(
     torch = import_optional("torch", "labkit.batching.loaders.measure_loader")
     dataset = SyntheticImages() if dataset is None else dataset
     # the batch in the step, the next one, and those each worker prepares ahead
-    _check_batches_fit(
+    check_batches_fit(
         dataset, batch_size, 2 + num_workers * (prefetch_factor or 2), "measure_loader"
     )
     dev = resolve_torch_device(device)
@@ -837,7 +494,7 @@ def measure_loader(
             # are more workers than CPUs: the comparison prints the CPU count on every machine.
             warnings.filterwarnings("ignore", message=_TOO_MANY_WORKERS, category=UserWarning)
             loader = torch.utils.data.DataLoader(data, **kwargs)
-            startup_ms, waits, computes = _profile_loop(loader, step, sync, warmup_steps, steps)
+            startup_ms, waits, computes = profile_loop(loader, step, sync, warmup_steps, steps)
     except RuntimeError as exc:
         if num_workers and "exited unexpectedly" in str(exc):
             raise RuntimeError(
@@ -906,196 +563,6 @@ def compare_loaders(
 
 
 # --------------------------------------------------------------------------- tf.data
-
-
-def _check_variant(variant: Any) -> tuple[bool, bool, bool, bool]:
-    """(parallel, cache, prefetch, tf.data's default optimizations) for a variant's name."""
-    if variant not in TF_VARIANTS:
-        raise ValueError(
-            f"variant must be one of {', '.join(map(repr, TF_VARIANTS))}, got {variant!r}"
-        )
-    parts = variant.split("+")
-    return parts[0] == "parallel", "cache" in parts, "prefetch" in parts, "defaults" in parts
-
-
-def build_tf_pipeline(
-    variant: str, dataset: SyntheticImages, batch_size: int, epoch_batches: int
-) -> Any:
-    """The ``tf.data`` pipeline of ``variant`` over ``dataset``'s samples, repeated forever.
-
-    Decoding and augmenting run as ``tf.numpy_function`` (the same numpy
-    code as the DataLoader's). Cached variants decode once and cache the
-    decoded images, then augment after the cache, so augmentation stays
-    per epoch as it must; the epoch is ``epoch_batches`` batches.
-
-    tf.data rewrites pipelines by default: ``map_parallelization`` runs a
-    stateless map in parallel and ``inject_prefetch`` adds a prefetch at the
-    end. Each variant but "map+defaults" turns both off, so that it does
-    exactly what its name says; "map+defaults" shows what the defaults buy.
-    """
-    from labkit.core.optional import import_tensorflow
-
-    parallel, cache, prefetch, defaults = _check_variant(variant)
-    if not isinstance(dataset, SyntheticImages):
-        raise TypeError(
-            f"dataset must be a labkit.batching.loaders.SyntheticImages, got {type(dataset).__name__}"
-        )
-    batch_size = _check_int("batch_size", batch_size, 1)
-    epoch_batches = _check_int("epoch_batches", epoch_batches, 1)
-    tf = import_tensorflow("tf.data pipelines")
-    calls = tf.data.AUTOTUNE if parallel else None
-    px, size = dataset.decode_px, dataset.image_size
-
-    def decode(i: Any) -> tuple[np.ndarray, np.int64]:
-        image, label = dataset.decode(int(i))
-        return np.ascontiguousarray(image), np.int64(label)
-
-    def augment(image: Any, i: Any) -> np.ndarray:
-        return dataset.augment(image, int(i))
-
-    def tf_decode(i: Any) -> Any:
-        image, label = tf.numpy_function(decode, [i], [tf.float32, tf.int64], stateful=False)
-        image.set_shape((3, px, px))
-        label.set_shape(())
-        return i, image, label
-
-    def tf_augment(i: Any, image: Any, label: Any) -> Any:
-        out = tf.numpy_function(augment, [image, i], tf.float32, stateful=False)
-        out.set_shape((3, size, size))
-        return out, label
-
-    ds = tf.data.Dataset.range(batch_size * epoch_batches)
-    if cache:
-        ds = ds.map(tf_decode, num_parallel_calls=calls).cache().repeat()
-    else:
-        ds = ds.repeat().map(tf_decode, num_parallel_calls=calls)
-    ds = ds.map(tf_augment, num_parallel_calls=calls).batch(batch_size, drop_remainder=True)
-    if prefetch:
-        ds = ds.prefetch(tf.data.AUTOTUNE)
-    if not defaults:
-        options = tf.data.Options()
-        options.experimental_optimization.map_parallelization = False
-        options.experimental_optimization.inject_prefetch = False
-        ds = ds.with_options(options)
-    return ds
-
-
-def _check_tf_args(
-    variant: Any,
-    batch_size: Any,
-    steps: Any,
-    warmup_steps: Any,
-    step_ms: Any,
-    dataset: Any,
-    epoch_batches: Any,
-) -> tuple[int, int, int, float, int]:
-    """:func:`measure_tf_pipeline`'s arguments, checked before TensorFlow is imported."""
-    _check_variant(variant)
-    batch_size, steps, warmup_steps, step_value = _common_args(
-        batch_size, steps, warmup_steps, step_ms
-    )
-    if step_value is None:
-        raise ValueError(
-            "step_ms must be a number of milliseconds for tf.data: the step is a fixed wait"
-        )
-    epoch_batches = _check_int("epoch_batches", epoch_batches, 1)
-    if dataset is not None and not isinstance(dataset, SyntheticImages):
-        raise TypeError(
-            f"dataset must be a labkit.batching.loaders.SyntheticImages, got {type(dataset).__name__}"
-        )
-    return batch_size, steps, warmup_steps, step_value, epoch_batches
-
-
-def measure_tf_pipeline(
-    variant: str = "map",
-    *,
-    batch_size: int = 32,
-    steps: int = 20,
-    warmup_steps: int = 2,
-    step_ms: float = 20.0,
-    dataset: SyntheticImages | None = None,
-    epoch_batches: int = 4,
-) -> LoaderRun:
-    """Feed a fixed step from a ``tf.data`` pipeline (see :data:`TF_VARIANTS`) and measure the wait.
-
-    - "map": ``map(prepare)``, one sample at a time while the loop waits;
-    - "parallel": ``map(prepare, num_parallel_calls=tf.data.AUTOTUNE)``,
-      samples prepared by a thread pool. The numpy work runs under
-      ``tf.numpy_function``, which holds Python's GIL except where numpy
-      releases it, so threads speed it up by less than the core count
-      (a simulated I/O wait, which releases the GIL, parallelises fully);
-    - "+prefetch": ``prefetch(tf.data.AUTOTUNE)`` prepares the next batches
-      while the step runs;
-    - "+cache": ``cache()`` after decoding: the first epoch decodes, later
-      ones read decoded images from memory. Cached variants are measured
-      from the second epoch on;
-    - "map+defaults": "map" with tf.data's default rewrites on, which
-      parallelise a stateless map and inject a final prefetch by themselves
-      (the other variants turn them off to show one idea at a time).
-
-    TensorFlow missing: ``MissingPackageError`` naming the install command.
-    """
-    from labkit.core.optional import import_tensorflow
-
-    batch_size, steps, warmup_steps, step_value, epoch_batches = _check_tf_args(
-        variant, batch_size, steps, warmup_steps, step_ms, dataset, epoch_batches
-    )
-    dataset = SyntheticImages() if dataset is None else dataset
-    # in the step, next, prefetched, and (cached variants) a whole epoch of decoded images
-    _check_batches_fit(
-        dataset,
-        batch_size,
-        4 + (epoch_batches if "cache" in variant else 0),
-        f"measure_tf_pipeline({variant!r})",
-    )
-    import_tensorflow("tf.data pipelines")
-    ds = build_tf_pipeline(variant, dataset, batch_size, epoch_batches)
-    warmup = max(warmup_steps, epoch_batches) if "cache" in variant else warmup_steps
-
-    def step(x: Any, y: Any) -> None:
-        time.sleep(step_value / 1e3)
-
-    startup_ms, waits, computes = _profile_loop(ds, step, lambda: None, warmup, steps)
-    notes = (
-        ("cached: measured from the second epoch on, once the first has filled the cache",)
-        if "cache" in variant
-        else ()
-    )
-    return LoaderRun(
-        label=f"tf.data {variant}",
-        framework="tf.data",
-        batch_size=batch_size,
-        steps=steps,
-        step=f"a fixed {format_duration(step_value)} step (host idle, like a GPU computing)",
-        device="cpu",
-        dataset=dataset.describe(),
-        wait=Timing(tuple(waits), label="waiting for the next batch", device="cpu"),
-        compute=Timing(tuple(computes), label="the step", device="cpu"),
-        startup_ms=startup_ms,
-        notes=notes,
-        settings={"variant": variant, "epoch_batches": epoch_batches},
-    )
-
-
-def compare_tf_pipelines(
-    variants: Sequence[str] = DEFAULT_TF_VARIANTS, **common: Any
-) -> LoaderComparison:
-    """:func:`measure_tf_pipeline` for each variant, same samples and step."""
-    if isinstance(variants, str) or not isinstance(variants, Sequence) or not variants:
-        raise TypeError(
-            f"variants must be a non-empty list of names from {TF_VARIANTS}, got {variants!r}"
-        )
-    unknown = [v for v in variants if v not in TF_VARIANTS]
-    if unknown:
-        raise ValueError(f"variants must hold names from {TF_VARIANTS}, got {unknown!r}")
-    signature = inspect.signature(measure_tf_pipeline)
-    for v in variants:  # every run's arguments are checked before the first one starts
-        bound = signature.bind(v, **common)
-        bound.apply_defaults()
-        _check_tf_args(**bound.arguments)
-    if "dataset" not in common:
-        common["dataset"] = SyntheticImages()
-    return LoaderComparison(tuple(measure_tf_pipeline(v, **common) for v in variants))
 
 
 # --------------------------------------------------------------------------- plot
