@@ -680,7 +680,7 @@ CASES: list[Case] = [
         run_valid=True,
     ),
     Case(
-        "labkit.batching.sweep:plot_batch_sweep",
+        "labkit.batching.plots:plot_batch_sweep",
         lambda: {"result": _batch_sweep()},
         {"result": NOT_A_RESULT, "ax": st.one_of(st.integers(), st.text(max_size=3))},
     ),
@@ -906,7 +906,7 @@ CASES: list[Case] = [
         },
     ),
     Case(
-        "labkit.batching.loaders:plot_loader_comparison",
+        "labkit.batching.plots:plot_loader_comparison",
         {},
         {
             "comparison": st.one_of(
@@ -950,7 +950,7 @@ CASES: list[Case] = [
         run_valid=True,
     ),
     Case(
-        "labkit.kernels.occupancy:plot_occupancy",
+        "labkit.kernels.plots:plot_occupancy",
         {},
         {
             "sweep": st.one_of(
@@ -1071,7 +1071,7 @@ CASES: list[Case] = [
             "quick": BAD_FLAG,
         },
     ),
-    Case("labkit.kernels.cupy_run:plot_kernels", {}, {"result": NOT_A_RESULT}),
+    Case("labkit.kernels.plots:plot_kernels", {}, {"result": NOT_A_RESULT}),
     Case(
         "labkit.kernels.cupy_run:get_kernel",
         {"name": "transpose_padded"},
@@ -1171,7 +1171,7 @@ CASES: list[Case] = [
         },
     ),
     Case(
-        "labkit.kernels.tuning:plot_tuning",
+        "labkit.kernels.plots:plot_tuning",
         lambda: {"result": _replay()},
         {
             "result": NOT_A_RESULT,
@@ -1224,7 +1224,7 @@ CASES: list[Case] = [
         },
         guards=("labkit.kernels.simulator._run_worker",),
     ),
-    Case("labkit.kernels.simulator:plot_race", {}, {"demo": NOT_A_RESULT}),
+    Case("labkit.kernels.plots:plot_race", {}, {"demo": NOT_A_RESULT}),
     Case(
         "labkit.kernels.resources:check_arch",
         {"arch": "sm_90"},
@@ -1470,9 +1470,9 @@ CASES: list[Case] = [
         },
         guards=("labkit.scaling.process.run_process",),
     ),
-    Case("labkit.scaling.launch:plot_scaling", {}, {"scaling": NOT_A_RESULT}),
-    Case("labkit.scaling.launch:plot_allreduce", {}, {"cost": NOT_A_RESULT}),
-    Case("labkit.scaling.launch:plot_model_size", {}, {"result": NOT_A_RESULT}),
+    Case("labkit.scaling.plots:plot_scaling", {}, {"scaling": NOT_A_RESULT}),
+    Case("labkit.scaling.plots:plot_allreduce", {}, {"cost": NOT_A_RESULT}),
+    Case("labkit.scaling.plots:plot_model_size", {}, {"result": NOT_A_RESULT}),
     Case(
         "labkit.scaling.train_ddp:mlp_parameter_count",
         {"width": 8},
@@ -1517,7 +1517,7 @@ CASES: list[Case] = [
         guards=("labkit.timing.bench.bench", "labkit.scaling.train_ddp.build_mlp"),
         label="dist.accumulate_equivalence.memory",
     ),
-    Case("labkit.scaling.accumulation:plot_accumulation", {}, {"result": NOT_A_RESULT}),
+    Case("labkit.scaling.plots:plot_accumulation", {}, {"result": NOT_A_RESULT}),
     Case(
         "labkit.scaling.mirrored:run_mirrored",
         {},

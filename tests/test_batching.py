@@ -19,14 +19,14 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from labkit.batching.plots import plot_batch_sweep
 from labkit.batching.step import mlp  # noqa: E402
-from labkit.batching.sweep import (  # noqa: E402
+from labkit.batching.sweep import (
     BatchCurve,
     BatchPoint,
     BatchSweep,
     batch_sweep,
     latency_budget_batch,
-    plot_batch_sweep,
 )
 from labkit.machine import memory  # noqa: E402
 from labkit.timing.bench import Timing  # noqa: E402

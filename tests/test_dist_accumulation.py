@@ -10,7 +10,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 pytest.importorskip("torch")
 
-from labkit.scaling.accumulation import Accumulation, accumulate_equivalence, plot_accumulation  # noqa: E402
+from labkit.scaling.accumulation import Accumulation, accumulate_equivalence  # noqa: E402
+from labkit.scaling.plots import plot_accumulation
 
 FAST = {"warmup_ms": 0, "rep_ms": 1, "min_reps": 1, "width": 16, "device": "cpu"}
 

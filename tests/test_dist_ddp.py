@@ -24,6 +24,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 pytest.importorskip("torch")
 
 from labkit.scaling import launch  # noqa: E402
+from labkit.scaling import plots as scaling_plots  # noqa: E402
 from labkit.scaling.launch import (  # noqa: E402
     AllreduceCost,
     DdpRun,
@@ -104,16 +105,16 @@ def test_allreduce_on_two_processes(allreduce: AllreduceCost) -> None:
 
 def test_plots_label_their_axes(scaling: Scaling, allreduce: AllreduceCost, ddp2: DdpRun) -> None:
     for ax in (
-        launch.plot_scaling(scaling),
-        launch.plot_allreduce(allreduce),
-        launch.plot_model_size(ModelSizeComm((ddp2,))),
+        scaling_plots.plot_scaling(scaling),
+        scaling_plots.plot_allreduce(allreduce),
+        scaling_plots.plot_model_size(ModelSizeComm((ddp2,))),
     ):
         try:
             assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
         finally:
             plt.close(ax.figure)
     with pytest.raises(TypeError, match="Scaling"):
-        launch.plot_scaling(allreduce)  # type: ignore[arg-type]
+        scaling_plots.plot_scaling(allreduce)  # type: ignore[arg-type]
 
 
 def test_model_size_table(ddp2: DdpRun) -> None:

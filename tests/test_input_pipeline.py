@@ -30,8 +30,8 @@ from labkit.batching.loaders import (
     LoaderRun,
     compare_loaders,
     measure_loader,
-    plot_loader_comparison,
 )
+from labkit.batching.plots import plot_loader_comparison
 from labkit.batching.synthetic import SyntheticImages, ThreadScaling, sample_cost, thread_scaling
 from labkit.batching.tf_data import compare_tf_pipelines, measure_tf_pipeline
 from labkit.core.optional import MissingPackageError, is_installed  # noqa: E402

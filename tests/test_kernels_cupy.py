@@ -25,6 +25,7 @@ import pytest
 
 import labkit.machine.memory
 from labkit.kernels import cupy_run
+from labkit.kernels import plots as kernels_plots
 from labkit.kernels.sources import kernel_source
 
 # --------------------------------------------------------------------------- the fake CuPy
@@ -632,14 +633,14 @@ def test_plot_kernels(fake_gpu: FakeCupy) -> None:
     matplotlib.use("Agg")
     sweep = cupy_run.stride_sweep((1, 2), n_elements=1024, **TINY)
     versions = cupy_run.reduction_versions(1024, **TINY)
-    ax = cupy_run.plot_kernels(sweep)
+    ax = kernels_plots.plot_kernels(sweep)
     assert ax.get_xlabel() == "stride" and "Fake GPU 9000" in ax.get_title()
-    ax = cupy_run.plot_kernels(versions)
+    ax = kernels_plots.plot_kernels(versions)
     assert ax.get_ylabel() == "kernel" and len(ax.patches) == 3
     with pytest.raises(TypeError, match="Expected an instance of KernelComparison"):
-        cupy_run.plot_kernels([1, 2])
+        kernels_plots.plot_kernels([1, 2])
     recorded = json.loads(json.dumps(sweep.to_dict()))  # as a recording stores it
-    ax = cupy_run.plot_kernels(recorded)
+    ax = kernels_plots.plot_kernels(recorded)
     assert ax.get_xlabel() == "stride" and len(ax.lines) == 2
 
 

@@ -20,6 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from labkit.kernels import occupancy as occ  # noqa: E402
+from labkit.kernels import plots as kernels_plots
 from labkit.kernels.resources import KernelResources  # noqa: E402
 
 
@@ -204,7 +205,7 @@ def test_sweep_checks_the_architecture_and_its_arguments() -> None:
 
 def test_plot_occupancy_one_and_several_sweeps() -> None:
     one = occ.occupancy_sweep("H100", _kernel(127, 8192))
-    ax = occ.plot_occupancy(one)
+    ax = kernels_plots.plot_occupancy(one)
     try:
         assert ax.get_xlabel() == "threads per block"
         assert ax.get_ylabel().startswith("occupancy (%")
@@ -213,13 +214,13 @@ def test_plot_occupancy_one_and_several_sweeps() -> None:
     finally:
         plt.close(ax.figure)
     two = [one, occ.occupancy_sweep("H100", _kernel(32, 0))]
-    ax = occ.plot_occupancy(two)
+    ax = kernels_plots.plot_occupancy(two)
     try:
         assert len(ax.get_legend().get_texts()) == 2
     finally:
         plt.close(ax.figure)
     with pytest.raises(TypeError, match="Expected an OccupancySweep"):
-        occ.plot_occupancy("sweep")  # type: ignore[arg-type]
+        kernels_plots.plot_occupancy("sweep")  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- NVIDIA's calculator

@@ -17,6 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from labkit.core.optional import MissingPackageError, is_installed  # noqa: E402
+from labkit.kernels import plots as kernels_plots
 from labkit.kernels import simulator as sim  # noqa: E402
 
 needs_numba = pytest.mark.skipif(
@@ -99,7 +100,7 @@ def test_race_demo_is_wrong_every_run_and_the_runs_disagree() -> None:
     assert demo.runs_disagree  # threads started together: the losers of the race change
     assert "wrong in all 3 runs" in demo.verdict
     assert str(demo).count("run ") >= 3
-    axes = sim.plot_race(demo, runs=2)
+    axes = kernels_plots.plot_race(demo, runs=2)
     try:
         assert len(axes) == 2 and axes[0].get_xlabel() == "column"
         assert axes[1].get_title() == f"run 2: {demo.wrong_per_run[1]} wrong"
@@ -154,7 +155,7 @@ def test_other_entry_points_reject_bad_arguments() -> None:
     with pytest.raises(TypeError, match="kernels must be"):
         sim.verify_all(8, kernels="sgemm_naive")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="Expected an instance of RaceDemo"):
-        sim.plot_race("demo")  # type: ignore[arg-type]
+        kernels_plots.plot_race("demo")  # type: ignore[arg-type]
 
 
 @needs_numba

@@ -23,6 +23,7 @@ import pytest
 
 import labkit.machine.memory
 from labkit.kernels import cupy_run, tuning
+from labkit.kernels import plots as kernels_plots
 
 kt_util = pytest.importorskip("kernel_tuner.util")
 from kernel_tuner.interface import Options  # noqa: E402
@@ -183,13 +184,13 @@ def test_plot_tuning(cache_file: Path) -> None:
 
     matplotlib.use("Agg")
     result = tuning.replay(cache_file, use_kernel_tuner=False)
-    ax = tuning.plot_tuning(result, top=3)
+    ax = kernels_plots.plot_tuning(result, top=3)
     assert len(ax.patches) == 3 and ax.get_xlabel() == "mean time per launch (µs)"
     assert "fastest 3 of 4 verified configurations" in ax.get_title()
     with pytest.raises(TypeError, match="Expected an instance of TuningReplay"):
-        tuning.plot_tuning({"a": 1})
+        kernels_plots.plot_tuning({"a": 1})
     with pytest.raises(ValueError, match="top must be a positive integer"):
-        tuning.plot_tuning(result, top=0)
+        kernels_plots.plot_tuning(result, top=0)
 
 
 # --------------------------------------------------------------------------- the search spaces

@@ -8,8 +8,9 @@
 from __future__ import annotations
 
 from labkit.batching.largest import largest_batch_cpu, largest_batch_cuda
-from labkit.batching.loaders import compare_loaders, plot_loader_comparison
-from labkit.batching.sweep import BatchSweep, batch_sweep, latency_budget_batch, plot_batch_sweep
+from labkit.batching.loaders import compare_loaders
+from labkit.batching.plots import plot_batch_sweep, plot_loader_comparison
+from labkit.batching.sweep import BatchSweep, batch_sweep, latency_budget_batch
 from labkit.batching.tf_data import compare_tf_pipelines
 
 __all__ = [

@@ -20,7 +20,6 @@ from labkit.kernels.cupy_run import (
     WrongResultError,
     block_size_sweep,
     cupy_gpu_available,
-    plot_kernels,
     reduce_sum,
     reduction_versions,
     run_and_verify,
@@ -31,8 +30,9 @@ from labkit.kernels.cupy_run import (
     transpose,
     transpose_versions,
 )
+from labkit.kernels.plots import plot_kernels, plot_tuning
 from labkit.kernels.sources import KERNELS, KernelSpec, kernel_path, kernel_source
-from labkit.kernels.tuning import TuningReplay, best_configuration, plot_tuning, replay
+from labkit.kernels.tuning import TuningReplay, best_configuration, replay
 
 __all__ = [
     "KERNELS",

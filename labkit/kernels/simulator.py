@@ -895,49 +895,6 @@ def race_demo(
 # --------------------------------------------------------------------------- plot
 
 
-def plot_race(demo: RaceDemo, *, runs: int = 3, ax: Any = None) -> Any:
-    """Where each run of :func:`race_demo` went wrong: one n×n map per run, wrong elements dark.
-
-    Side by side, the maps show both lessons at once: every run has wrong
-    elements, and (with threads started together) not the same ones.
-    ``ax`` may be a sequence of axes, one per run shown.
-    """
-    if not isinstance(demo, RaceDemo):
-        raise TypeError(
-            f"Expected an instance of RaceDemo as demo, got {type(demo).__name__} instead."
-        )
-    shown = _check_int("runs", runs, low=1, high=demo.runs)
-    from labkit.plotting import pyplot, style_axes
-
-    plt = pyplot()
-    if ax is None:
-        _, axes = plt.subplots(1, shown, figsize=(2.6 * shown + 0.5, 3.0), squeeze=False)
-        axes = list(axes[0])
-    else:
-        axes = list(ax) if isinstance(ax, (list, tuple, np.ndarray)) else [ax]
-        if len(axes) != shown:
-            raise ValueError(f"ax must hold {shown} axes (one per run shown), got {len(axes)}")
-    for i, axis in enumerate(axes):
-        grid = np.zeros(demo.elements, dtype=np.int8)
-        grid[list(demo.wrong_indices[i])] = 1
-        axis.imshow(
-            grid.reshape(demo.n, demo.n), cmap="Greys", vmin=0, vmax=1, interpolation="nearest"
-        )
-        for edge in range(demo.block, demo.n, demo.block):  # tile borders
-            axis.axhline(edge - 0.5, color="C0", lw=0.6)
-            axis.axvline(edge - 0.5, color="C0", lw=0.6)
-        style_axes(
-            axis, xlabel="column", ylabel="row", title=f"run {i + 1}: {demo.wrong_per_run[i]} wrong"
-        )
-        if i:
-            axis.set_ylabel("")  # the rows are labelled once, on the left
-        axis.grid(False)
-    axes[0].figure.suptitle(
-        "transpose without __syncthreads(): wrong elements (dark)", fontsize="medium"
-    )
-    return axes[0] if len(axes) == 1 else axes
-
-
 # --------------------------------------------------------------------------- worker (child process)
 
 

@@ -21,6 +21,7 @@ unless told otherwise, never into the working directory (the course folder).
 from __future__ import annotations
 
 from labkit.profiling.nsight import NsightTools, NsysRun, find_nsight, nsight_commands, run_nsys
+from labkit.profiling.plots import plot_phases
 from labkit.profiling.stalls import (
     SYNC_OPS,
     SyncPoint,
@@ -43,7 +44,6 @@ from labkit.profiling.torch_profile import (
     OpStat,
     PhaseStat,
     TorchProfile,
-    plot_phases,
     profile_training,
 )
 from labkit.profiling.trace import TraceEventStat, TraceSummary, read_trace, summarize_trace

@@ -16,7 +16,7 @@ No module here imports a framework at import time, so ``import labkit.scaling``
 
 from __future__ import annotations
 
-from labkit.scaling.accumulation import Accumulation, accumulate_equivalence, plot_accumulation
+from labkit.scaling.accumulation import Accumulation, accumulate_equivalence
 from labkit.scaling.launch import (
     AllreduceCost,
     DdpRun,
@@ -27,13 +27,11 @@ from labkit.scaling.launch import (
     allreduce_cost,
     allreduce_vs_model_size,
     launch_command,
-    plot_allreduce,
-    plot_model_size,
-    plot_scaling,
     run_ddp,
     scaling_efficiency,
 )
 from labkit.scaling.mirrored import MirroredRun, run_mirrored
+from labkit.scaling.plots import plot_accumulation, plot_allreduce, plot_model_size, plot_scaling
 
 __all__ = [
     "Accumulation",

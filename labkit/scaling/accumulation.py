@@ -242,19 +242,3 @@ def accumulate_equivalence(
         accumulated=accumulated,
         direct=direct,
     )
-
-
-def plot_accumulation(result: Accumulation, ax: Any = None) -> Any:
-    """Time per effective batch, accumulated against direct, as bars with the IQR."""
-    from labkit.timing.plots import plot_timings
-
-    if not isinstance(result, Accumulation):
-        raise TypeError(
-            f"Expected an instance of Accumulation as result, got {type(result).__name__} "
-            "instead; pass the result of accumulate_equivalence()"
-        )
-    return plot_timings(
-        [result.direct, result.accumulated],
-        ax=ax,
-        title=f"One effective batch of {result.effective_batch} samples",
-    )

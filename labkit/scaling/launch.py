@@ -41,7 +41,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from labkit.core.units import round3
 from labkit.core.validate import check_positive_int, check_real
 from labkit.scaling.process import (
     GRACE_S,
@@ -63,7 +62,6 @@ from labkit.scaling.results import (
     Scaling,
     ScalingRow,
     bus_bandwidth_factor,
-    plural,
 )
 from labkit.scaling.train_ddp import DEPTH, IN_FEATURES, OUT_FEATURES, mlp_parameter_count
 
@@ -84,9 +82,6 @@ __all__ = [
     "allreduce_vs_model_size",
     "bus_bandwidth_factor",
     "launch_command",
-    "plot_allreduce",
-    "plot_model_size",
-    "plot_scaling",
     "run_ddp",
     "run_process",
     "run_torchrun",
@@ -387,140 +382,6 @@ def allreduce_vs_model_size(
 
 
 # --------------------------------------------------------------------------- plots
-
-
-def plot_scaling(scaling: Scaling, ax: Any = None) -> Any:
-    """Measured samples/s against the number of processes, with the ideal N× line.
-
-    The gap between the points and the dashed line is what communication
-    (and, on a small CPU, processes sharing memory bandwidth) costs.
-    """
-    from labkit.core.validate import check_ax
-
-    check_ax(ax)
-    from labkit.plotting import pyplot, style_axes
-
-    if not isinstance(scaling, Scaling):
-        raise TypeError(
-            f"Expected an instance of Scaling as scaling, got {type(scaling).__name__} instead; "
-            "pass the result of labkit.scaling.launch.scaling_efficiency()"
-        )
-    plt = pyplot()
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6, 4))
-    base = scaling.baseline
-    ns = [r.nproc for r in scaling.rows]
-    ideal = [base.samples_per_s * n / base.nproc for n in ns]
-    ax.plot(ns, ideal, ls="--", color="0.5", label="ideal: N × one process")
-    ax.plot(ns, [r.run.samples_per_s for r in scaling.rows], "o-", color="C0", label="measured")
-    for r in scaling.rows:
-        ax.annotate(
-            f"{r.efficiency:.0%}",
-            (r.nproc, r.run.samples_per_s),
-            textcoords="offset points",
-            xytext=(6, -12),
-            fontsize="small",
-        )
-    ax.set_xticks(ns)
-    ax.set_xlim(min(ns) - 0.3, max(ns) + 0.3)
-    ax.set_ylim(0, max(ideal + [r.run.samples_per_s for r in scaling.rows]) * 1.15)
-    ax.legend(fontsize="small", loc="upper left")
-    return style_axes(
-        ax,
-        xlabel="processes N (same batch per process)",
-        ylabel="throughput (samples/s)",
-        title=f"Weak scaling of DDP ({base.backend}), efficiency at each point",
-        device=base.device,
-    )
-
-
-def plot_allreduce(cost: AllreduceCost, ax: Any = None) -> Any:
-    """All-reduce time (left axis) and bus bandwidth (right axis) against message size, log-log.
-
-    Flat time on the left is latency; on the right time grows with size and
-    busbw levels off at what the link delivers.
-    """
-    from labkit.core.validate import check_ax
-
-    check_ax(ax)
-    from labkit.plotting import bytes_ticks, pyplot, style_axes
-
-    if not isinstance(cost, AllreduceCost):
-        raise TypeError(
-            f"Expected an instance of AllreduceCost as cost, got {type(cost).__name__} "
-            "instead; pass the result of labkit.scaling.launch.allreduce_cost()"
-        )
-    plt = pyplot()
-    if ax is None:
-        _, ax = plt.subplots(figsize=(7, 4.5))
-    sizes = [r.size_bytes for r in cost.rows]
-    ax.plot(sizes, [r.median_ms for r in cost.rows], "o-", color="C0", label="time (median)")
-    style_axes(
-        ax,
-        xlabel="message size (bytes per rank)",
-        ylabel="time per all-reduce (ms)",
-        title=f"All-reduce on {plural(cost.nproc, 'process')} ({cost.backend})",
-        device=cost.device,
-        logx=True,
-        logy=True,
-    )
-    low, high = min(sizes) / 1.5, max(sizes) * 1.5
-    ax.set_xlim(low, high)
-    bytes_ticks(ax.xaxis, low, high)
-    if cost.nproc > 1:
-        right = ax.twinx()
-        right.plot(
-            sizes, [r.busbw_gb_per_s for r in cost.rows], "s--", color="C1", label="bus bandwidth"
-        )
-        right.set_yscale("log")
-        right.set_ylabel("bus bandwidth (GB/s)")
-        handles = ax.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
-        ax.legend(handles, [h.get_label() for h in handles], fontsize="small", loc="upper left")
-    else:
-        ax.legend(fontsize="small", loc="upper left")
-    return ax
-
-
-def plot_model_size(result: ModelSizeComm, ax: Any = None) -> Any:
-    """Per width: the step with and without the all-reduce, and one all-reduce of all gradients.
-
-    Grouped bars on a log axis (stacked bars would distort on it): the gap
-    between the first two bars is the communication DDP did not hide; the
-    third is what communication would cost with no overlap at all.
-    """
-    from labkit.core.validate import check_ax
-
-    check_ax(ax)
-    from labkit.plotting import pyplot, style_axes
-
-    if not isinstance(result, ModelSizeComm):
-        raise TypeError(
-            f"Expected an instance of ModelSizeComm as result, got {type(result).__name__} "
-            "instead; pass the result of allreduce_vs_model_size()"
-        )
-    plt = pyplot()
-    if ax is None:
-        _, ax = plt.subplots(figsize=(7, 4))
-    labels = [f"width {r.width}\n{round3(r.parameter_count):,} params" for r in result.runs]
-    bars = [
-        ("step with all-reduce", [r.step.median_ms for r in result.runs], "C3"),
-        ("step without (no_sync)", [r.local_step.median_ms for r in result.runs], "C0"),
-        ("one all-reduce of all gradients", [r.allreduce.median_ms for r in result.runs], "C2"),
-    ]
-    width = 0.8 / len(bars)
-    for i, (name, values, color) in enumerate(bars):
-        xs = [x + (i - 1) * width for x in range(len(labels))]
-        ax.bar(xs, values, width=width, color=color, label=name)
-    ax.set_xticks(list(range(len(labels))), labels)
-    ax.legend(fontsize="small", loc="upper left")
-    return style_axes(
-        ax,
-        xlabel="model",
-        ylabel="time (ms, medians)",
-        logy=True,
-        title="DDP step time and all-reduce cost, by model size",
-        device=result.runs[0].device,
-    )
 
 
 # --------------------------------------------------------------------------- command line

@@ -1,0 +1,136 @@
+"""Plots for notebook 08: samples/s and latency by batch size, and the loader comparison."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from labkit.batching.loaders import LoaderComparison, LoaderRun
+from labkit.batching.sweep import BatchSweep
+
+
+def plot_batch_sweep(result: BatchSweep, ax: Any = None) -> Any:
+    """Samples/s against batch size (solid, left axis) and latency per batch (dashed, right axis).
+
+    The x axis is log2. Each mode's knee (the smallest batch at 90% of its
+    peak) is circled: left of it a bigger batch is nearly free throughput;
+    right of it the throughput line is flat while the latency line keeps
+    climbing, which is the trade-off.
+    """
+    from labkit.core.validate import check_ax
+
+    check_ax(ax)
+    from labkit.plotting import plain_log_ticks, pyplot, style_axes
+
+    if not isinstance(result, BatchSweep):
+        raise TypeError(
+            f"Expected an instance of BatchSweep as result, got {type(result).__name__} instead"
+        )
+    plt = pyplot()
+    from matplotlib.ticker import NullLocator
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7.5, 4.5))
+    lat = ax.twinx()
+    handles = []
+    for i, c in enumerate(result.curves):
+        color = f"C{i}"
+        xs = list(c.batch_sizes)
+        (h,) = ax.plot(
+            xs,
+            [p.samples_per_s for p in c.points],
+            "o-",
+            color=color,
+            ms=4,
+            label=f"{c.mode}: samples/s",
+        )
+        knee = c.points[c.batch_sizes.index(c.knee_batch)]
+        ax.plot([knee.batch_size], [knee.samples_per_s], "o", ms=13, mfc="none", mec=color, mew=2)
+        ax.annotate(
+            f"knee: {knee.batch_size}",
+            (knee.batch_size, knee.samples_per_s),
+            color=color,
+            textcoords="offset points",
+            xytext=(8, -14),
+            fontsize="small",
+        )
+        (h2,) = lat.plot(
+            xs,
+            [p.latency_ms for p in c.points],
+            "s--",
+            color=color,
+            ms=3,
+            alpha=0.6,
+            label=f"{c.mode}: latency per batch",
+        )
+        handles += [h, h2]
+    lat.set_yscale("log")
+    lat.set_ylabel("latency per batch (ms, log scale)")
+    plain_log_ticks(lat.yaxis)
+    ax.set_ylim(bottom=0)
+    ax.legend(handles=handles, fontsize="small", loc="upper left")
+    style_axes(
+        ax,
+        xlabel="batch size (samples per step, log2)",
+        ylabel="throughput (samples/s)",
+        title=f"Samples/s and latency by batch size: {result.model}",
+        device=result.device,
+    )
+    ax.set_xscale("log", base=2)
+    sizes = sorted({b for c in result.curves for b in c.batch_sizes})
+    step = 1 if len(sizes) <= 10 else 2
+    ax.set_xticks(sizes[::step], [f"{b:g}" for b in sizes[::step]])
+    ax.xaxis.set_minor_locator(NullLocator())
+    return ax
+
+
+def plot_loader_comparison(
+    comparison: LoaderComparison | Sequence[LoaderRun], ax: Any = None
+) -> Any:
+    """One horizontal bar per pipeline: mean time per step waiting for data, then computing.
+
+    Equal compute, different waits: the grey part is time the device sat
+    idle. The label at each bar's end gives the samples/s and the wait share.
+    """
+    from labkit.core.validate import check_ax
+
+    check_ax(ax)
+    from labkit.batching.sweep import format_samples_per_s
+    from labkit.plotting import pyplot, style_axes
+
+    if not isinstance(comparison, (LoaderComparison, Sequence)) or isinstance(comparison, str):
+        raise TypeError(
+            "comparison must be a LoaderComparison or a non-empty list of LoaderRun results, got "
+            f"{type(comparison).__name__}"
+        )
+    runs = list(comparison.runs) if isinstance(comparison, LoaderComparison) else list(comparison)
+    if not runs or not all(isinstance(r, LoaderRun) for r in runs):
+        raise TypeError(
+            "comparison must be a LoaderComparison or a non-empty list of LoaderRun results"
+        )
+    plt = pyplot()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 0.6 * len(runs) + 1.8))
+    labels = [r.label for r in runs]
+    waits = [r.mean_wait_ms for r in runs]
+    computes = [r.mean_compute_ms for r in runs]
+    ax.barh(labels, waits, color="0.65", label="waiting for the next batch (device idle)")
+    ax.barh(labels, computes, left=waits, color="C0", label="the step (device busy)")
+    for y, r in enumerate(runs):
+        ax.text(
+            waits[y] + computes[y],
+            y,
+            f"  {format_samples_per_s(r.samples_per_s)}, {r.wait_fraction:.0%} waiting",
+            va="center",
+            fontsize="small",
+        )
+    ax.set_xlim(0, max(w + c for w, c in zip(waits, computes, strict=True)) * 1.6)
+    ax.invert_yaxis()
+    ax.legend(loc="lower right", fontsize="small")
+    return style_axes(
+        ax,
+        xlabel="time per step (ms, mean over the measured steps)",
+        ylabel="input pipeline",
+        title=f"Waiting for data vs computing, batch {runs[0].batch_size}",
+        device=runs[0].device,
+    )

@@ -1,0 +1,222 @@
+"""Plots for notebook 07: kernels against their ceilings, occupancy, the race, the tuner's search."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from labkit.core.validate import check_int
+from labkit.kernels.cupy_run import KernelComparison
+from labkit.kernels.occupancy import LIMITERS, OccupancySweep
+from labkit.kernels.tuning import TuningReplay
+
+if TYPE_CHECKING:  # the simulator imports numpy and numba-cuda's pieces: only when it is used
+    from labkit.kernels.simulator import RaceDemo
+
+_LIMITER_COLORS = {"threads": "C0", "blocks": "C2", "registers": "C3", "shared memory": "C1"}
+
+
+def plot_kernels(result: KernelComparison | Mapping[str, Any], ax: Any = None) -> Any:
+    """A comparison as a picture: rates against the ceiling (a dashed line).
+
+    ``result`` is a :class:`KernelComparison`, or its ``to_dict()`` as stored
+    in the ``kernels`` recording (``labkit.machine.reference.load("kernels").results
+    ["experiments"]["stride sweep"]``), so a CPU-only notebook can plot what
+    a GPU measured. Sweeps (strides, block sizes) are lines over a log2 axis;
+    version comparisons are horizontal bars labelled with their fraction of
+    the ceiling.
+    """
+    from labkit.core.validate import check_ax
+
+    check_ax(ax)
+    from labkit.plotting import pyplot, style_axes
+
+    data = _plot_data(result)
+    plt = pyplot()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.5))
+    runs, unit, top = data["runs"], data["unit"], float(data["ceiling"]["rate"])
+    ceiling = f"ceiling: {data['ceiling']['name']}"
+    title = f"{data['experiment']}\non {data['device']}"
+    if data.get("param_name"):
+        xs = [r["param"] for r in runs]
+        ax.plot(xs, [r["rate"] for r in runs], "o-", label=runs[0]["name"])
+        ax.axhline(top, color="0.3", ls="--", lw=1, label=ceiling)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(xs, [str(x) for x in xs])
+        ax.set_ylim(0, max([top, *(r["rate"] for r in runs)]) * 1.15)
+        ax.legend(fontsize="small", loc="best")
+        return style_axes(ax, xlabel=data["param_name"], ylabel=f"rate ({unit})", title=title)
+    labels = [r["label"] for r in runs]
+    rates = [r["rate"] for r in runs]
+    ax.barh(labels, rates, color="C0")
+    ax.invert_yaxis()
+    ax.axvline(top, color="0.3", ls="--", lw=1, label=ceiling)
+    for y, r in enumerate(runs):
+        ax.text(r["rate"], y, f" {r['fraction']:.0%}", va="center", fontsize="small")
+    ax.set_xlim(0, max([top, *rates]) * 1.2)
+    ax.legend(fontsize="small", loc="lower right")
+    return style_axes(ax, xlabel=f"rate ({unit}; {data['counting']})", ylabel="kernel", title=title)
+
+
+def _plot_data(result: Any) -> dict[str, Any]:
+    if isinstance(result, KernelComparison):
+        return result.to_dict()
+    keys = ("experiment", "device", "unit", "counting", "ceiling", "runs")
+    if isinstance(result, Mapping) and all(k in result for k in keys) and result["runs"]:
+        return dict(result)
+    raise TypeError(
+        f"Expected an instance of KernelComparison (or its to_dict() from a recording) as result, got "
+        f"{type(result).__name__} instead; pass the result of stride_sweep(), transpose_versions(), "
+        "sgemm_vs_cublas(), reduction_versions() or block_size_sweep()"
+    )
+
+
+def plot_occupancy(
+    sweep: OccupancySweep | list[OccupancySweep] | tuple[OccupancySweep, ...], ax: Any = None
+) -> Any:
+    """Occupancy (%) against threads per block; each point coloured by the resource that limits it.
+
+    Pass several sweeps (say, one kernel at different register counts, or two
+    kernels) to draw them on one axis; their points are then plain, with one
+    line per sweep.
+    """
+    from labkit.core.validate import check_ax
+
+    check_ax(ax)
+    sweeps = list(sweep) if isinstance(sweep, (list, tuple)) else [sweep]
+    if not sweeps or not all(isinstance(s, OccupancySweep) for s in sweeps):
+        raise TypeError(
+            f"Expected an OccupancySweep (or a list of them) as sweep, got {sweep!r} instead."
+        )
+    from labkit.plotting import pyplot, style_axes
+
+    plt = pyplot()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.5))
+    for i, s in enumerate(sweeps):
+        xs = [r.threads_per_block for r in s.rows]
+        ys = [r.percent for r in s.rows]
+        label = f"{s.kernel} ({s.registers_per_thread} regs, {s.shared_bytes_per_block:,} B smem)"
+        if len(sweeps) == 1:
+            ax.plot(xs, ys, "-", color="0.6", lw=1, zorder=1)
+            for limiter in LIMITERS:
+                hit = [r for r in s.rows if r.fits and r.limited_by[0] == limiter]
+                if hit:
+                    ax.plot(
+                        [r.threads_per_block for r in hit],
+                        [r.percent for r in hit],
+                        "o",
+                        ms=4,
+                        color=_LIMITER_COLORS[limiter],
+                        label=f"limited by {limiter}",
+                        zorder=2,
+                    )
+            fails = [r.threads_per_block for r in s.rows if not r.fits]
+            if fails:
+                ax.plot(fails, [0] * len(fails), "x", color="k", label="cannot launch")
+            title = f"Theoretical occupancy of {label}\non {s.gpu} ({s.arch})"
+        else:
+            ax.plot(xs, ys, "o-", ms=3, color=f"C{i}", label=label)
+            title = f"Theoretical occupancy on {s.gpu} ({s.arch})"
+    ax.set_ylim(0, 105)
+    ax.set_xlim(0, max(r.threads_per_block for s in sweeps for r in s.rows) + 32)
+    ax.set_xticks(
+        [t for t in (32, 128, 256, 384, 512, 640, 768, 896, 1024) if t <= ax.get_xlim()[1]]
+    )
+    ax.legend(loc="lower right" if len(sweeps) == 1 else "best", fontsize="small")
+    return style_axes(
+        ax, xlabel="threads per block", ylabel="occupancy (% of max warps/SM)", title=title
+    )
+
+
+def plot_race(demo: RaceDemo, *, runs: int = 3, ax: Any = None) -> Any:
+    """Where each run of :func:`race_demo` went wrong: one n×n map per run, wrong elements dark.
+
+    Side by side, the maps show both lessons at once: every run has wrong
+    elements, and (with threads started together) not the same ones.
+    ``ax`` may be a sequence of axes, one per run shown.
+    """
+    import numpy as np
+
+    from labkit.kernels.simulator import RaceDemo
+
+    if not isinstance(demo, RaceDemo):
+        raise TypeError(
+            f"Expected an instance of RaceDemo as demo, got {type(demo).__name__} instead."
+        )
+    shown = check_int("runs", runs, minimum=1, maximum=demo.runs)
+    from labkit.plotting import pyplot, style_axes
+
+    plt = pyplot()
+    if ax is None:
+        _, axes = plt.subplots(1, shown, figsize=(2.6 * shown + 0.5, 3.0), squeeze=False)
+        axes = list(axes[0])
+    else:
+        axes = list(ax) if isinstance(ax, (list, tuple, np.ndarray)) else [ax]
+        if len(axes) != shown:
+            raise ValueError(f"ax must hold {shown} axes (one per run shown), got {len(axes)}")
+    for i, axis in enumerate(axes):
+        grid = np.zeros(demo.elements, dtype=np.int8)
+        grid[list(demo.wrong_indices[i])] = 1
+        axis.imshow(
+            grid.reshape(demo.n, demo.n), cmap="Greys", vmin=0, vmax=1, interpolation="nearest"
+        )
+        for edge in range(demo.block, demo.n, demo.block):  # tile borders
+            axis.axhline(edge - 0.5, color="C0", lw=0.6)
+            axis.axvline(edge - 0.5, color="C0", lw=0.6)
+        style_axes(
+            axis, xlabel="column", ylabel="row", title=f"run {i + 1}: {demo.wrong_per_run[i]} wrong"
+        )
+        if i:
+            axis.set_ylabel("")  # the rows are labelled once, on the left
+        axis.grid(False)
+    axes[0].figure.suptitle(
+        "transpose without __syncthreads(): wrong elements (dark)", fontsize="medium"
+    )
+    return axes[0] if len(axes) == 1 else axes
+
+
+def plot_tuning(result: TuningReplay, ax: Any = None, *, top: int = 20) -> Any:
+    """Mean time per configuration, fastest first (at most ``top`` bars), the best highlighted.
+
+    The spread between the best and the worst bar is the point: the same
+    kernel, only its compile-time parameters changed.
+    """
+    from labkit.core.validate import check_ax
+
+    check_ax(ax)
+    from labkit.plotting import pyplot, style_axes
+    from labkit.timing.bench import duration_unit
+
+    if not isinstance(result, TuningReplay):
+        raise TypeError(
+            f"Expected an instance of TuningReplay as result, got {type(result).__name__} instead; pass the "
+            "result of labkit.kernels.tuning.replay() or tune_transpose()"
+        )
+    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+        raise ValueError(f"top must be a positive integer, got {top!r}")
+    valid = result.valid[:top]
+    if not valid:
+        raise ValueError(f"no configuration of {result.kernel} ran successfully: nothing to plot")
+    plt = pyplot()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 0.3 * len(valid) + 1.8))
+    unit = duration_unit(valid[0].time_ms or 0.0)
+    scale = {"ns": 1e6, "µs": 1e3, "ms": 1.0, "s": 1e-3}[unit]
+    labels = [c.describe() for c in valid]
+    times = [(c.time_ms or 0.0) * scale for c in valid]
+    colors = ["C2"] + ["C0"] * (len(valid) - 1)
+    ax.barh(labels, times, color=colors)
+    ax.invert_yaxis()
+    shown = (
+        f"fastest {len(valid)} of {len(result.valid)}"
+        if len(result.valid) > len(valid)
+        else (f"all {len(valid)}")
+    )
+    return style_axes(
+        ax,
+        xlabel=f"mean time per launch ({unit})",
+        ylabel="configuration",
+        title=f"Kernel Tuner: {result.kernel}, {shown} verified configurations\non {result.device}",
+    )

@@ -1,0 +1,60 @@
+"""Plots for notebook 09: where a training step's time goes, phase by phase."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from labkit.profiling.torch_profile import PHASES, TorchProfile
+
+
+def plot_phases(*profiles: TorchProfile, ax: Any = None) -> Any:
+    """Host time per step of each phase, one bar group per profile (device time hatched).
+
+    Put the two loops side by side (``plot_phases(once, every_step)``): on a
+    GPU the "logging" bar of the ``.item()`` loop is the host waiting for the
+    device; on a CPU the two look alike, because nothing waits.
+    """
+    from labkit.core.validate import check_ax
+
+    check_ax(ax)
+    if not profiles:
+        raise ValueError("plot_phases needs at least one TorchProfile")
+    for i, p in enumerate(profiles):
+        if not isinstance(p, TorchProfile):
+            raise TypeError(
+                f"profiles[{i}]: expected a TorchProfile (from profile_training), got "
+                f"{type(p).__name__} instead"
+            )
+    from labkit.plotting import plain_log_ticks, pyplot, style_axes
+
+    plt = pyplot()
+    own_figure = ax is None
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.5))
+    series: list[tuple[str, list[float], str | None]] = []
+    for p in profiles:
+        series.append((f"host, {p.loop}", [ph.cpu_ms_per_step for ph in p.phases], None))
+        if p.device_timeline:
+            series.append((f"device, {p.loop}", [ph.device_ms_per_step for ph in p.phases], "//"))
+    height = 0.8 / len(series)
+    ys = range(len(PHASES))
+    for k, (name, values, hatch) in enumerate(series):
+        offsets = [y - 0.4 + height * (k + 0.5) for y in ys]
+        shown = [max(v, 1e-4) for v in values]  # a log axis cannot show 0
+        ax.barh(offsets, shown, height=height, label=name, hatch=hatch, color=f"C{k}")
+    ax.set_yticks(list(ys), list(PHASES))
+    ax.invert_yaxis()
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize="small")
+    # Log scale: a phase of microseconds (logging on a CPU) and one of milliseconds both show.
+    styled = style_axes(
+        ax,
+        xlabel="time per step (ms, log scale)",
+        ylabel="phase",
+        title="Where a training step's time goes",
+        logx=True,
+        device=profiles[0].device,
+    )
+    plain_log_ticks(ax.xaxis)
+    if own_figure:
+        ax.figure.tight_layout()
+    return styled
