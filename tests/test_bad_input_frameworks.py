@@ -995,7 +995,7 @@ CASES: list[Case] = [
         names={"TILE": "TILE"},
     ),
     Case(
-        "labkit.kernels.cupy_run:stride_sweep",
+        "labkit.kernels.experiments:stride_sweep",
         {},
         {
             "strides": st.one_of(
@@ -1012,7 +1012,7 @@ CASES: list[Case] = [
         },
     ),
     Case(
-        "labkit.kernels.cupy_run:transpose_versions",
+        "labkit.kernels.experiments:transpose_versions",
         {},
         {
             "n": st.one_of(st.floats(), st.text(max_size=2), non_positive_ints),
@@ -1027,7 +1027,7 @@ CASES: list[Case] = [
         },
     ),
     Case(
-        "labkit.kernels.cupy_run:sgemm_vs_cublas",
+        "labkit.kernels.experiments:sgemm_vs_cublas",
         {"n": 64},
         {
             "n": bad_int(1, 32768),
@@ -1039,7 +1039,7 @@ CASES: list[Case] = [
         },
     ),
     Case(
-        "labkit.kernels.cupy_run:reduction_versions",
+        "labkit.kernels.experiments:reduction_versions",
         {},
         {
             "n_elements": st.one_of(st.floats(), st.text(max_size=2), non_positive_ints),
@@ -1056,7 +1056,7 @@ CASES: list[Case] = [
         },
     ),
     Case(
-        "labkit.kernels.cupy_run:block_size_sweep",
+        "labkit.kernels.experiments:block_size_sweep",
         {},
         {
             "kernel": st.one_of(st.integers(), st.sampled_from(["sgemm", "", "copy"])),

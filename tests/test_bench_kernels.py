@@ -18,7 +18,8 @@ import pytest
 
 import labkit.machine.memory
 from labkit.cli.bench import kernels as bench_kernels
-from labkit.kernels import cupy_run, tuning
+from labkit.kernels import cupy_run, experiments, tuning
+from labkit.kernels import cupy_run as cupy_run_
 from labkit.machine import reference
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -215,7 +216,7 @@ def test_sgemm_tuning_is_skipped_when_time_is_short(
     fake_gpu: FakeCupy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(bench_kernels, "SGEMM_TUNING_DEADLINE_S", -1.0)
-    monkeypatch.setattr(cupy_run, "DEFAULT_ARRAY_BYTES", 1 << 16)  # keep the full-size path tiny
+    monkeypatch.setattr(experiments, "DEFAULT_ARRAY_BYTES", 1 << 16)  # keep the full-size path tiny
     monkeypatch.setattr(bench_kernels, "SGEMM_N", 128)
     monkeypatch.setattr(bench_kernels, "FULL_BUDGET", {"warmup_ms": 0.0, "rep_ms": 0.5})
     result, caches = bench_kernels.measure(quick=False)
@@ -230,7 +231,7 @@ def test_bench_constants_are_valid() -> None:
             bench_kernels.SGEMM_N % config["BM"] == 0 and bench_kernels.SGEMM_N % config["BK"] == 0
         )
     for tile, rows in bench_kernels.PADDED_CONFIGS:
-        cupy_run._check_tile(tile, rows)
+        cupy_run_.check_tile(tile, rows)
     quick = bench_kernels._QUICK_SGEMM_PARAMS
     assert all(
         bench_kernels.QUICK_SGEMM_N % v == 0 for key in ("BM", "BN", "BK") for v in quick[key]

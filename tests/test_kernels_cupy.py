@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import labkit.machine.memory
-from labkit.kernels import cupy_run
+from labkit.kernels import comparison, cupy_run, experiments
 from labkit.kernels import plots as kernels_plots
 from labkit.kernels.sources import kernel_source
 
@@ -355,7 +355,7 @@ def test_real_cupy_without_a_gpu_is_a_clear_error() -> None:
     for call in (
         lambda: cupy_run.strided_copy(x, 1),
         lambda: cupy_run.transpose(x),
-        lambda: cupy_run.stride_sweep(),
+        lambda: experiments.stride_sweep(),
         lambda: cupy_run.get_kernel("sgemm_naive"),
         lambda: cupy_run.gpu_name(),
     ):
@@ -371,14 +371,14 @@ def test_missing_cupy_names_the_install_command(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setitem(sys.modules, "cupy", None)
     assert cupy_run.cupy_gpu_available() is False
     with pytest.raises(MissingPackageError, match="pip install cupy-cuda12x"):
-        cupy_run.transpose_versions()
+        experiments.transpose_versions()
 
 
 def test_a_driver_that_raises_counts_as_no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "cupy", FakeCupy(available_raises=True))
     assert cupy_run.cupy_gpu_available() is False
     with pytest.raises(cupy_run.NoCudaGpuError, match="cudaErrorInsufficientDriver"):
-        cupy_run.reduction_versions()
+        experiments.reduction_versions()
 
 
 def test_importing_the_package_imports_no_framework() -> None:
@@ -508,31 +508,31 @@ def test_the_broken_kernel_is_caught_by_verification(fake_gpu: FakeCupy) -> None
         cupy_run.WrongResultError,
         match=r"transpose_tiled_nosync gave a wrong result: [\d,]+ of 4,096",
     ):
-        cupy_run.check_equal("transpose_tiled_nosync", out, m.T)
+        comparison.check_equal("transpose_tiled_nosync", out, m.T)
 
 
 def test_check_close_catches_tf32_sized_errors() -> None:
     ref = np.linspace(-100, 100, 1000)
-    assert cupy_run.check_close("k", (ref * (1 + 1e-7)).astype(np.float32), ref) < 1e-6
+    assert comparison.check_close("k", (ref * (1 + 1e-7)).astype(np.float32), ref) < 1e-6
     with pytest.raises(
         cupy_run.WrongResultError, match=r"k gave a wrong result: max error .* TF32"
     ):
-        cupy_run.check_close("k", (ref + 0.03).astype(np.float32), ref)
+        comparison.check_close("k", (ref + 0.03).astype(np.float32), ref)
 
 
 def test_check_sum_tolerance() -> None:
     x = np.ones(10_000, dtype=np.float32)
-    assert cupy_run.check_sum("k", np.array([10_000.0], np.float32), x, exact=True) == 0.0
+    assert comparison.check_sum("k", np.array([10_000.0], np.float32), x, exact=True) == 0.0
     with pytest.raises(cupy_run.WrongResultError, match="tolerance 0"):
-        cupy_run.check_sum("k", np.array([9_999.0], np.float32), x, exact=True)
-    assert cupy_run.check_sum("k", np.array([9_999.9], np.float32), x) < 0.2
+        comparison.check_sum("k", np.array([9_999.0], np.float32), x, exact=True)
+    assert comparison.check_sum("k", np.array([9_999.9], np.float32), x) < 0.2
 
 
 # --------------------------------------------------------------------------- experiments on the fake GPU
 
 
 def test_stride_sweep(fake_gpu: FakeCupy) -> None:
-    result = cupy_run.stride_sweep((1, 2, 8), n_elements=8 * 1024, block_size=64, **TINY)
+    result = experiments.stride_sweep((1, 2, 8), n_elements=8 * 1024, block_size=64, **TINY)
     assert [r.param for r in result.runs] == [1, 2, 8]
     assert (
         result.device == "Fake GPU 9000" and result.unit == "GB/s" and result.param_name == "stride"
@@ -550,15 +550,15 @@ def test_stride_sweep(fake_gpu: FakeCupy) -> None:
 
 
 def test_stride_sweep_sizes_itself_from_the_memory_budget(fake_gpu: FakeCupy) -> None:
-    result = cupy_run.stride_sweep((1, 4), **TINY)  # 25% of 16 MiB over 3 arrays
+    result = experiments.stride_sweep((1, 4), **TINY)  # 25% of 16 MiB over 3 arrays
     n = int(result.problem.split()[0].replace(",", ""))
     assert n % 4 == 0 and 3 * 4 * n <= 4 << 20
     with pytest.raises(labkit.machine.memory.MemoryBudgetError, match="free"):
-        cupy_run.stride_sweep((1,), n_elements=1 << 22, **TINY)
+        experiments.stride_sweep((1,), n_elements=1 << 22, **TINY)
 
 
 def test_transpose_versions_and_extra_tiles(fake_gpu: FakeCupy) -> None:
-    result = cupy_run.transpose_versions(128, padded_configs=[(16, 4), (64, 8)], **TINY)
+    result = experiments.transpose_versions(128, padded_configs=[(16, 4), (64, 8)], **TINY)
     assert [r.label for r in result.runs] == [
         "naive",
         "tiled",
@@ -569,11 +569,13 @@ def test_transpose_versions_and_extra_tiles(fake_gpu: FakeCupy) -> None:
     assert result.run("padded 64x8").settings == {"TILE_DIM": 64, "BLOCK_ROWS": 8}
     assert result.counting.startswith("bytes read + written")
     with pytest.raises(cupy_run.WrongResultError, match="transpose_tiled_nosync"):
-        cupy_run.transpose_versions(128, versions=("tiled_nosync",), **TINY)
+        experiments.transpose_versions(128, versions=("tiled_nosync",), **TINY)
 
 
 def test_sgemm_vs_cublas(fake_gpu: FakeCupy) -> None:
-    result = cupy_run.sgemm_vs_cublas(128, tiled_configs=[{"BM": 64, "BN": 128, "BK": 8}], **TINY)
+    result = experiments.sgemm_vs_cublas(
+        128, tiled_configs=[{"BM": 64, "BN": 128, "BK": 8}], **TINY
+    )
     assert [r.label for r in result.runs] == [
         "naive",
         "shared",
@@ -588,18 +590,18 @@ def test_sgemm_vs_cublas(fake_gpu: FakeCupy) -> None:
     assert fake_gpu.compute_types == {"float32": 1}  # FP32 forced during the run, then restored
     fake_gpu.break_kernel = "sgemm_tiled"
     with pytest.raises(cupy_run.WrongResultError, match="sgemm_tiled gave a wrong result"):
-        cupy_run.sgemm_vs_cublas(128, versions=("tiled",), **TINY)
+        experiments.sgemm_vs_cublas(128, versions=("tiled",), **TINY)
 
 
 def test_cublas_fp32_falls_back_without_the_private_api(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "cupy._core", None)
     monkeypatch.setenv("CUPY_TF32", "0")
-    with cupy_run.cublas_fp32(FakeCupy()) as mode:
+    with experiments.cublas_fp32(FakeCupy()) as mode:
         assert mode == "CuPy's default, CUPY_TF32=0"
 
 
 def test_reduction_versions(fake_gpu: FakeCupy) -> None:
-    result = cupy_run.reduction_versions(4096, atomic_elements=1024, **TINY)
+    result = experiments.reduction_versions(4096, atomic_elements=1024, **TINY)
     assert [r.label for r in result.runs] == ["atomic", "shared", "warp_shuffle"]
     assert result.notes == ("reduce_atomic summed the first 1,024 values only",)
     assert "bytes read (n x 4 B)" in result.counting
@@ -607,23 +609,23 @@ def test_reduction_versions(fake_gpu: FakeCupy) -> None:
 
 def test_block_size_sweep_every_kernel(fake_gpu: FakeCupy) -> None:
     for kernel in cupy_run.BLOCK_SWEEP_KERNELS:
-        result = cupy_run.block_size_sweep(kernel, (32, 256, 1024), n_elements=4096, **TINY)
+        result = experiments.block_size_sweep(kernel, (32, 256, 1024), n_elements=4096, **TINY)
         assert [r.param for r in result.runs] == [32, 256, 1024], kernel
     assert fake_gpu.launches[-1][2] == (1024, 1, 1)
     with pytest.raises(ValueError, match="power of two"):
-        cupy_run.block_size_sweep("reduce_shared", (96,), **TINY)
+        experiments.block_size_sweep("reduce_shared", (96,), **TINY)
     with pytest.raises(ValueError, match="kernel must be one of"):
-        cupy_run.block_size_sweep("sgemm_tiled")
+        experiments.block_size_sweep("sgemm_tiled")
 
 
 def test_experiments_check_budgets_before_touching_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "cupy", None)  # argument errors come first, even without CuPy
     with pytest.raises(ValueError, match="rep_ms must be a finite number"):
-        cupy_run.stride_sweep(rep_ms=0)
+        experiments.stride_sweep(rep_ms=0)
     with pytest.raises(ValueError, match="strides is empty"):
-        cupy_run.stride_sweep(())
+        experiments.stride_sweep(())
     with pytest.raises(ValueError, match="tiled_configs entry"):
-        cupy_run.sgemm_vs_cublas(256, tiled_configs=[{"TM": 5}])
+        experiments.sgemm_vs_cublas(256, tiled_configs=[{"TM": 5}])
 
 
 def test_plot_kernels(fake_gpu: FakeCupy) -> None:
@@ -631,8 +633,8 @@ def test_plot_kernels(fake_gpu: FakeCupy) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    sweep = cupy_run.stride_sweep((1, 2), n_elements=1024, **TINY)
-    versions = cupy_run.reduction_versions(1024, **TINY)
+    sweep = experiments.stride_sweep((1, 2), n_elements=1024, **TINY)
+    versions = experiments.reduction_versions(1024, **TINY)
     ax = kernels_plots.plot_kernels(sweep)
     assert ax.get_xlabel() == "stride" and "Fake GPU 9000" in ax.get_title()
     ax = kernels_plots.plot_kernels(versions)
@@ -663,7 +665,7 @@ def test_gpu_launchers_match_their_references() -> None:  # pragma: no cover - G
     x = cupy.arange(96 * 32, dtype=cupy.float32)
     for stride in (1, 3, 32):
         out = cupy_run.strided_copy(x, stride, block_size=64)
-        cupy_run.check_equal("strided_copy", out, cupy_run.expected_strided_copy(x, stride))
+        comparison.check_equal("strided_copy", out, cupy_run.expected_strided_copy(x, stride))
     m = cupy.random.RandomState(0).uniform(-1, 1, (1000, 777), dtype=cupy.float32)
     for version, tile, rows in (
         ("naive", 32, 8),
@@ -672,7 +674,7 @@ def test_gpu_launchers_match_their_references() -> None:  # pragma: no cover - G
         ("padded", 64, 16),
         ("padded", 16, 2),
     ):
-        cupy_run.check_equal(
+        comparison.check_equal(
             version, cupy_run.transpose(m, version, tile_dim=tile, block_rows=rows), m.T
         )
     cupy_run.transpose(m, "tiled_nosync")  # runs; its result may be wrong (that is the exercise)
@@ -680,28 +682,28 @@ def test_gpu_launchers_match_their_references() -> None:  # pragma: no cover - G
     b = cupy.random.RandomState(2).uniform(-1, 1, (150, 200), dtype=cupy.float32)
     ref = cupy.matmul(a.astype(cupy.float64), b.astype(cupy.float64))
     for version in ("naive", "shared"):
-        cupy_run.check_close(version, cupy_run.sgemm(a, b, version), ref)
+        comparison.check_close(version, cupy_run.sgemm(a, b, version), ref)
     a = cupy.random.RandomState(3).uniform(-1, 1, (256, 64), dtype=cupy.float32)
     b = cupy.random.RandomState(4).uniform(-1, 1, (64, 256), dtype=cupy.float32)
     ref = cupy.matmul(a.astype(cupy.float64), b.astype(cupy.float64))
     for macros in ({}, {"BK": 16}, {"BM": 64}, {"BN": 64, "TN": 4, "BK": 16}, {"TM": 4, "BK": 16}):
-        cupy_run.check_close(f"tiled {macros}", cupy_run.sgemm(a, b, "tiled", **macros), ref)
+        comparison.check_close(f"tiled {macros}", cupy_run.sgemm(a, b, "tiled", **macros), ref)
     ints = cupy.floor(cupy.random.RandomState(5).uniform(-4, 5, 1_000_003, dtype=cupy.float32))
     for version in ("atomic", "shared", "warp_shuffle"):
-        cupy_run.check_sum(version, cupy_run.reduce_sum(ints, version), ints, exact=True)
+        comparison.check_sum(version, cupy_run.reduce_sum(ints, version), ints, exact=True)
 
 
 @on_gpu
 def test_gpu_experiments_run(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # pragma: no cover - GPU machines
-    monkeypatch.setattr(cupy_run, "DEFAULT_ARRAY_BYTES", 16 << 20)
+    monkeypatch.setattr(experiments, "DEFAULT_ARRAY_BYTES", 16 << 20)
     results = [
-        cupy_run.stride_sweep(**TINY),
-        cupy_run.transpose_versions(1024, padded_configs=[(64, 16)], **TINY),
-        cupy_run.sgemm_vs_cublas(512, tiled_configs=[{"BK": 16}], **TINY),
-        cupy_run.reduction_versions(1 << 20, **TINY),
-        cupy_run.block_size_sweep("reduce_warp_shuffle", n_elements=1 << 20, **TINY),
+        experiments.stride_sweep(**TINY),
+        experiments.transpose_versions(1024, padded_configs=[(64, 16)], **TINY),
+        experiments.sgemm_vs_cublas(512, tiled_configs=[{"BK": 16}], **TINY),
+        experiments.reduction_versions(1 << 20, **TINY),
+        experiments.block_size_sweep("reduce_warp_shuffle", n_elements=1 << 20, **TINY),
     ]
     for result in results:
         assert result.runs and all(r.rate > 0 and r.fraction > 0 for r in result.runs), (

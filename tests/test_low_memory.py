@@ -52,6 +52,7 @@ from typing import Any
 
 import pytest
 
+from labkit.kernels import experiments
 from labkit.machine import memory
 from labkit.machine.memory import DEFAULT_FRACTION, MemoryBudgetError, MemoryBudgetWarning
 
@@ -439,24 +440,23 @@ def test_profile_training_refuses_what_does_not_fit(monkeypatch: pytest.MonkeyPa
 @pytest.mark.parametrize("free", [8 * MiB, 0], ids=lambda b: f"{b // KiB}KiB-free")
 def test_gpu_kernel_sizes_shrink_or_refuse(monkeypatch: pytest.MonkeyPatch, free: int) -> None:
     """The CuPy experiments' sizing, which runs before any GPU work."""
-    from labkit.kernels import cupy_run
 
     _simulate_free(monkeypatch, free)
     budget = int(free * DEFAULT_FRACTION)
     if free == 0:
         for size_of in (
-            lambda: cupy_run._elements(None, arrays=3, multiple=1024, what="x", quick=True),
-            lambda: cupy_run._square_side(None, arrays=3, quick=True, what="x"),
+            lambda: experiments._elements(None, arrays=3, multiple=1024, what="x", quick=True),
+            lambda: experiments._square_side(None, arrays=3, quick=True, what="x"),
         ):
             with pytest.raises(MemoryBudgetError):
                 size_of()
         return
-    n = cupy_run._elements(None, arrays=3, multiple=1024, what="the stride sweep", quick=False)
+    n = experiments._elements(None, arrays=3, multiple=1024, what="the stride sweep", quick=False)
     assert 0 < 3 * 4 * n <= budget
-    side = cupy_run._square_side(None, arrays=3, quick=False, what="the transpose comparison")
+    side = experiments._square_side(None, arrays=3, quick=False, what="the transpose comparison")
     assert 0 < 3 * 4 * side * side <= budget
     with pytest.raises(MemoryBudgetError, match="stride sweep"):
-        cupy_run._elements(1 << 24, arrays=3, multiple=1, what="the stride sweep", quick=False)
+        experiments._elements(1 << 24, arrays=3, multiple=1, what="the stride sweep", quick=False)
 
 
 def test_launchers_refuse_before_starting_processes(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,21 +13,23 @@ matplotlib are imported inside the functions that use them).
 
 from __future__ import annotations
 
+from labkit.kernels.comparison import KernelComparison
 from labkit.kernels.cupy_run import (
-    KernelComparison,
     KernelCompileError,
     NoCudaGpuError,
     WrongResultError,
-    block_size_sweep,
     cupy_gpu_available,
     reduce_sum,
-    reduction_versions,
-    run_and_verify,
     sgemm,
-    sgemm_vs_cublas,
-    stride_sweep,
     strided_copy,
     transpose,
+)
+from labkit.kernels.experiments import (
+    block_size_sweep,
+    reduction_versions,
+    run_and_verify,
+    sgemm_vs_cublas,
+    stride_sweep,
     transpose_versions,
 )
 from labkit.kernels.plots import plot_kernels, plot_tuning

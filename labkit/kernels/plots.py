@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from labkit.core.validate import check_int
-from labkit.kernels.cupy_run import KernelComparison
+from labkit.kernels.comparison import KernelComparison
 from labkit.kernels.occupancy import LIMITERS, OccupancySweep
 from labkit.kernels.tuning import TuningReplay
 

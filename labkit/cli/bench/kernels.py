@@ -203,6 +203,7 @@ def measure(quick: bool = False, *, tune: bool = True) -> tuple[KernelsBenchResu
     """Run every part; returns the result and the Kernel Tuner cache files ({kernel: path})."""
     check_flags(quick=quick, tune=tune)
     from labkit.kernels import cupy_run as run
+    from labkit.kernels import experiments as kernel_experiments
     from labkit.kernels import tuning
 
     start = time.monotonic()
@@ -211,13 +212,15 @@ def measure(quick: bool = False, *, tune: bool = True) -> tuple[KernelsBenchResu
     )
     sgemm_budget: dict[str, Any] = {k: v for k, v in budget.items() if k != "quick"}
     parts: dict[str, Callable[[], Any]] = {
-        "stride sweep": lambda: run.stride_sweep(**budget),
-        "transposes": lambda: run.transpose_versions(padded_configs=PADDED_CONFIGS, **budget),
-        "reductions": lambda: run.reduction_versions(**budget),
-        "sgemm": lambda: run.sgemm_vs_cublas(
+        "stride sweep": lambda: kernel_experiments.stride_sweep(**budget),
+        "transposes": lambda: kernel_experiments.transpose_versions(
+            padded_configs=PADDED_CONFIGS, **budget
+        ),
+        "reductions": lambda: kernel_experiments.reduction_versions(**budget),
+        "sgemm": lambda: kernel_experiments.sgemm_vs_cublas(
             QUICK_SGEMM_N if quick else SGEMM_N, tiled_configs=SGEMM_TILED_CONFIGS, **sgemm_budget
         ),
-        "block sizes": lambda: run.block_size_sweep("strided_copy", **budget),
+        "block sizes": lambda: kernel_experiments.block_size_sweep("strided_copy", **budget),
     }
     experiments: dict[str, Any] = {}
     errors: dict[str, str] = {}
