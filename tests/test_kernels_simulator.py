@@ -18,6 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from labkit.core.optional import MissingPackageError, is_installed  # noqa: E402
 from labkit.kernels import plots as kernels_plots
+from labkit.kernels import sim_results
 from labkit.kernels import simulator as sim  # noqa: E402
 
 needs_numba = pytest.mark.skipif(
@@ -26,16 +27,16 @@ needs_numba = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def verified() -> sim.Verification:
+def verified() -> sim_results.Verification:
     # n = 16 is the smallest size where sgemm_tiled (16×16 tiles) runs; 4×4 tiles give 16 blocks.
     return sim.verify_all(16, block=4)
 
 
 @needs_numba
-def test_every_correct_kernel_matches_numpy_exactly(verified: sim.Verification) -> None:
+def test_every_correct_kernel_matches_numpy_exactly(verified: sim_results.Verification) -> None:
     assert [r.kernel for r in verified.runs] == list(sim.KERNELS)
     for run in verified.runs:
-        if run.kernel in sim.RACY or not run.simulated:
+        if run.kernel in sim_results.RACY or not run.simulated:
             continue
         assert run.passed, str(run)
         assert run.max_abs_error == 0.0 and run.wrong_elements == 0, str(run)
@@ -48,7 +49,7 @@ def test_every_correct_kernel_matches_numpy_exactly(verified: sim.Verification) 
 
 
 @needs_numba
-def test_the_nosync_transpose_is_wrong(verified: sim.Verification) -> None:
+def test_the_nosync_transpose_is_wrong(verified: sim_results.Verification) -> None:
     run = verified["transpose_tiled_nosync"]
     assert run.simulated and not run.passed
     assert run.wrong_elements is not None and run.wrong_elements > 0
@@ -56,7 +57,7 @@ def test_the_nosync_transpose_is_wrong(verified: sim.Verification) -> None:
 
 
 @needs_numba
-def test_warp_shuffle_is_reported_not_faked(verified: sim.Verification) -> None:
+def test_warp_shuffle_is_reported_not_faked(verified: sim_results.Verification) -> None:
     run = verified["reduce_warp_shuffle"]
     if run.simulated:  # a later numba-cuda whose simulator has warp shuffles
         assert run.passed
@@ -66,7 +67,7 @@ def test_warp_shuffle_is_reported_not_faked(verified: sim.Verification) -> None:
 
 
 @needs_numba
-def test_verification_table_is_readable(verified: sim.Verification) -> None:
+def test_verification_table_is_readable(verified: sim_results.Verification) -> None:
     text = str(verified)
     assert text.splitlines()[0].startswith("CUDA simulator (numba-cuda ")
     for kernel in sim.KERNELS:
@@ -109,7 +110,7 @@ def test_race_demo_is_wrong_every_run_and_the_runs_disagree() -> None:
 
 
 def test_race_demo_text_without_running() -> None:
-    demo = sim.RaceDemo(
+    demo = sim_results.RaceDemo(
         n=4,
         block=2,
         seed=0,
@@ -193,7 +194,7 @@ def test_simulated_run_text_for_a_reduction_and_an_unsupported_kernel() -> None:
     )
     assert not run.passed and run.max_abs_error == 2.0
     assert "WRONG (sum 7, NumPy's 9, max |error| 2)" in str(run)
-    skipped = sim.SimulatedRun(
+    skipped = sim_results.SimulatedRun(
         "reduce_warp_shuffle",
         4,
         2,

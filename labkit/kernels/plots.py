@@ -11,7 +11,7 @@ from labkit.kernels.occupancy import LIMITERS, OccupancySweep
 from labkit.kernels.tuning import TuningReplay
 
 if TYPE_CHECKING:  # the simulator imports numpy and numba-cuda's pieces: only when it is used
-    from labkit.kernels.simulator import RaceDemo
+    from labkit.kernels.sim_results import RaceDemo
 
 _LIMITER_COLORS = {"threads": "C0", "blocks": "C2", "registers": "C3", "shared memory": "C1"}
 
@@ -139,7 +139,7 @@ def plot_race(demo: RaceDemo, *, runs: int = 3, ax: Any = None) -> Any:
     """
     import numpy as np
 
-    from labkit.kernels.simulator import RaceDemo
+    from labkit.kernels.sim_results import RaceDemo
 
     if not isinstance(demo, RaceDemo):
         raise TypeError(
