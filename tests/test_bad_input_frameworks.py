@@ -686,7 +686,7 @@ CASES: list[Case] = [
     ),
     # ---------------------------------------------------------------- labkit.batching.largest
     Case(
-        "labkit.batching.largest:step_memory",
+        "labkit.batching.memory_fit:step_memory",
         {"model_fn": _linear, "input_shape": (2,), "batch_size": 1},
         {
             "model_fn": not_callables,
@@ -698,7 +698,7 @@ CASES: list[Case] = [
         },
     ),
     Case(
-        "labkit.batching.largest:fit_memory",
+        "labkit.batching.memory_fit:fit_memory",
         {"model_fn": _linear, "input_shape": (2,)},
         {
             "model_fn": not_callables,
@@ -2002,7 +2002,7 @@ def test_each_check_passes_its_own_reference(name: str) -> None:
 def test_a_predicted_batch_fits_its_budget_and_grows_with_it(
     fixed: float, per_sample: float, budgets: list[int]
 ) -> None:
-    from labkit.batching.largest import MemoryFit
+    from labkit.batching.memory_fit import MemoryFit
 
     fit = MemoryFit(points=(), fixed_bytes=fixed, per_sample_bytes=per_sample)
     small, large = (fit.largest_batch_under(b) for b in budgets)

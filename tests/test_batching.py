@@ -150,7 +150,7 @@ def test_sweep_trains_a_copy_of_a_custom_model() -> None:
 
 
 def test_sweep_skips_batches_over_the_memory_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    from labkit.batching.largest import fit_memory
+    from labkit.batching.memory_fit import fit_memory
     from labkit.models.cnn import CNN
 
     # the CNN's memory is all activations (about 100 KiB per 16×16 image): the line is exact

@@ -15,17 +15,15 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from labkit.batching import largest as largest_batch  # noqa: E402
-from labkit.batching.largest import (  # noqa: E402
-    METHOD_COUNTED,
-    METHOD_PROFILER,
+from labkit.batching import memory_fit
+from labkit.batching.largest import (
     CpuBatchFit,
     CudaBatchSearch,
-    fit_memory,
     largest_batch_cpu,
     largest_batch_cuda,
     search_batch,
-    step_memory,
 )
+from labkit.batching.memory_fit import METHOD_COUNTED, METHOD_PROFILER, fit_memory, step_memory
 from labkit.machine import memory  # noqa: E402
 from labkit.machine.memory import MemoryBudgetError  # noqa: E402
 
@@ -68,7 +66,7 @@ def test_step_memory_grows_with_the_batch() -> None:
 
 
 def test_step_memory_falls_back_to_counting(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(largest_batch, "_allocation_peak", lambda prof: None)
+    monkeypatch.setattr(memory_fit, "_allocation_peak", lambda prof: None)
     m = step_memory(tiny, (16,), 4)
     assert m.method == METHOD_COUNTED and m.peak_bytes == m.counted_bytes and m.other_bytes == 0
 

@@ -52,6 +52,7 @@ from typing import Any
 
 import pytest
 
+from labkit.batching import memory_fit
 from labkit.kernels import experiments
 from labkit.machine import memory
 from labkit.machine.memory import DEFAULT_FRACTION, MemoryBudgetError, MemoryBudgetWarning
@@ -123,7 +124,7 @@ def run_measured(probe: Callable[[], Any], *, torch_too: bool) -> Outcome:
         tracemalloc.stop()  # before the profiler turns its events into Python objects
     torch_peak = 0
     if torch_too:
-        from labkit.batching.largest import _allocation_peak
+        from labkit.batching.memory_fit import _allocation_peak
 
         torch_peak = _allocation_peak(prof) or 0
     return Outcome(result, error, traced + torch_peak, list(caught))
@@ -379,14 +380,14 @@ def test_largest_batch_cpu_stays_within_its_budget(
     _simulate_free(monkeypatch, free)
     budget = int(free * DEFAULT_FRACTION)
     measured: list[int] = []
-    real_step = largest_batch.step_memory
+    real_step = memory_fit.step_memory
 
     def recording_step(*args: Any, **kwargs: Any) -> Any:
         point = real_step(*args, **kwargs)
         measured.append(point.peak_bytes)
         return point
 
-    monkeypatch.setattr(largest_batch, "step_memory", recording_step)
+    monkeypatch.setattr(memory_fit, "step_memory", recording_step)
     try:
         result = largest_batch.largest_batch_cpu(_tiny_mlp, (16,), max_batch=4096)
     except MemoryBudgetError as exc:
@@ -402,7 +403,6 @@ def test_batch_sweep_times_only_batches_whose_step_fits(
     monkeypatch: pytest.MonkeyPatch, free: int
 ) -> None:
     """batch_sweep fits a memory line with torch.profiler; its largest timed step is re-measured."""
-    from labkit.batching import largest as largest_batch
     from labkit.batching import step as training_step
     from labkit.batching import sweep as batching
 
@@ -422,7 +422,7 @@ def test_batch_sweep_times_only_batches_whose_step_fits(
         return
     largest = max(sweep.curve("train").batch_sizes)
     assert 65536 in sweep.dropped and "budget" in sweep.memory_note
-    step = largest_batch.step_memory(
+    step = memory_fit.step_memory(
         lambda: training_step.mlp(), (256,), largest, device="cpu", optimizer="sgd"
     )
     assert step.peak_bytes <= budget + SLACK_BYTES

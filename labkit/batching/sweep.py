@@ -15,7 +15,7 @@ one forward pass under ``torch.inference_mode``, timed by
 :func:`labkit.timing.bench.bench` (synchronised, warmed up, median and IQR).
 Batches whose training step would not fit in :mod:`labkit.machine.memory`'s budget
 are skipped with a note; the memory per sample is measured, not guessed
-(:func:`labkit.batching.largest.fit_memory`).
+(:func:`labkit.batching.memory_fit.fit_memory`).
 """
 
 from __future__ import annotations
@@ -376,7 +376,7 @@ def batch_sweep(
     check_torch_device(device)
 
     torch = import_optional("torch", "labkit.batching.sweep.batch_sweep")
-    from labkit.batching.largest import fit_memory
+    from labkit.batching.memory_fit import fit_memory
     from labkit.machine.memory import (
         MemoryBudgetError,
         budget_bytes,

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from labkit.batching import memory_fit
 from labkit.core.validate import check_flags
 
 #: The recording ``--record`` writes.
@@ -88,7 +89,7 @@ def measure(quick: bool = False) -> BatchingResults:
     else:
         budget = min(QUICK_CPU_BUDGET if quick else CPU_LARGEST_BUDGET, budget_bytes(device="cpu"))
         largest = largest_batch.largest_batch_cpu(
-            CNN, shape, budget, probe_batches=(1, 2) if quick else largest_batch.PROBE_BATCHES
+            CNN, shape, budget, probe_batches=(1, 2) if quick else memory_fit.PROBE_BATCHES
         )
     return BatchingResults(device=device, sweep=sweep, largest=largest, quick=quick)
 
