@@ -104,3 +104,9 @@ def test_nothing_imports_the_cli(modules) -> None:
 def test_at_most_eight_py_files_at_the_top_level() -> None:
     top = sorted(p.name for p in (ROOT / "labkit").glob("*.py"))
     assert len(top) <= 8, top
+
+
+def test_no_module_is_longer_than_600_lines(modules) -> None:
+    """One concept per module: past 600 lines a module is holding several (issue 14)."""
+    long = sorted((m.lines, name) for name, m in modules.items() if m.lines > 600)
+    assert long == [], long

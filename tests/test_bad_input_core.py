@@ -53,8 +53,9 @@ from invalid_args import (
 
 from labkit import notebook as nb
 from labkit import plotting
-from labkit.bandwidth import pipeline, strided, transfers
+from labkit.bandwidth import overlap, pipeline, strided, transfers
 from labkit.bandwidth import plots as bandwidth_plots
+from labkit.bandwidth import sizes as bw_sizes
 from labkit.bandwidth import stream as bandwidth
 from labkit.bandwidth import sweep as stream_sweep
 from labkit.cli import doctor as doctor_cli
@@ -66,14 +67,14 @@ from labkit.core.results import json_safe
 from labkit.machine import cpu, diagnose, frameworks, gpu, nvidia, reference
 from labkit.machine import report as device
 from labkit.models import plots as models_plots
-from labkit.parallelism import amdahl, crossover
+from labkit.parallelism import amdahl, crossover, threads
 from labkit.parallelism import plots as parallelism_plots
 from labkit.parallelism import sweep as parallel
 from labkit.roofline import measure as roofline_measure
 from labkit.roofline import model as roofline
 from labkit.roofline import plots as roofline_plots
 from labkit.timing import bench as timing
-from labkit.timing import pitfalls, sync
+from labkit.timing import pitfalls, sync, synchronizers
 from labkit.timing import plots as timing_plots
 
 pytest.importorskip("torch")
@@ -503,27 +504,27 @@ CASES: list[Case] = [
         {"gb_per_s": not_numbers},
     ),
     case(
-        "bandwidth.check_device",
-        bandwidth.check_device,
+        "bw_sizes.check_device",
+        bw_sizes.check_device,
         {"device": "cpu"},
         {"device": st.one_of(bad_device, st.none())},
     ),
-    case("bandwidth.cache_sizes", bandwidth.cache_sizes, {"device": "cpu"}, {"device": bad_device}),
+    case("bw_sizes.cache_sizes", bw_sizes.cache_sizes, {"device": "cpu"}, {"device": bad_device}),
     case(
-        "bandwidth.dram_bytes_per_array",
-        bandwidth.dram_bytes_per_array,
+        "bw_sizes.dram_bytes_per_array",
+        bw_sizes.dram_bytes_per_array,
         {"device": "cpu"},
         {"device": bad_device},
     ),
     case(
-        "bandwidth.default_sizes",
-        bandwidth.default_sizes,
+        "bw_sizes.default_sizes",
+        bw_sizes.default_sizes,
         {"device": "cpu", "points_per_decade": 4},
         {"device": bad_device, "points_per_decade": bad_positive_int},
     ),
     case(
-        "bandwidth.log_sizes",
-        bandwidth.log_sizes,
+        "bw_sizes.log_sizes",
+        bw_sizes.log_sizes,
         {"low_bytes": 4096, "high_bytes": 2**20, "points_per_decade": 4},
         {
             "low_bytes": bad_positive_int,
@@ -692,8 +693,8 @@ CASES: list[Case] = [
         run_valid=False,
     ),
     case(
-        "transfers.balance_repeats",
-        transfers.balance_repeats,
+        "overlap.balance_repeats",
+        overlap.balance_repeats,
         {"copy_ms": 2.0, "pass_ms": 1.0, "limit": 1000},
         {
             "copy_ms": st.one_of(bad_real, st.floats(max_value=0.0)),
@@ -702,8 +703,8 @@ CASES: list[Case] = [
         },
     ),
     case(
-        "transfers.copy_compute_overlap",
-        transfers.copy_compute_overlap,
+        "overlap.copy_compute_overlap",
+        overlap.copy_compute_overlap,
         {
             "n_chunks": 2,
             "chunk_bytes": 4096,
@@ -746,7 +747,7 @@ CASES: list[Case] = [
         guards=("torch.ones", "torch.empty"),
     ),
     # ----------------------------------------------------------------- parallel
-    case("parallel.torch_threads", parallel.torch_threads, {"n": 1}, {"n": bad_positive_int}),
+    case("threads.torch_threads", threads.torch_threads, {"n": 1}, {"n": bad_positive_int}),
     case(
         "parallel.backend_label",
         parallel.backend_label,
@@ -1240,7 +1241,7 @@ CASES: list[Case] = [
     case(
         "sync.merge",
         sync.merge,
-        {"found": [sync.HostSync()], "ambient": ()},
+        {"found": [synchronizers.HostSync()], "ambient": ()},
         {
             "found": st.one_of(
                 st.integers(), st.text(min_size=1), st.lists(st.integers(), min_size=1, max_size=2)
@@ -1251,13 +1252,13 @@ CASES: list[Case] = [
     case(
         "sync.refine",
         sync.refine,
-        {"group": sync.SyncGroup(sync.HostSync()), "result": None},
+        {"group": sync.SyncGroup(synchronizers.HostSync()), "result": None},
         {"group": not_numbers},
     ),
     case(
         "sync.SyncGroup",
         sync.SyncGroup,
-        {"primary": sync.HostSync(), "extras": ()},
+        {"primary": synchronizers.HostSync(), "extras": ()},
         {
             "primary": not_numbers,
             "extras": st.one_of(
@@ -1266,29 +1267,29 @@ CASES: list[Case] = [
         },
     ),
     case(
-        "sync.TorchCudaSync",
-        sync.TorchCudaSync,
+        "synchronizers.TorchCudaSync",
+        synchronizers.TorchCudaSync,
         {"index": None},
         {"index": st.one_of(st.integers(max_value=-1), st.text(), st.floats(), st.booleans())},
         run_valid=False,
     ),
     case(
-        "sync.TorchXpuSync",
-        sync.TorchXpuSync,
+        "synchronizers.TorchXpuSync",
+        synchronizers.TorchXpuSync,
         {"index": None},
         {"index": st.one_of(st.integers(max_value=-1), st.text(), st.floats())},
         run_valid=False,
     ),
     case(
-        "sync.CupySync",
-        sync.CupySync,
+        "synchronizers.CupySync",
+        synchronizers.CupySync,
         {"index": None},
         {"index": st.one_of(st.integers(max_value=-1), st.text(), st.floats())},
         run_valid=False,
     ),
     case(
-        "sync.TensorFlowSync",
-        sync.TensorFlowSync,
+        "synchronizers.TensorFlowSync",
+        synchronizers.TensorFlowSync,
         {"device_name": None},
         {
             "device_name": st.one_of(
@@ -1299,8 +1300,8 @@ CASES: list[Case] = [
         run_valid=False,
     ),
     case(
-        "sync.cpu_last_level_cache_bytes",
-        sync.cpu_last_level_cache_bytes,
+        "synchronizers.cpu_last_level_cache_bytes",
+        synchronizers.cpu_last_level_cache_bytes,
         {"sysfs": Path("/nonexistent")},
         {"sysfs": st.one_of(st.none(), st.integers(), st.lists(st.text()))},
     ),
@@ -1748,7 +1749,7 @@ def _guarded(targets: tuple[str, ...]) -> Iterator[None]:
 
 
 #: Functions that return a context manager: it is entered and left too.
-CONTEXT_MANAGERS = ("parallel.torch_threads", "roofline_measure.tf32_mode")
+CONTEXT_MANAGERS = ("threads.torch_threads", "roofline_measure.tf32_mode")
 
 
 def _call(c: Case, kwargs: dict[str, Any]) -> Any:
@@ -1779,7 +1780,7 @@ def test_every_public_function_in_scope_has_a_row() -> None:
         "strided.strided_read",
         "transfers.device_copy",
         "transfers.host_device_sweep",
-        "transfers.copy_compute_overlap",
+        "overlap.copy_compute_overlap",
         "pipeline.pipeline_breakdown",
         "parallel.sweep_add",
         "parallel.sweep_matmul",
@@ -2126,8 +2127,8 @@ def test_parse_smi_output_reads_what_nvidia_smi_writes(gpus) -> None:
 @given(low=st.integers(1, 2**40), span=st.integers(0, 2**40), ppd=st.integers(1, 12))
 def test_log_sizes_stay_within_the_range_in_4_kib_steps(low: int, span: int, ppd: int) -> None:
     high = low + span
-    sizes = bandwidth.log_sizes(low, high, points_per_decade=ppd)
-    step = bandwidth.MIN_BYTES_PER_ARRAY
+    sizes = bw_sizes.log_sizes(low, high, points_per_decade=ppd)
+    step = bw_sizes.MIN_BYTES_PER_ARRAY
     assert list(sizes) == sorted(set(sizes))
     assert all(s % step == 0 for s in sizes)
     assert sizes[0] >= low and sizes[-1] == -(-high // step) * step
@@ -2165,7 +2166,7 @@ def test_expected_slowdown_grows_then_flattens_at_one_line_per_value(s1, s2, ite
     limit=st.integers(1, 10**6),
 )
 def test_balance_repeats_stays_between_one_and_the_limit(copy_ms, pass_ms, limit) -> None:
-    repeats = transfers.balance_repeats(copy_ms, pass_ms, limit=limit)
+    repeats = overlap.balance_repeats(copy_ms, pass_ms, limit=limit)
     assert 1 <= repeats <= limit
 
 

@@ -1137,7 +1137,7 @@ CASES: list[Case] = [
         run_valid=True,
     ),
     Case(
-        "labkit.kernels.tuning:tune_transpose",
+        "labkit.kernels.autotune:tune_transpose",
         {"n": 64},
         {
             "n": bad_int(16, 32768),
@@ -1155,7 +1155,7 @@ CASES: list[Case] = [
         },
     ),
     Case(
-        "labkit.kernels.tuning:tune_sgemm",
+        "labkit.kernels.autotune:tune_sgemm",
         {"n": 2048},
         {
             "n": bad_int(64, 16384),
@@ -2098,7 +2098,8 @@ def test_tuning_results_do_not_depend_on_the_order_of_the_cache(
 @settings(max_examples=30, deadline=None)
 @given(order=st.randoms(use_true_random=False))
 def test_tune_params_checks_agree_under_permutation(order: Any) -> None:
-    from labkit.kernels.tuning import SGEMM_TUNE_PARAMS, _check_tune_args
+    from labkit.kernels.autotune import _check_tune_args
+    from labkit.kernels.tuning import SGEMM_TUNE_PARAMS
 
     def shuffled(params: dict[str, Any]) -> dict[str, Any]:
         keys = list(params)

@@ -15,7 +15,8 @@ import warnings
 
 import pytest
 
-from labkit.bandwidth import pipeline, strided, transfers
+from labkit.bandwidth import overlap, pipeline, strided, transfers
+from labkit.bandwidth import sizes as bw_sizes
 from labkit.bandwidth import stream as bandwidth
 from labkit.bandwidth import sweep as stream_sweep
 from labkit.bandwidth.stream import BandwidthResult
@@ -117,7 +118,7 @@ def test_stream_kernel_runs_checks_and_counts(kernel: str) -> None:
         (lambda: stream_sweep.stream_sweep(sizes_bytes=[4]), ValueError, "sizes_bytes"),
         (lambda: stream_sweep.stream_sweep(sizes_bytes=[MiB], min_reps=0), ValueError, "min_reps"),
         (lambda: bandwidth.peak_bandwidth(kernels=("triad", "dot")), ValueError, "kernels"),
-        (lambda: bandwidth.default_sizes(points_per_decade=0), ValueError, "points_per_decade"),
+        (lambda: bw_sizes.default_sizes(points_per_decade=0), ValueError, "points_per_decade"),
     ],
 )
 def test_arguments_are_validated_by_name(call, error: type, name: str) -> None:
@@ -163,10 +164,10 @@ def test_default_sizes_are_one_fixed_grid_whatever_the_caches(
     monkeypatch: pytest.MonkeyPatch, caches: tuple
 ) -> None:
     """Issue 13: the grid must not depend on the machine, so every table has the same rows."""
-    monkeypatch.setattr(bandwidth, "cache_sizes", lambda device="cpu": caches)
-    sizes = bandwidth.default_sizes(points_per_decade=4)
+    monkeypatch.setattr(bw_sizes, "cache_sizes", lambda device="cpu": caches)
+    sizes = bw_sizes.default_sizes(points_per_decade=4)
     assert sizes[0] == 8 * KiB
-    assert sizes[-1] == 512 * MiB == bandwidth.dram_bytes_per_array()
+    assert sizes[-1] == 512 * MiB == bw_sizes.dram_bytes_per_array()
     assert len(sizes) == 21
     assert list(sizes) == sorted(set(sizes)) and all(s % 4096 == 0 for s in sizes)
     ratios = [b / a for a, b in zip(sizes, sizes[1:], strict=False)]
@@ -180,23 +181,23 @@ def test_dram_size_is_compared_with_all_the_last_level_cache(
 
     rule = "STREAM asks for at least 4×; below that, part of the traffic comes from cache"
     monkeypatch.setattr(cpu, "shared_last_level_cache_bytes", lambda cpus=None: 32 * MiB)
-    assert bandwidth.dram_cache_ratio() == 16.0
-    assert bandwidth.dram_cache_note() == f"16.0× the 32 MiB of last-level cache ({rule})"
+    assert bw_sizes.dram_cache_ratio() == 16.0
+    assert bw_sizes.dram_cache_note() == f"16.0× the 32 MiB of last-level cache ({rule})"
     # two 105 MiB sockets, and an array the budget shrank: the same sentence, other numbers
     monkeypatch.setattr(cpu, "shared_last_level_cache_bytes", lambda cpus=None: 210 * MiB)
-    assert bandwidth.dram_cache_note(bytes_per_array=128 * MiB) == (
+    assert bw_sizes.dram_cache_note(bytes_per_array=128 * MiB) == (
         f"0.6× the 210 MiB of last-level cache ({rule})"
     )
     monkeypatch.setattr(cpu, "shared_last_level_cache_bytes", lambda cpus=None: None)
-    monkeypatch.setattr(bandwidth, "cache_sizes", lambda device="cpu": ())
-    assert bandwidth.dram_cache_ratio() is None
-    assert bandwidth.dram_cache_note() == f"of unknown size against the last-level cache ({rule})"
+    monkeypatch.setattr(bw_sizes, "cache_sizes", lambda device="cpu": ())
+    assert bw_sizes.dram_cache_ratio() is None
+    assert bw_sizes.dram_cache_note() == f"of unknown size against the last-level cache ({rule})"
 
 
 def test_log_sizes_validates() -> None:
-    assert bandwidth.log_sizes(4096, 4096) == (4096,)
+    assert bw_sizes.log_sizes(4096, 4096) == (4096,)
     with pytest.raises(ValueError, match="high_bytes"):
-        bandwidth.log_sizes(8192, 4096)
+        bw_sizes.log_sizes(8192, 4096)
 
 
 # --------------------------------------------------------------------------- the memory guard
@@ -368,7 +369,7 @@ def test_pipeline_accepts_a_function_and_rejects_unknown_ops() -> None:
     [
         lambda: transfers.device_copy(device="cpu"),
         lambda: transfers.host_device_sweep(device="cpu"),
-        lambda: transfers.copy_compute_overlap(device="cpu"),
+        lambda: overlap.copy_compute_overlap(device="cpu"),
         lambda: transfers.theoretical_peak_gb_per_s("cpu"),
     ],
 )
@@ -378,18 +379,18 @@ def test_gpu_only_probes_say_they_need_a_gpu(call) -> None:
 
 
 def test_balance_repeats() -> None:
-    assert transfers.balance_repeats(1.0, 0.1) == 10
-    assert transfers.balance_repeats(0.01, 1.0) == 1
-    assert transfers.balance_repeats(1000.0, 0.001) == 1000
+    assert overlap.balance_repeats(1.0, 0.1) == 10
+    assert overlap.balance_repeats(0.01, 1.0) == 1
+    assert overlap.balance_repeats(1000.0, 0.001) == 1000
     with pytest.raises(ValueError, match="pass_ms"):
-        transfers.balance_repeats(1.0, 0.0)
+        overlap.balance_repeats(1.0, 0.0)
 
 
 def test_overlap_result_arithmetic() -> None:
     def t(ms: float) -> Timing:
         return Timing((ms, ms, ms), device="cuda:0")
 
-    result = transfers.OverlapResult(
+    result = overlap.OverlapResult(
         "cuda:0",
         8,
         64 * MiB,

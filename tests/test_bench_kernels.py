@@ -18,7 +18,7 @@ import pytest
 
 import labkit.machine.memory
 from labkit.cli.bench import kernels as bench_kernels
-from labkit.kernels import cupy_run, experiments, tuning
+from labkit.kernels import autotune, cupy_run, experiments, tuning
 from labkit.kernels import cupy_run as cupy_run_
 from labkit.machine import reference
 
@@ -75,8 +75,8 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeCupy:
         return search
 
     monkeypatch.setattr(bench_kernels, "kernel_tuner_available", lambda: True)
-    monkeypatch.setattr(tuning, "tune_transpose", fake_search("transpose"))
-    monkeypatch.setattr(tuning, "tune_sgemm", fake_search("sgemm"))
+    monkeypatch.setattr(autotune, "tune_transpose", fake_search("transpose"))
+    monkeypatch.setattr(autotune, "tune_sgemm", fake_search("sgemm"))
     return fake
 
 

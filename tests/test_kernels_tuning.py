@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import labkit.machine.memory
-from labkit.kernels import cupy_run, tuning
+from labkit.kernels import autotune, cupy_run, tuning
 from labkit.kernels import plots as kernels_plots
 
 kt_util = pytest.importorskip("kernel_tuner.util")
@@ -306,7 +306,7 @@ def _out(answer: list[Any]) -> int:
 
 
 def test_tune_transpose_passes_a_consistent_problem(fake_tuner: list[dict[str, Any]]) -> None:
-    result = tuning.tune_transpose(64)
+    result = autotune.tune_transpose(64)
     call = fake_tuner[0]
     assert call["kernel_name"] == "transpose_padded" and call["problem_size"] == (64, 64)
     assert call["block_size_names"] == ["TILE_DIM", "BLOCK_ROWS"]
@@ -320,7 +320,7 @@ def test_tune_transpose_passes_a_consistent_problem(fake_tuner: list[dict[str, A
 
 
 def test_tune_sgemm_checks_and_passes_the_problem(fake_tuner: list[dict[str, Any]]) -> None:
-    result = tuning.tune_sgemm(256)
+    result = autotune.tune_sgemm(256)
     call = fake_tuner[0]
     assert (
         call["kernel_name"] == "sgemm_tiled"
@@ -331,9 +331,9 @@ def test_tune_sgemm_checks_and_passes_the_problem(fake_tuner: list[dict[str, Any
     np.testing.assert_allclose(call["answer"][2], a @ b, rtol=1e-4, atol=1e-4)
     assert len(result.configs) == 19
     with pytest.raises(ValueError, match="multiple of every BM searched"):
-        tuning.tune_sgemm(320)
+        autotune.tune_sgemm(320)
     with pytest.raises(ValueError, match="tune_params must give BM, BN, BK"):
-        tuning.tune_sgemm(256, tune_params={"BM": (64,)})
+        autotune.tune_sgemm(256, tune_params={"BM": (64,)})
 
 
 def test_tuning_without_a_gpu_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -341,7 +341,7 @@ def test_tuning_without_a_gpu_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) 
     if cupy.is_available():  # pragma: no cover
         pytest.skip("this machine has a GPU")
     with pytest.raises(cupy_run.NoCudaGpuError, match="tuning the transpose"):
-        tuning.tune_transpose()
+        autotune.tune_transpose()
 
 
 def test_a_failing_search_says_what_kernel_tuner_printed(
@@ -359,12 +359,12 @@ def test_a_failing_search_says_what_kernel_tuner_printed(
         match=r"(?s)Kernel Tuner failed on transpose_padded: RuntimeError: "
         r"NVRTC_ERROR_COMPILATION\nits last output:\n.*'oops'",
     ):
-        tuning.tune_transpose(64)
+        autotune.tune_transpose(64)
 
 
 @pytest.mark.skipif(not cupy_run.cupy_gpu_available(), reason="needs a CUDA GPU that CuPy can use")
 def test_gpu_kernel_tuner_search(tmp_path: Path) -> None:  # pragma: no cover - GPU machines
-    result = tuning.tune_transpose(256, tune_params={"TILE_DIM": (16, 32), "BLOCK_ROWS": (4, 8)})
+    result = autotune.tune_transpose(256, tune_params={"TILE_DIM": (16, 32), "BLOCK_ROWS": (4, 8)})
     assert len(result.valid) == 4 and result.best.time_ms > 0
     saved = tuning.record_cache(result.path, "transpose", directory=tmp_path)
     assert tuning.replay(saved).best.params == result.best.params

@@ -52,6 +52,7 @@ from typing import Any
 
 import pytest
 
+from labkit.bandwidth import transfers as transfers_
 from labkit.batching import memory_fit
 from labkit.kernels import experiments
 from labkit.machine import memory
@@ -684,7 +685,7 @@ def test_host_device_sweep_ends_cleanly_when_memory_runs_out(
             raise _oom("a staging buffer")
         return _fake_row(f"{direction} {kind}", size, device)
 
-    monkeypatch.setattr(transfers, "_require_cuda", lambda device, what: "cuda:0")
+    monkeypatch.setattr(transfers_, "require_cuda", lambda device, what: "cuda:0")
     monkeypatch.setattr(torch, "empty", empty)
     monkeypatch.setattr(torch, "ones", ones)
     monkeypatch.setattr(transfers, "_transfer_row", row)

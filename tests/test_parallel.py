@@ -23,6 +23,7 @@ from labkit.core import units as rates
 from labkit.parallelism import (
     crossover,
     plots,  # noqa: E402
+    threads,
 )
 from labkit.parallelism import sweep as parallel
 from labkit.timing.bench import Timing  # noqa: E402
@@ -50,7 +51,7 @@ def test_measurement_modules_import_no_framework() -> None:
 def test_torch_threads_sets_and_restores() -> None:
     before = torch.get_num_threads()
     target = 1 if before != 1 else 2
-    with parallel.torch_threads(target):
+    with threads.torch_threads(target):
         assert torch.get_num_threads() == target
     assert torch.get_num_threads() == before
 
@@ -58,7 +59,7 @@ def test_torch_threads_sets_and_restores() -> None:
 def test_torch_threads_restores_when_the_block_raises() -> None:
     before = torch.get_num_threads()
     with pytest.raises(ZeroDivisionError):
-        with parallel.torch_threads(1 if before != 1 else 2):
+        with threads.torch_threads(1 if before != 1 else 2):
             1 / 0  # noqa: B018
     assert torch.get_num_threads() == before
 
@@ -66,12 +67,12 @@ def test_torch_threads_restores_when_the_block_raises() -> None:
 @pytest.mark.parametrize("bad", [0, -2, 1.5, True, "2"])
 def test_torch_threads_validates_n(bad: object) -> None:
     with pytest.raises((TypeError, ValueError), match="n must be a positive integer"):
-        with parallel.torch_threads(bad):  # type: ignore[arg-type]
+        with threads.torch_threads(bad):  # type: ignore[arg-type]
             pass
 
 
 def test_cpu_threads_is_positive() -> None:
-    assert parallel.cpu_threads() >= 1
+    assert threads.cpu_threads() >= 1
 
 
 # --------------------------------------------------------------------------- sweeps

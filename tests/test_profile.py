@@ -18,10 +18,10 @@ from types import SimpleNamespace
 import pytest
 
 from labkit import notebook
-from labkit.bandwidth import stream as bandwidth
+from labkit.bandwidth import sizes
 from labkit.machine import gpu, memory, nvidia, profile
 from labkit.machine.memory import MemoryBudgetError, MemoryBudgetWarning
-from labkit.parallelism import sweep as parallel
+from labkit.parallelism import threads
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / "tools"
@@ -85,7 +85,7 @@ def test_free_memory_is_the_profile_s_whatever_is_free(
     assert memory.available_bytes("cpu") == 6 * GiB
     assert memory.budget_bytes() == int(6 * GiB * memory.DEFAULT_FRACTION)
     # so the STREAM grid fits the same way on every machine: all 21 sizes, 3 arrays each
-    kept, dropped = memory.fit_sizes(bandwidth.default_sizes(), arrays=3)
+    kept, dropped = memory.fit_sizes(sizes.default_sizes(), arrays=3)
     assert len(kept) == 21 and dropped == ()
 
 
@@ -111,9 +111,9 @@ def test_threads_are_the_profile_s_even_on_one_cpu(
     monkeypatch: pytest.MonkeyPatch, reference: profile.Profile
 ) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
-    assert parallel.cpu_threads() == 2
+    assert threads.cpu_threads() == 2
     monkeypatch.delenv(profile.ENV_VAR)
-    assert parallel.cpu_threads() == 1
+    assert threads.cpu_threads() == 1
 
 
 def test_a_hidden_gpu_is_no_gpu(

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from labkit.core.optional import import_tensorflow, is_installed
-from labkit.timing import sync
+from labkit.timing import sync, synchronizers
 from labkit.timing.bench import bench
 
 
@@ -49,7 +49,7 @@ def test_is_host_device(name, host):
 def test_supports_events():
     assert sync.supports_events(EventSync("x"))
     assert not sync.supports_events(NamedSync("x"))
-    assert not sync.supports_events(sync.HostSync())
+    assert not sync.supports_events(synchronizers.HostSync())
 
 
 def test_protocols_recognise_fakes():
@@ -62,8 +62,8 @@ def test_protocols_recognise_fakes():
 
 
 def test_resolve_cpu_and_fake_devices():
-    assert isinstance(sync.resolve_device("cpu"), sync.HostSync)
-    assert isinstance(sync.resolve_device(" CPU "), sync.HostSync)
+    assert isinstance(sync.resolve_device("cpu"), synchronizers.HostSync)
+    assert isinstance(sync.resolve_device(" CPU "), synchronizers.HostSync)
     fake = NamedSync("fake:0")
     assert sync.resolve_device(fake) is fake
 
@@ -106,7 +106,7 @@ def test_cupy_without_a_gpu_says_so():
 
 
 def test_merge_prefers_gpu_data_and_keeps_ambient_as_extras():
-    group = sync.merge([sync.HostSync(), NamedSync("cuda:0")], [NamedSync("cupy:0")])
+    group = sync.merge([synchronizers.HostSync(), NamedSync("cuda:0")], [NamedSync("cupy:0")])
     assert group.primary.name == "cuda:0"
     assert [s.name for s in group.extras] == ["cupy:0"]
     assert group.name == "cuda:0 (+ synced cupy:0)"
@@ -190,16 +190,16 @@ def test_last_level_cache_is_the_largest_in_sysfs(tmp_path):
     for i, size in enumerate(["32K", "1024K", "32768K", "48K"]):
         (tmp_path / f"index{i}").mkdir()
         (tmp_path / f"index{i}" / "size").write_text(size + "\n")
-    assert sync.cpu_last_level_cache_bytes(tmp_path) == 32 * 2**20
+    assert synchronizers.cpu_last_level_cache_bytes(tmp_path) == 32 * 2**20
 
 
 def test_last_level_cache_defaults_to_64_mib(tmp_path):
-    assert sync.cpu_last_level_cache_bytes(tmp_path / "missing") == 64 * 2**20
+    assert synchronizers.cpu_last_level_cache_bytes(tmp_path / "missing") == 64 * 2**20
 
 
 def test_host_flusher_writes_twice_the_cache(monkeypatch):
-    monkeypatch.setattr(sync, "cpu_last_level_cache_bytes", lambda: 1000)
-    flush = sync.HostSync().cache_flusher()
+    monkeypatch.setattr(synchronizers, "cpu_last_level_cache_bytes", lambda: 1000)
+    flush = synchronizers.HostSync().cache_flusher()
     flush()
     buffer = flush.__closure__[0].cell_contents  # type: ignore[index]
     assert buffer.nbytes == 2000 and not buffer.any()

@@ -518,9 +518,9 @@ def test_flush_l2_without_support_is_a_clear_error(rig):
 
 
 def test_flush_l2_on_the_cpu_writes_a_buffer(monkeypatch):
-    import labkit.timing.sync
+    import labkit.timing.synchronizers
 
-    monkeypatch.setattr(labkit.timing.sync, "cpu_last_level_cache_bytes", lambda: 4096)
+    monkeypatch.setattr(labkit.timing.synchronizers, "cpu_last_level_cache_bytes", lambda: 4096)
     t = bench(lambda: None, warmup_ms=0.1, rep_ms=0.5, flush_l2=True, device="cpu", warn=False)
     assert t.device == "cpu" and t.n >= 5
 

@@ -16,7 +16,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from labkit.bandwidth import transfers
+from labkit.bandwidth import overlap, transfers
+from labkit.bandwidth import transfers as transfers_
 
 MiB = 1024**2
 
@@ -83,7 +84,8 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> dict:
     props = SimpleNamespace(
         L2_cache_size=4 * MiB, memory_clock_rate=2_619_000, memory_bus_width=5120
     )
-    monkeypatch.setattr(transfers, "_require_cuda", lambda device, what: "cpu")
+    monkeypatch.setattr(transfers_, "require_cuda", lambda device, what: "cpu")
+    monkeypatch.setattr(overlap, "require_cuda", lambda device, what: "cpu")
     monkeypatch.setattr(torch.cuda, "Stream", side_stream)
     monkeypatch.setattr(torch.cuda, "stream", stream)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: state["current"])
@@ -127,7 +129,7 @@ def test_host_device_sweep_covers_every_combination(fake_cuda: dict) -> None:
 
 
 def test_overlap_copies_on_the_side_stream_and_waits_per_chunk(fake_cuda: dict) -> None:
-    result = transfers.copy_compute_overlap(3, 64 * 1024, "cuda", rep_ms=2)
+    result = overlap.copy_compute_overlap(3, 64 * 1024, "cuda", rep_ms=2)
     assert result.n_chunks == 3 and result.chunk_bytes == 64 * 1024
     assert result.compute_repeats >= 1
     for timing in (result.copy, result.compute, result.serialized, result.overlapped):
@@ -144,8 +146,8 @@ def test_overlap_copies_on_the_side_stream_and_waits_per_chunk(fake_cuda: dict) 
 
 def test_overlap_validates(fake_cuda: dict) -> None:
     with pytest.raises(ValueError, match="n_chunks"):
-        transfers.copy_compute_overlap(1, 64 * 1024, "cuda")
+        overlap.copy_compute_overlap(1, 64 * 1024, "cuda")
     with pytest.raises(ValueError, match="chunk_bytes"):
-        transfers.copy_compute_overlap(2, 100, "cuda")
+        overlap.copy_compute_overlap(2, 100, "cuda")
     with pytest.raises(ValueError, match="compute_repeats"):
-        transfers.copy_compute_overlap(2, 64 * 1024, "cuda", compute_repeats=0)
+        overlap.copy_compute_overlap(2, 64 * 1024, "cuda", compute_repeats=0)

@@ -9,23 +9,14 @@
 
 from __future__ import annotations
 
+from labkit.bandwidth.overlap import copy_compute_overlap
 from labkit.bandwidth.pipeline import PipelineBreakdown, pipeline_breakdown
 from labkit.bandwidth.plots import plot_pipeline, plot_stream_sweep, plot_strided
-from labkit.bandwidth.stream import (
-    KERNELS,
-    BandwidthResult,
-    dram_cache_note,
-    peak_bandwidth,
-    stream_kernel,
-)
+from labkit.bandwidth.sizes import dram_cache_note
+from labkit.bandwidth.stream import KERNELS, BandwidthResult, peak_bandwidth, stream_kernel
 from labkit.bandwidth.strided import StridedResult, strided_read
 from labkit.bandwidth.sweep import StreamSweep, stream_sweep
-from labkit.bandwidth.transfers import (
-    copy_compute_overlap,
-    device_copy,
-    host_device_sweep,
-    theoretical_peak_gb_per_s,
-)
+from labkit.bandwidth.transfers import device_copy, host_device_sweep, theoretical_peak_gb_per_s
 
 __all__ = [
     "BandwidthResult",

@@ -6,7 +6,7 @@ step and the whole, so a notebook can show *when* that picture is a trap:
 for a one-pass operation (``x * 2``) the two copies over PCIe take far
 longer than the compute on the GPU, while a matmul of the same data is
 compute-bound and the transfers fade. The fix is to keep data resident on
-the GPU and overlap what must move (:func:`labkit.bandwidth.transfers.copy_compute_overlap`).
+the GPU and overlap what must move (:func:`labkit.bandwidth.overlap.copy_compute_overlap`).
 
 On a CPU-only machine the same function runs and says honestly what it
 measures: there is no transfer at all, only a memcpy standing in for one.
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.bandwidth.stream import check_device
+from labkit.bandwidth.sizes import check_device
 from labkit.core.units import format_bytes
 from labkit.core.validate import check_int, check_ms
 from labkit.machine import memory as _memory

@@ -51,6 +51,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from labkit.bandwidth.sizes import MIN_BYTES_PER_ARRAY, check_device, dram_bytes_per_array
 from labkit.core.validate import check_int, check_ms
 from labkit.machine import memory as _memory
 from labkit.machine.memory import (
@@ -92,8 +93,6 @@ _EXPECTED: dict[str, float] = {
     "triad": _B + SCALAR * _C,
 }
 
-#: Smallest array labkit measures: below this a call is all overhead.
-MIN_BYTES_PER_ARRAY = 4096
 #: Bytes one timed sample should move at least: tiny arrays are run many times per sample.
 _SAMPLE_TARGET_BYTES = {"cpu": 8 * 1024**2, "cuda": 64 * 1024**2}
 _MAX_CALLS_PER_SAMPLE = 10_000
@@ -230,158 +229,7 @@ def check_kernels(kernels: Any) -> tuple[str, ...]:
     return tuple(k for k in KERNELS if k in chosen)  # STREAM's order, no duplicates
 
 
-def check_device(device: Any) -> str:
-    """Normalise ``device`` to "cpu" or "cuda:N"; a CUDA device must exist here.
-
-    Only CUDA counts as a GPU for these probes (they time with CUDA events
-    and read CUDA's memory info).
-    """
-    if not isinstance(device, str) and type(device).__module__.startswith("torch"):
-        device = str(device)  # torch.device("cuda:0") -> "cuda:0"
-    kind, index = _memory.parse_device(device)
-    if kind == "cpu":
-        return "cpu"
-    from labkit.core.optional import import_optional
-
-    torch = import_optional("torch", "GPU bandwidth probes")
-    if not torch.cuda.is_available():
-        raise ValueError(
-            f"device={device!r} but torch sees no CUDA GPU here; use device='cpu', or gate the "
-            "cell with `if labkit.require_gpu(...)`. `labkit doctor` explains why no GPU is visible."
-        )
-    index = torch.cuda.current_device() if index is None else index
-    if index >= torch.cuda.device_count():
-        raise ValueError(
-            f"device={device!r} but only {torch.cuda.device_count()} CUDA device(s) exist here"
-        )
-    return f"cuda:{index}"
-
-
 # --------------------------------------------------------------------------- caches and sizes
-
-
-def cache_sizes(device: str = "cpu") -> tuple[tuple[str, int], ...]:
-    """The caches a sweep crosses, smallest first: (("L1d", bytes), ("L2", ...), ("L3", ...)).
-
-    CPU sizes come from :func:`labkit.machine.cpu.cpu_info` (per core for L1d and L2,
-    shared for L3); a GPU has one L2 shared by all its SMs. Unknown levels are
-    left out.
-    """
-    device = check_device(device)
-    if device == "cpu":
-        from labkit.machine.cpu import cpu_info
-
-        info = cpu_info()
-        levels = (
-            ("L1d", info.l1d_cache_bytes),
-            ("L2", info.l2_cache_bytes),
-            ("L3", info.l3_cache_bytes),
-        )
-        return tuple((name, int(size)) for name, size in levels if size)
-    import torch
-
-    l2 = int(getattr(torch.cuda.get_device_properties(torch.device(device)), "L2_cache_size", 0))
-    return (("L2", l2),) if l2 > 0 else ()
-
-
-#: Bytes per array that live in main memory (DRAM or HBM), not in a cache: fixed, not read
-#: from the machine, so a sweep has the same rows everywhere (issue 13). STREAM asks for
-#: arrays of at least 4× the last-level cache: 512 MiB meets that for CPU caches up to
-#: 128 MiB in all, and 2 GiB for GPU L2s up to 512 MiB. A CPU with more last-level cache
-#: (all its slices and sockets count) serves part of the traffic from cache:
-#: :func:`dram_cache_note` says how the array compares.
-DRAM_BYTES_PER_ARRAY: dict[str, int] = {"cpu": 512 * 1024**2, "cuda": 2 * 1024**3}
-#: The smallest size of the default sweeps: within L1 on a CPU (every core since 2008
-#: has at least 32 KiB of L1d); where launch overhead rules on a GPU.
-SWEEP_LOW_BYTES: dict[str, int] = {"cpu": 8 * 1024, "cuda": 64 * 1024}
-
-
-def dram_bytes_per_array(device: str = "cpu") -> int:
-    """The array size labkit uses for main memory: 512 MiB on a CPU, 2 GiB on a GPU.
-
-    A fixed size, not one derived from this machine's caches, so that
-    every machine runs (and prints) the same sweep; see
-    :data:`DRAM_BYTES_PER_ARRAY` and :func:`dram_cache_ratio`.
-    """
-    device = check_device(device)
-    return DRAM_BYTES_PER_ARRAY["cpu" if device == "cpu" else "cuda"]
-
-
-def last_level_cache_bytes(device: str = "cpu") -> int | None:
-    """The last-level cache a STREAM run on ``device`` can use (None: unknown).
-
-    CPU: every instance the process's CPUs share, summed
-    (:func:`labkit.machine.cpu.shared_last_level_cache_bytes`: a 4-CCD EPYC has four
-    L3s), or the one :func:`cache_sizes` reports where sysfs says nothing.
-    GPU: its L2.
-    """
-    device = check_device(device)
-    if device == "cpu":
-        from labkit.machine.cpu import shared_last_level_cache_bytes
-
-        total = shared_last_level_cache_bytes()
-        if total:
-            return total
-    caches = dict(cache_sizes(device))
-    return max(caches.values()) if caches else None
-
-
-def dram_cache_ratio(device: str = "cpu", bytes_per_array: int | None = None) -> float | None:
-    """How many times an array (default :func:`dram_bytes_per_array`) exceeds the last-level cache.
-
-    STREAM's rule is at least 4× all the last-level cache the run uses:
-    below that, part of what is timed as main-memory bandwidth is cache
-    bandwidth. None where the cache size is unknown.
-    """
-    size = dram_bytes_per_array(device) if bytes_per_array is None else bytes_per_array
-    cache = last_level_cache_bytes(device)
-    return size / cache if cache else None
-
-
-def dram_cache_note(device: str = "cpu", bytes_per_array: int | None = None) -> str:
-    """The array against STREAM's 4× rule, in one sentence that has the same form on every machine.
-
-    "16.0× the 32 MiB of last-level cache ...": the ratio and the size are
-    this machine's; the rule and what breaking it means are always said, so
-    the reader judges the number, and the text's shape does not depend on it.
-    """
-    size = dram_bytes_per_array(device) if bytes_per_array is None else bytes_per_array
-    cache = last_level_cache_bytes(device)
-    rule = "STREAM asks for at least 4×; below that, part of the traffic comes from cache"
-    if not cache:
-        return f"of unknown size against the last-level cache ({rule})"
-    return f"{size / cache:.1f}× the {format_bytes(cache)} of last-level cache ({rule})"
-
-
-def default_sizes(device: str = "cpu", *, points_per_decade: int = 4) -> tuple[int, ...]:
-    """A fixed grid of bytes per array, log-spaced, in multiples of 4 KiB.
-
-    CPU: from 8 KiB (inside every L1d) to 512 MiB; GPU: from 64 KiB to
-    2 GiB (:func:`dram_bytes_per_array`). The grid is the same on every
-    machine: sizes that do not fit the memory budget stay in a sweep's table
-    as rows that say so, rather than changing the table's shape.
-    """
-    device = check_device(device)
-    points_per_decade = check_int("points_per_decade", points_per_decade, minimum=1)
-    low = SWEEP_LOW_BYTES["cpu" if device == "cpu" else "cuda"]
-    return log_sizes(low, dram_bytes_per_array(device), points_per_decade=points_per_decade)
-
-
-def log_sizes(low_bytes: int, high_bytes: int, *, points_per_decade: int = 4) -> tuple[int, ...]:
-    """Sizes from ``low_bytes`` to ``high_bytes``, evenly spaced on a log axis, 4 KiB multiples."""
-    low_bytes = check_int("low_bytes", low_bytes, minimum=1)
-    high_bytes = check_int("high_bytes", high_bytes, minimum=low_bytes)
-    points_per_decade = check_int("points_per_decade", points_per_decade, minimum=1)
-    steps = max(1, math.ceil(points_per_decade * math.log10(high_bytes / low_bytes)))
-    sizes = {
-        _round_up(round(low_bytes * (high_bytes / low_bytes) ** (k / steps)), MIN_BYTES_PER_ARRAY)
-        for k in range(steps + 1)
-    }
-    return tuple(sorted(sizes))
-
-
-def _round_up(value: int, multiple: int) -> int:
-    return max(multiple, -(-int(value) // multiple) * multiple)
 
 
 # --------------------------------------------------------------------------- buffers and kernels
@@ -619,15 +467,7 @@ __all__ = [
     "KERNELS",
     "BandwidthResult",
     "MemoryBudgetError",
-    "cache_sizes",
-    "check_device",
-    "default_sizes",
-    "dram_bytes_per_array",
-    "dram_cache_note",
-    "dram_cache_ratio",
-    "last_level_cache_bytes",
     "format_gb_per_s",
-    "log_sizes",
     "peak_bandwidth",
     "stream_bytes",
     "stream_kernel",

@@ -23,7 +23,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from labkit.bandwidth.stream import check_budget_ms, check_device, format_gb_per_s
+from labkit.bandwidth.sizes import check_device
+from labkit.bandwidth.stream import check_budget_ms, format_gb_per_s
 from labkit.core.progress import progress
 from labkit.core.units import format_bytes
 from labkit.core.validate import check_int, check_optional_bool
@@ -164,12 +165,12 @@ def _check_strides(strides: Any) -> tuple[int, ...]:
 def flush_bytes(device: str) -> int:
     """Size of the buffer ``bench(flush_l2=True)`` writes between calls (counted in the budget)."""
     if device == "cpu":
-        from labkit.timing.sync import cpu_last_level_cache_bytes
+        from labkit.timing.synchronizers import cpu_last_level_cache_bytes
 
         return 2 * cpu_last_level_cache_bytes()
     import torch
 
-    from labkit.timing.sync import DEFAULT_FLUSH_BYTES
+    from labkit.timing.synchronizers import DEFAULT_FLUSH_BYTES
 
     l2 = int(getattr(torch.cuda.get_device_properties(torch.device(device)), "L2_cache_size", 0))
     return 2 * l2 if l2 > 0 else DEFAULT_FLUSH_BYTES

@@ -13,18 +13,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.bandwidth import stream as _bandwidth
+from labkit.bandwidth.sizes import cache_sizes, check_device, default_sizes
 from labkit.bandwidth.stream import (
     ARRAYS,
     DTYPE,
     ITEMSIZE_BYTES,
     KERNELS,
     BandwidthResult,
-    cache_sizes,
     check_budget_ms,
-    check_device,
     check_kernel,
     check_kernels,
-    default_sizes,
     format_gb_per_s,
     measure_kernel,
 )
@@ -80,7 +78,7 @@ class StreamSweep:
     def peak(self, kernel: str | None = None, *, min_bytes_per_array: int = 0) -> BandwidthResult:
         """The fastest row (of ``kernel``, or of any), among arrays of at least ``min_bytes_per_array``.
 
-        ``sweep.peak("triad", min_bytes_per_array=labkit.bandwidth.stream.dram_bytes_per_array())``
+        ``sweep.peak("triad", min_bytes_per_array=labkit.bandwidth.sizes.dram_bytes_per_array())``
         is the main-memory plateau; ``sweep.peak()`` is usually a cache.
         """
         rows = self.rows if kernel is None else self.rows_for(kernel)

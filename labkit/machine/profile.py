@@ -13,7 +13,7 @@ a GPU runs the GPU cells. A profile pins those three inputs, so that every
 machine that can provide it produces the same structure:
 
 - ``threads``: torch's, OpenMP's, MKL's, OpenBLAS's and TensorFlow's thread
-  count, and what :func:`labkit.parallelism.sweep.cpu_threads` answers;
+  count, and what :func:`labkit.parallelism.threads.cpu_threads` answers;
 - ``host_memory_bytes``: the free host memory labkit sizes every buffer from
   (:func:`labkit.machine.memory.available_bytes`), whatever is really free, as long as
   the machine has at least that much free when the run starts;

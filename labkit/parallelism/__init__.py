@@ -10,7 +10,8 @@ from __future__ import annotations
 from labkit.parallelism.amdahl import ThreadScaling, amdahl_speedup, measure_thread_scaling
 from labkit.parallelism.crossover import launch_overhead
 from labkit.parallelism.plots import plot_amdahl, plot_size_sweep
-from labkit.parallelism.sweep import SizeSweep, cpu_threads, sweep_add, sweep_matmul, torch_threads
+from labkit.parallelism.sweep import SizeSweep, sweep_add, sweep_matmul
+from labkit.parallelism.threads import cpu_threads, torch_threads
 
 __all__ = [
     "SizeSweep",

@@ -25,7 +25,7 @@ from typing import Any
 from labkit.core.optional import import_optional
 from labkit.core.validate import check_ms, check_optional_bool, check_positive_int
 from labkit.machine.memory import check_memory_fits
-from labkit.parallelism.sweep import cpu_threads, torch_threads
+from labkit.parallelism.threads import cpu_threads, torch_threads
 from labkit.timing.bench import Timing, bench
 
 #: The built-in workloads of :func:`measure_thread_scaling`.

@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,8 +29,8 @@ from labkit.core.optional import import_optional
 from labkit.core.units import format_gflop_per_s, format_rate, round3
 from labkit.core.validate import check_ms, check_optional_bool, check_positive_int, check_sizes
 from labkit.machine import memory as _memory
-from labkit.machine import profile as _profile
 from labkit.parallelism.crossover import crossover_size
+from labkit.parallelism.threads import cpu_threads, torch_threads
 from labkit.timing.bench import Timing, bench
 
 #: The operations a size sweep can run.
@@ -64,54 +63,7 @@ _DTYPES = ("float32", "float64")
 #: a pure-Python call that would take too long.
 _GROWTH_EXPONENT = {"add": 1, "matmul": 3}
 
-
 # --------------------------------------------------------------------------- threads
-
-
-def cpu_threads() -> int:
-    """How many threads "all threads" means: the physical cores this process may use.
-
-    torch starts with one thread per physical core; hyper-threads share a
-    core's arithmetic units, so they add little to a matmul. In a container,
-    the CPUs the process is allowed on (its affinity) can be fewer still.
-    Under a profile (:mod:`labkit.machine.profile`) it is the profile's thread count,
-    so the thread counts a notebook compares are the same on every machine.
-    """
-    profile = _profile.active()
-    if profile is not None:
-        return profile.threads
-    from labkit.machine.cpu import allowed_cpus
-
-    affinity = allowed_cpus()
-    allowed = len(affinity) if affinity is not None else os.cpu_count() or 1
-    try:
-        import psutil
-
-        physical = psutil.cpu_count(logical=False)
-    except ImportError:
-        physical = None
-    return max(1, min(allowed, physical or allowed))
-
-
-def torch_threads(n: int) -> contextlib.AbstractContextManager[None]:
-    """Run the block with torch using ``n`` intra-op threads, then restore the previous count.
-
-    The count is restored even when the block raises: a notebook that
-    crashed half-way through a sweep must not leave torch on one thread for
-    every cell after it. ``n`` is checked on the call, before the ``with``.
-    """
-    return _torch_threads(check_positive_int("n", n))
-
-
-@contextlib.contextmanager
-def _torch_threads(n: int) -> Iterator[None]:
-    torch = import_optional("torch", "setting torch's thread count")
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 # --------------------------------------------------------------------------- results

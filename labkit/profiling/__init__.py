@@ -38,14 +38,8 @@ from labkit.profiling.tf_profile import (
     profile_keras_training,
     read_xplane,
 )
-from labkit.profiling.torch_profile import (
-    PHASES,
-    STABLE_OPS,
-    OpStat,
-    PhaseStat,
-    TorchProfile,
-    profile_training,
-)
+from labkit.profiling.torch_profile import profile_training
+from labkit.profiling.torch_results import PHASES, STABLE_OPS, OpStat, PhaseStat, TorchProfile
 from labkit.profiling.trace import TraceEventStat, TraceSummary, read_trace, summarize_trace
 
 __all__ = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit.profiling.torch_profile import PHASES, TorchProfile
+from labkit.profiling.torch_results import PHASES, TorchProfile
 
 
 def plot_phases(*profiles: TorchProfile, ax: Any = None) -> Any:

@@ -27,13 +27,13 @@ from labkit.core.validate import check_seed, check_torch_device
 from labkit.profiling.common import check_ms, check_positive_int
 from labkit.profiling.torch_profile import (
     PURPOSE,
-    TorchProfile,
     Trainer,
     check_memory,
     phase_at,
     phase_intervals,
     resolve_device,
 )
+from labkit.profiling.torch_results import TorchProfile
 from labkit.profiling.trace import complete_events, read_trace
 from labkit.timing.bench import Timing, format_duration
 

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labkit.bandwidth import overlap
+from labkit.bandwidth import sizes as bw_sizes
 from labkit.bandwidth import stream as _bandwidth
 from labkit.cli.bench import cstream as _cstream
 from labkit.core.units import format_bytes
@@ -121,7 +123,7 @@ def cpu_bytes_per_array(max_bytes: int | None = None, *, arrays: int = 3) -> tup
     """DRAM-sized bytes per array, at most ``max_bytes``, shrunk so ``arrays`` of them fit."""
     check_positive_int("arrays", arrays)
     notes: list[str] = []
-    wanted = _bandwidth.dram_bytes_per_array("cpu")
+    wanted = bw_sizes.dram_bytes_per_array("cpu")
     if max_bytes is not None:
         wanted = min(wanted, check_int("max_bytes", max_bytes, minimum=4096))
     size = _memory.fit_bytes(wanted, device="cpu", arrays=arrays)
@@ -129,7 +131,7 @@ def cpu_bytes_per_array(max_bytes: int | None = None, *, arrays: int = 3) -> tup
     if size < 4096:
         _memory.check_fits(wanted, device="cpu", arrays=arrays, what="labkit bench bandwidth")
     if size < wanted:
-        caches = dict(_bandwidth.cache_sizes("cpu"))
+        caches = dict(bw_sizes.cache_sizes("cpu"))
         last = max(caches.values()) if caches else None
         times = f", still {size / last:.1f}× the last-level cache" if last else ""
         notes.append(
@@ -279,10 +281,10 @@ def run_gpu(max_bytes: int | None = None) -> dict[str, Any]:
     """
     from labkit.bandwidth import strided, transfers
 
-    device = _bandwidth.check_device("cuda")
+    device = bw_sizes.check_device("cuda")
     size = None
     if max_bytes is not None:
-        size = min(_bandwidth.dram_bytes_per_array(device), max_bytes)
+        size = min(bw_sizes.dram_bytes_per_array(device), max_bytes)
         size = _memory.fit_bytes(size, device=device, arrays=2)
     d2d = transfers.device_copy(size, device)
     parts: dict[str, Any] = {"device": device, "d2d": d2d}
@@ -290,7 +292,7 @@ def run_gpu(max_bytes: int | None = None) -> dict[str, Any]:
     sizes = sorted({min(s, top) for s in (1024**2, 16 * 1024**2, 256 * 1024**2, 1024**3)})
     for name, run in (
         ("transfers", lambda: transfers.host_device_sweep(sizes, device, show_progress=False)),
-        ("overlap", lambda: transfers.copy_compute_overlap(device=device)),
+        ("overlap", lambda: overlap.copy_compute_overlap(device=device)),
         ("strided", lambda: strided.strided_read(device=device, show_progress=False)),
     ):
         try:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labkit.core.validate import check_flags
+from labkit.kernels import autotune
 
 #: The recording ``--record`` writes.
 REFERENCE_NAME = "kernels"
@@ -204,7 +205,6 @@ def measure(quick: bool = False, *, tune: bool = True) -> tuple[KernelsBenchResu
     check_flags(quick=quick, tune=tune)
     from labkit.kernels import cupy_run as run
     from labkit.kernels import experiments as kernel_experiments
-    from labkit.kernels import tuning
 
     start = time.monotonic()
     budget: dict[str, Any] = (
@@ -242,8 +242,8 @@ def measure(quick: bool = False, *, tune: bool = True) -> tuple[KernelsBenchResu
         )
     else:
         searches = {
-            "transpose": lambda: tuning.tune_transpose(1024 if quick else TUNE_TRANSPOSE_N),
-            "sgemm": lambda: tuning.tune_sgemm(
+            "transpose": lambda: autotune.tune_transpose(1024 if quick else TUNE_TRANSPOSE_N),
+            "sgemm": lambda: autotune.tune_sgemm(
                 256 if quick else TUNE_SGEMM_N, tune_params=_QUICK_SGEMM_PARAMS if quick else None
             ),
         }

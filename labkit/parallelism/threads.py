@@ -1,0 +1,57 @@
+"""How many threads a sweep may use, and a context manager that sets torch's for a block."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+from labkit.core.optional import import_optional
+from labkit.core.validate import check_positive_int
+from labkit.machine import profile as _profile
+
+
+def cpu_threads() -> int:
+    """How many threads "all threads" means: the physical cores this process may use.
+
+    torch starts with one thread per physical core; hyper-threads share a
+    core's arithmetic units, so they add little to a matmul. In a container,
+    the CPUs the process is allowed on (its affinity) can be fewer still.
+    Under a profile (:mod:`labkit.machine.profile`) it is the profile's thread count,
+    so the thread counts a notebook compares are the same on every machine.
+    """
+    profile = _profile.active()
+    if profile is not None:
+        return profile.threads
+    from labkit.machine.cpu import allowed_cpus
+
+    affinity = allowed_cpus()
+    allowed = len(affinity) if affinity is not None else os.cpu_count() or 1
+    try:
+        import psutil
+
+        physical = psutil.cpu_count(logical=False)
+    except ImportError:
+        physical = None
+    return max(1, min(allowed, physical or allowed))
+
+
+def torch_threads(n: int) -> contextlib.AbstractContextManager[None]:
+    """Run the block with torch using ``n`` intra-op threads, then restore the previous count.
+
+    The count is restored even when the block raises: a notebook that
+    crashed half-way through a sweep must not leave torch on one thread for
+    every cell after it. ``n`` is checked on the call, before the ``with``.
+    """
+    return _torch_threads(check_positive_int("n", n))
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int) -> Iterator[None]:
+    torch = import_optional("torch", "setting torch's thread count")
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
