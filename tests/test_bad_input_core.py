@@ -336,12 +336,12 @@ SEVERITIES = ("error", "warning", "info")
 CASES: list[Case] = [
     # ----------------------------------------------------------------- timing
     case(
-        "timing.format_duration",
-        timing.format_duration,
+        "units.format_duration",
+        rates.format_duration,
         {"ms": 1.5, "unit": None},
         {"ms": bad_real, "unit": bad_choice(("ns", "µs", "ms", "s")).filter(_no(None))},
     ),
-    case("timing.duration_unit", timing.duration_unit, {"ms": 1.5}, {"ms": bad_real}),
+    case("units.duration_unit", rates.duration_unit, {"ms": 1.5}, {"ms": bad_real}),
     case(
         "timing.quantile",
         timing.quantile,
@@ -418,8 +418,8 @@ CASES: list[Case] = [
     ),
     # ----------------------------------------------------------------- compare
     case(
-        "compare.format_speedup",
-        compare.format_speedup,
+        "units.format_speedup",
+        rates.format_speedup,
         {"speedup": 2.0},
         {"speedup": st.one_of(not_numbers, st.just(math.nan), negative_floats)},
     ),
@@ -498,8 +498,8 @@ CASES: list[Case] = [
         },
     ),
     case(
-        "bandwidth.format_gb_per_s",
-        bandwidth.format_gb_per_s,
+        "units.format_gb_per_s",
+        rates.format_gb_per_s,
         {"gb_per_s": 3.0},
         {"gb_per_s": not_numbers},
     ),
@@ -1769,7 +1769,7 @@ def test_every_public_function_in_scope_has_a_row() -> None:
     wanted = {
         "timing.bench",
         "timing.Timing",
-        "timing.format_duration",
+        "units.format_duration",
         "compare.compare",
         "device.device_report",
         "device.pick_device",
@@ -1853,10 +1853,10 @@ def test_quantile_is_monotone_in_q_and_between_the_samples(samples, q1, q2) -> N
 @PROPERTY_SETTINGS
 @given(ms=st.floats(min_value=1e-9, max_value=1e9))
 def test_format_duration_round_trips_within_three_digits(ms: float) -> None:
-    text = timing.format_duration(ms)
+    text = rates.format_duration(ms)
     number, unit = text.split(" ")
-    scale = dict(timing._UNITS_MS)[unit]
-    assert unit == timing.duration_unit(ms)
+    scale = dict(rates._UNITS_MS)[unit]
+    assert unit == rates.duration_unit(ms)
     assert math.isclose(float(number) * scale, ms, rel_tol=5e-3)
     assert len(number.replace(".", "").replace("-", "").lstrip("0")) >= 3 or float(number) >= 100
     if unit != "s":
@@ -1866,9 +1866,9 @@ def test_format_duration_round_trips_within_three_digits(ms: float) -> None:
 @PROPERTY_SETTINGS
 @given(ms=st.floats(min_value=1e-6, max_value=1e6), unit=st.sampled_from(["ns", "µs", "ms", "s"]))
 def test_format_duration_in_a_fixed_unit_round_trips(ms: float, unit: str) -> None:
-    number, shown = timing.format_duration(ms, unit).split(" ")
+    number, shown = rates.format_duration(ms, unit).split(" ")
     assert shown == unit
-    scale = dict(timing._UNITS_MS)[unit]
+    scale = dict(rates._UNITS_MS)[unit]
     assert math.isclose(float(number) * scale, ms, rel_tol=5e-3, abs_tol=scale * 1e-2)
 
 
@@ -1893,7 +1893,7 @@ def test_compare_speedups_are_baseline_over_row(medians: list[float], data: Any)
 @PROPERTY_SETTINGS
 @given(speedup=st.floats(min_value=0.0, max_value=1e12))
 def test_format_speedup_reads_back(speedup: float) -> None:
-    text = compare.format_speedup(speedup)
+    text = rates.format_speedup(speedup)
     assert text.endswith("×")
     assert math.isclose(float(text[:-1]), speedup, rel_tol=1e-2, abs_tol=0.005)
 
@@ -2081,7 +2081,7 @@ def test_format_bytes_reads_back_within_three_digits(n: int) -> None:
 @PROPERTY_SETTINGS
 @given(gb=st.floats(min_value=0.0, max_value=1e6))
 def test_format_gb_per_s_reads_back(gb: float) -> None:
-    number, unit = bandwidth.format_gb_per_s(gb).split(" ")
+    number, unit = rates.format_gb_per_s(gb).split(" ")
     assert unit == "GB/s" and math.isclose(float(number), gb, rel_tol=5e-3, abs_tol=5e-3)
 
 

@@ -20,6 +20,7 @@ from labkit.bandwidth import sizes as bw_sizes
 from labkit.bandwidth import stream as bandwidth
 from labkit.bandwidth import sweep as stream_sweep
 from labkit.bandwidth.stream import BandwidthResult
+from labkit.core import units
 from labkit.machine import memory
 from labkit.machine.memory import MemoryBudgetError, MemoryBudgetWarning
 from labkit.timing.bench import Timing
@@ -85,9 +86,9 @@ def test_gb_per_s_uses_the_median_per_call() -> None:
 
 
 def test_format_gb_per_s() -> None:
-    assert bandwidth.format_gb_per_s(4790.3) == "4790 GB/s"
-    assert bandwidth.format_gb_per_s(25.26) == "25.3 GB/s"
-    assert bandwidth.format_gb_per_s(0.5) == "0.50 GB/s"
+    assert units.format_gb_per_s(4790.3) == "4790 GB/s"
+    assert units.format_gb_per_s(25.26) == "25.3 GB/s"
+    assert units.format_gb_per_s(0.5) == "0.50 GB/s"
 
 
 # --------------------------------------------------------------------------- real runs, tiny

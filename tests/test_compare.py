@@ -8,8 +8,9 @@ import math
 
 import pytest
 
+from labkit.core.units import format_speedup
 from labkit.timing.bench import Timing
-from labkit.timing.compare import Comparison, compare, format_speedup
+from labkit.timing.compare import Comparison, compare
 
 NUMPY = Timing((10.0, 10.0, 10.0), label="numpy")
 TORCH = Timing((2.5, 2.5, 2.5, 2.5), label="torch")

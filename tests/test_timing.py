@@ -17,15 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit.timing.bench import (
-    NoisyTimingWarning,
-    Timing,
-    bench,
-    duration_unit,
-    format_duration,
-    noisy_message,
-    quantile,
-)
+from labkit.core.units import duration_unit, format_duration
+from labkit.timing.bench import NoisyTimingWarning, Timing, bench, noisy_message, quantile
 
 #: One fake-clock tick, in ms. 1/1024 s is exact in binary floating point, so
 #: sums of ticks are exact and the budget tests can assert exact call counts.

@@ -6,7 +6,7 @@ import math
 import numbers
 from typing import Any
 
-from labkit.timing.bench import format_duration
+from labkit.core.units import format_duration
 
 
 def check_positive_int(name: str, value: Any) -> int:

@@ -22,10 +22,11 @@ from typing import Any
 
 from labkit.accel.common import check_ms, check_positive_int, ratio, seconds, times
 from labkit.core.optional import import_optional, import_tensorflow
+from labkit.core.units import format_duration
 from labkit.core.validate import check_torch_device
 from labkit.machine.memory import check_memory_fits
 from labkit.machine.report import resolve_torch_device
-from labkit.timing.bench import Timing, bench, format_duration
+from labkit.timing.bench import Timing, bench
 
 
 @dataclass(frozen=True)

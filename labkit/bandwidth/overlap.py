@@ -11,11 +11,11 @@ from labkit.bandwidth.stream import (
     check_budget_ms,
 )
 from labkit.bandwidth.transfers import require_cuda
-from labkit.core.units import format_bytes
+from labkit.core.units import format_bytes, format_duration
 from labkit.core.validate import check_int
 from labkit.machine import memory as _memory
 from labkit.machine.memory import DEFAULT_FRACTION
-from labkit.timing.bench import Timing, bench, format_duration
+from labkit.timing.bench import Timing, bench
 
 
 @dataclass(frozen=True)

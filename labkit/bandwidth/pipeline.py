@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.bandwidth.sizes import check_device
-from labkit.core.units import format_bytes
+from labkit.core.units import format_bytes, format_duration
 from labkit.core.validate import check_int, check_ms
 from labkit.machine import memory as _memory
 from labkit.machine.memory import DEFAULT_FRACTION
-from labkit.timing.bench import Timing, bench, format_duration
+from labkit.timing.bench import Timing, bench
 
 OPS = ("scale", "sin", "matmul")
 

@@ -45,13 +45,13 @@ live in :mod:`labkit.bandwidth.strided`, :mod:`labkit.bandwidth.transfers` and
 from __future__ import annotations
 
 import math
-import numbers
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from labkit.bandwidth.sizes import MIN_BYTES_PER_ARRAY, check_device, dram_bytes_per_array
+from labkit.core.units import format_duration, format_gb_per_s
 from labkit.core.validate import check_int, check_ms
 from labkit.machine import memory as _memory
 from labkit.machine.memory import (
@@ -60,7 +60,7 @@ from labkit.machine.memory import (
     MemoryBudgetWarning,
     format_bytes,
 )
-from labkit.timing.bench import Timing, bench, format_duration
+from labkit.timing.bench import Timing, bench
 
 #: The four STREAM kernels, in STREAM's order.
 KERNELS: tuple[str, ...] = ("copy", "scale", "add", "triad")
@@ -108,17 +108,6 @@ def stream_bytes(kernel: str, n_elements: int, *, itemsize_bytes: int = ITEMSIZE
     n_elements = check_int("n_elements", n_elements, minimum=1)
     itemsize_bytes = check_int("itemsize_bytes", itemsize_bytes, minimum=1)
     return ARRAYS[kernel] * itemsize_bytes * n_elements
-
-
-def format_gb_per_s(gb_per_s: float) -> str:
-    """A bandwidth with 3 significant digits and its unit: "25.3 GB/s", "4790 GB/s"."""
-    if isinstance(gb_per_s, bool) or not isinstance(gb_per_s, numbers.Real):
-        raise TypeError(f"gb_per_s must be a number, got {type(gb_per_s).__name__} instead")
-    value = float(gb_per_s)
-    if not math.isfinite(value):
-        return f"{value} GB/s"
-    digits = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
-    return f"{value:.{digits}f} GB/s"
 
 
 # --------------------------------------------------------------------------- result
@@ -467,7 +456,6 @@ __all__ = [
     "KERNELS",
     "BandwidthResult",
     "MemoryBudgetError",
-    "format_gb_per_s",
     "peak_bandwidth",
     "stream_bytes",
     "stream_kernel",

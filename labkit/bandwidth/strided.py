@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labkit.bandwidth.sizes import check_device
-from labkit.bandwidth.stream import check_budget_ms, format_gb_per_s
+from labkit.bandwidth.stream import check_budget_ms
 from labkit.core.progress import progress
-from labkit.core.units import format_bytes
+from labkit.core.units import format_bytes, format_duration, format_gb_per_s
 from labkit.core.validate import check_int, check_optional_bool
 from labkit.machine import memory as _memory
 from labkit.machine.memory import DEFAULT_FRACTION, MemoryBudgetWarning
-from labkit.timing.bench import Timing, bench, format_duration
+from labkit.timing.bench import Timing, bench
 
 DEFAULT_STRIDES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
 #: Bytes the memory system moves per access: a CPU cache line, a GPU sector.

@@ -23,11 +23,10 @@ from labkit.bandwidth.stream import (
     check_budget_ms,
     check_kernel,
     check_kernels,
-    format_gb_per_s,
     measure_kernel,
 )
 from labkit.core.progress import progress
-from labkit.core.units import format_bytes
+from labkit.core.units import format_bytes, format_gb_per_s
 from labkit.core.validate import check_int, check_optional_bool
 from labkit.machine import memory as _memory
 from labkit.machine.memory import DEFAULT_FRACTION

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.bandwidth.sizes import check_device, log_sizes
-from labkit.bandwidth.stream import BandwidthResult, check_budget_ms, format_gb_per_s, stream_kernel
+from labkit.bandwidth.stream import BandwidthResult, check_budget_ms, stream_kernel
 from labkit.core.progress import progress
-from labkit.core.units import format_bytes
+from labkit.core.units import format_bytes, format_gb_per_s
 from labkit.core.validate import check_int, check_optional_bool, check_sizes
 from labkit.machine import memory as _memory
 from labkit.machine.memory import DEFAULT_FRACTION

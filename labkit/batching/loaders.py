@@ -48,8 +48,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labkit.batching.synthetic import SyntheticImages
+from labkit.core.units import format_duration
 from labkit.core.validate import check_int, check_ms
-from labkit.timing.bench import Timing, format_duration
+from labkit.timing.bench import Timing
 
 #: A consumer waiting this share of the time or more is called input-bound.
 INPUT_BOUND_FRACTION = 0.25
@@ -157,7 +158,7 @@ class LoaderRun:
         }
 
     def __str__(self) -> str:
-        from labkit.batching.sweep import format_samples_per_s
+        from labkit.core.units import format_samples_per_s
 
         lines = [
             f"{self.label} ({self.framework}), batch {self.batch_size}, "
@@ -217,7 +218,7 @@ class LoaderComparison:
         return max(self.runs, key=lambda r: r.samples_per_s)
 
     def summary(self) -> list[str]:
-        from labkit.batching.sweep import format_samples_per_s
+        from labkit.core.units import format_samples_per_s
 
         return [
             f"{r.device}: {r.label} ({r.framework}, batch {r.batch_size}, {r.step}): "
@@ -230,7 +231,7 @@ class LoaderComparison:
         return {"runs": [r.to_dict() for r in self.runs], "usable_cpus": self.usable_cpus}
 
     def __str__(self) -> str:
-        from labkit.batching.sweep import format_samples_per_s
+        from labkit.core.units import format_samples_per_s
 
         first = self.runs[0]
         head = ["pipeline", "samples/s", "wait/step", "compute/step", "waiting", "first batch"]

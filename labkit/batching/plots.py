@@ -95,7 +95,7 @@ def plot_loader_comparison(
     from labkit.core.validate import check_ax
 
     check_ax(ax)
-    from labkit.batching.sweep import format_samples_per_s
+    from labkit.core.units import format_samples_per_s
     from labkit.plotting import pyplot, style_axes
 
     if not isinstance(comparison, (LoaderComparison, Sequence)) or isinstance(comparison, str):

@@ -36,8 +36,9 @@ from labkit.batching.step import (
     resolve_model,
     train_step,
 )
+from labkit.core.units import format_duration, format_samples_per_s
 from labkit.machine.memory import DEFAULT_FRACTION
-from labkit.timing.bench import Timing, format_duration
+from labkit.timing.bench import Timing
 
 #: Batch sizes swept by default: powers of two, further on a GPU (it saturates later).
 CPU_BATCHES: tuple[int, ...] = tuple(2**i for i in range(12))  # 1 … 2048
@@ -50,13 +51,6 @@ MODES: tuple[str, ...] = ("train", "inference")
 KNEE_FRACTION = 0.9
 
 # --------------------------------------------------------------------------- results
-
-
-def format_samples_per_s(value: float) -> str:
-    """A rate as text: "179,000 samples/s" from 100 up, 3 significant digits below."""
-    from labkit.core.units import three_digits
-
-    return f"{value:,.0f} samples/s" if value >= 100 else f"{three_digits(value)} samples/s"
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from labkit.core.units import format_duration
 from labkit.core.validate import check_int, check_ms
-from labkit.timing.bench import Timing, format_duration
+from labkit.timing.bench import Timing
 
 _k = np.arange(8)
 

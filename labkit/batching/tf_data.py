@@ -19,8 +19,9 @@ from labkit.batching.loaders import (
     profile_loop,
 )
 from labkit.batching.synthetic import SyntheticImages
+from labkit.core.units import format_duration
 from labkit.core.validate import check_int
-from labkit.timing.bench import Timing, format_duration
+from labkit.timing.bench import Timing
 
 #: The tf.data variants :func:`measure_tf_pipeline` builds, in order of adding one idea each.
 #: "map+defaults" is "map" with tf.data's default graph optimizations left on (see

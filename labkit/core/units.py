@@ -93,3 +93,70 @@ def format_bytes(n: int | None) -> str:
         return f"{int(value)} {unit}"
     decimals = 0 if value >= 100 else 1 if value >= 10 else 2
     return f"{value:.{decimals}f} {unit}"
+
+
+def duration_unit(ms: float) -> str:
+    """The unit :func:`format_duration` picks for ``ms`` ("ns", "µs", "ms" or "s")."""
+    return format_duration(ms).rsplit(" ", 1)[1]
+
+
+def format_duration(ms: float, unit: str | None = None) -> str:
+    """A duration given in ms as text with 3 significant digits: "812 µs", "1.23 ms", "2.05 s".
+
+    The unit is chosen so the number is at least 1 (ns below 1 µs), and there is
+    always a space before it, so notebooks print stable, greppable text. Pass
+    ``unit`` ("ns", "µs", "ms" or "s") to write several values in one unit, so
+    a reader can compare them digit by digit (``Timing.__str__`` does this).
+    """
+    if isinstance(ms, bool) or not isinstance(ms, numbers.Real):
+        raise TypeError(f"ms must be a number of milliseconds, got {type(ms).__name__} instead")
+    ms = float(ms)
+    if not math.isfinite(ms):
+        raise ValueError(f"ms must be a finite number of milliseconds, got {ms!r}")
+    scales = dict(_UNITS_MS)
+    if unit is not None and (not isinstance(unit, str) or unit not in scales):
+        raise ValueError(f"unit must be one of {', '.join(scales)} or None, got {unit!r}")
+    if ms == 0:
+        return f"0 {unit or 'ns'}"
+    rounded = float(f"{ms:.3g}")  # round first: 999.6 µs must become "1.00 ms"
+    if unit is None:
+        unit = next((name for name, scale in _UNITS_MS if abs(rounded) >= scale), "ns")
+    value = ms / scales[unit]
+    if not math.isfinite(value):
+        raise ValueError(f"ms={ms!r} is too large to write in {unit}; use a larger unit")
+    # The decimal exponent after rounding to 3 digits, read from the text: float(f"{v:.3g}")
+    # overflows to inf for values near the largest float.
+    digits = max(0, 2 - int(f"{value:.2e}".rsplit("e", 1)[1]))
+    return f"{value:.{digits}f} {unit}"
+
+
+_UNITS_MS: tuple[tuple[str, float], ...] = (("s", 1e3), ("ms", 1.0), ("µs", 1e-3), ("ns", 1e-6))
+
+
+def format_speedup(speedup: float) -> str:
+    """3.2147 -> "3.21×", 152.3 -> "152×"; how many times faster than the baseline."""
+    if isinstance(speedup, bool) or not isinstance(speedup, numbers.Real):
+        raise TypeError(f"speedup must be a number, got {type(speedup).__name__} ({speedup!r})")
+    if math.isnan(speedup) or speedup < 0:
+        raise ValueError(f"speedup must be a ratio >= 0 (inf allowed), got {speedup!r}")
+    if math.isinf(speedup):
+        return "inf×"
+    return f"{speedup:.2f}×" if speedup < 100 else f"{speedup:.0f}×"
+
+
+def format_gb_per_s(gb_per_s: float) -> str:
+    """A bandwidth with 3 significant digits and its unit: "25.3 GB/s", "4790 GB/s"."""
+    if isinstance(gb_per_s, bool) or not isinstance(gb_per_s, numbers.Real):
+        raise TypeError(f"gb_per_s must be a number, got {type(gb_per_s).__name__} instead")
+    value = float(gb_per_s)
+    if not math.isfinite(value):
+        return f"{value} GB/s"
+    digits = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
+    return f"{value:.{digits}f} GB/s"
+
+
+def format_samples_per_s(value: float) -> str:
+    """A rate as text: "179,000 samples/s" from 100 up, 3 significant digits below."""
+    from labkit.core.units import three_digits
+
+    return f"{value:,.0f} samples/s" if value >= 100 else f"{three_digits(value)} samples/s"

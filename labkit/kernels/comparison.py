@@ -11,10 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from labkit.bandwidth.stream import format_gb_per_s
-from labkit.core.units import format_gflop_per_s
+from labkit.core.units import format_duration, format_gb_per_s, format_gflop_per_s
 from labkit.kernels.cupy_run import SGEMM_RTOL, WrongResultError
-from labkit.timing.bench import Timing, format_duration
+from labkit.timing.bench import Timing
 
 
 def _xp(*arrays: Any) -> Any:

@@ -186,8 +186,8 @@ def plot_tuning(result: TuningReplay, ax: Any = None, *, top: int = 20) -> Any:
     from labkit.core.validate import check_ax
 
     check_ax(ax)
+    from labkit.core.units import duration_unit
     from labkit.plotting import pyplot, style_axes
-    from labkit.timing.bench import duration_unit
 
     if not isinstance(result, TuningReplay):
         raise TypeError(

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from labkit.timing.bench import format_duration
+from labkit.core.units import format_duration
 
 #: Kernels that are wrong on purpose: a data race on shared memory.
 RACY: frozenset[str] = frozenset({"transpose_tiled_nosync"})

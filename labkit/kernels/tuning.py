@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labkit.timing.bench import format_duration
+from labkit.core.units import format_duration
 
 #: The file name a recorded cache gets in the reference directory.
 CACHE_NAME = "kernel_tuner_{kernel}.cache.json"

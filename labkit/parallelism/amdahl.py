@@ -163,8 +163,7 @@ class ThreadScaling:
         return math.inf if self.serial_fraction == 0 else 1.0 / self.serial_fraction
 
     def __str__(self) -> str:
-        from labkit.timing.bench import format_duration
-        from labkit.timing.compare import format_speedup
+        from labkit.core.units import format_duration, format_speedup
 
         lines = [f"{self.workload}: speedup over 1 thread"]
         for p in self.points:

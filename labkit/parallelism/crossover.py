@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.core.optional import import_optional
+from labkit.core.units import format_duration
 from labkit.core.validate import check_ms
 from labkit.machine.memory import parse_device
-from labkit.timing.bench import Timing, bench, format_duration
+from labkit.timing.bench import Timing, bench
 
 
 def crossover_size(

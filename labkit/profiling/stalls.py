@@ -23,6 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from labkit.core.units import format_duration
 from labkit.core.validate import check_seed, check_torch_device
 from labkit.profiling.common import check_ms, check_positive_int
 from labkit.profiling.torch_profile import (
@@ -35,7 +36,7 @@ from labkit.profiling.torch_profile import (
 )
 from labkit.profiling.torch_results import TorchProfile
 from labkit.profiling.trace import complete_events, read_trace
-from labkit.timing.bench import Timing, format_duration
+from labkit.timing.bench import Timing
 
 #: Host-side calls that wait for the device, as they appear in a torch trace.
 SYNC_OPS: dict[str, str] = {

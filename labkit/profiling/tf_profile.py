@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.core.optional import import_tensorflow
-from labkit.core.units import format_bytes
+from labkit.core.units import format_bytes, format_duration
 from labkit.core.validate import check_seed
 from labkit.profiling.common import (
     captured_output_fds,
@@ -41,7 +41,6 @@ from labkit.profiling.common import (
     output_dir,
     union_ms,
 )
-from labkit.timing.bench import format_duration
 
 PURPOSE = "profiling a Keras training step"
 

@@ -6,13 +6,13 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from labkit.core.units import format_duration
 from labkit.profiling.common import (
     check_positive_int,
 )
 from labkit.profiling.trace import (
     VIEWERS,
 )
-from labkit.timing.bench import format_duration
 
 #: The labelled phases of every step, in order. "logging" reads or accumulates the loss.
 PHASES: tuple[str, ...] = ("data", "forward", "backward", "optimizer", "logging")

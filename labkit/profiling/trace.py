@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from labkit.core.units import format_bytes
+from labkit.core.units import format_bytes, format_duration
 from labkit.profiling.common import check_positive_int, union_ms
-from labkit.timing.bench import format_duration
 
 #: Where a learner opens the file (both read the Chrome trace format; Perfetto also reads .gz).
 VIEWERS = "https://ui.perfetto.dev or chrome://tracing"

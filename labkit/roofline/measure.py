@@ -404,8 +404,7 @@ class OpMeasurement:
         return self.op.name
 
     def __str__(self) -> str:
-        from labkit.core.units import format_gflop_per_s, three_digits
-        from labkit.timing.bench import format_duration
+        from labkit.core.units import format_duration, format_gflop_per_s, three_digits
 
         return (
             f"{self.op.name} ({self.op.dtype}) on {self.device}: {format_duration(self.median_ms)}, "

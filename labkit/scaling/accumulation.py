@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from labkit.core.units import format_duration
 from labkit.core.validate import (
     check_ms,
     check_positive_int,
@@ -34,7 +35,7 @@ from labkit.core.validate import (
     check_torch_device,
 )
 from labkit.machine.report import resolve_torch_device
-from labkit.timing.bench import Timing, format_duration
+from labkit.timing.bench import Timing
 
 #: Largest gradient difference, relative to the largest gradient, that counts as "the same".
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12}

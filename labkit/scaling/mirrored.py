@@ -36,8 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from labkit.core.units import format_duration
 from labkit.core.validate import check_positive_int, check_real
-from labkit.timing.bench import Timing, format_duration
+from labkit.timing.bench import Timing
 
 #: Leading steps left out of the timing (tracing and compilation).
 WARMUP_STEPS = 2

@@ -6,7 +6,7 @@ message size) and :class:`ModelSizeComm` (all-reduce cost by model size),
 each built from the JSON that rank 0 of :mod:`labkit.scaling.train_ddp` or
 :mod:`labkit.scaling.allreduce` writes. Times are :class:`labkit.timing.bench.Timing`
 (median and IQR of the slowest rank's time per call); durations print
-through :func:`labkit.timing.bench.format_duration`, rates as "12.3 GB/s" and
+through :func:`labkit.core.units.format_duration`, rates as "12.3 GB/s" and
 "21,300 samples/s", so the notebooks' sanitize file can mask them.
 """
 
@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.core.units import format_bytes, round3, three_digits
+from labkit.core.units import duration_unit, format_bytes, format_duration, round3, three_digits
 from labkit.core.validate import check_positive_int
-from labkit.timing.bench import Timing, duration_unit, format_duration
+from labkit.timing.bench import Timing
 
 
 def _timing(samples: Sequence[float], label: str, device: str) -> Timing:

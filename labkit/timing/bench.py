@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from labkit.core.units import duration_unit, format_duration
 from labkit.timing import sync as _sync
 
 #: A timing whose IQR exceeds this fraction of its median is flagged as noisy.
@@ -39,43 +40,6 @@ class NoisyTimingWarning(UserWarning):
 
 
 # --------------------------------------------------------------------------- formatting
-
-_UNITS_MS: tuple[tuple[str, float], ...] = (("s", 1e3), ("ms", 1.0), ("µs", 1e-3), ("ns", 1e-6))
-
-
-def format_duration(ms: float, unit: str | None = None) -> str:
-    """A duration given in ms as text with 3 significant digits: "812 µs", "1.23 ms", "2.05 s".
-
-    The unit is chosen so the number is at least 1 (ns below 1 µs), and there is
-    always a space before it, so notebooks print stable, greppable text. Pass
-    ``unit`` ("ns", "µs", "ms" or "s") to write several values in one unit, so
-    a reader can compare them digit by digit (``Timing.__str__`` does this).
-    """
-    if isinstance(ms, bool) or not isinstance(ms, numbers.Real):
-        raise TypeError(f"ms must be a number of milliseconds, got {type(ms).__name__} instead")
-    ms = float(ms)
-    if not math.isfinite(ms):
-        raise ValueError(f"ms must be a finite number of milliseconds, got {ms!r}")
-    scales = dict(_UNITS_MS)
-    if unit is not None and (not isinstance(unit, str) or unit not in scales):
-        raise ValueError(f"unit must be one of {', '.join(scales)} or None, got {unit!r}")
-    if ms == 0:
-        return f"0 {unit or 'ns'}"
-    rounded = float(f"{ms:.3g}")  # round first: 999.6 µs must become "1.00 ms"
-    if unit is None:
-        unit = next((name for name, scale in _UNITS_MS if abs(rounded) >= scale), "ns")
-    value = ms / scales[unit]
-    if not math.isfinite(value):
-        raise ValueError(f"ms={ms!r} is too large to write in {unit}; use a larger unit")
-    # The decimal exponent after rounding to 3 digits, read from the text: float(f"{v:.3g}")
-    # overflows to inf for values near the largest float.
-    digits = max(0, 2 - int(f"{value:.2e}".rsplit("e", 1)[1]))
-    return f"{value:.{digits}f} {unit}"
-
-
-def duration_unit(ms: float) -> str:
-    """The unit :func:`format_duration` picks for ``ms`` ("ns", "µs", "ms" or "s")."""
-    return format_duration(ms).rsplit(" ", 1)[1]
 
 
 # --------------------------------------------------------------------------- statistics

@@ -9,12 +9,12 @@ faster", "0.50×" as "twice as slow".
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.timing.bench import NOISY_THRESHOLD, Timing, format_duration
+from labkit.core.units import format_duration, format_speedup
+from labkit.timing.bench import NOISY_THRESHOLD, Timing
 
 
 @dataclass(frozen=True)
@@ -92,17 +92,6 @@ class Comparison:
             "baseline": self.baseline.label,
             "rows": [row.to_dict() for row in self.rows],
         }
-
-
-def format_speedup(speedup: float) -> str:
-    """3.2147 -> "3.21×", 152.3 -> "152×"; how many times faster than the baseline."""
-    if isinstance(speedup, bool) or not isinstance(speedup, numbers.Real):
-        raise TypeError(f"speedup must be a number, got {type(speedup).__name__} ({speedup!r})")
-    if math.isnan(speedup) or speedup < 0:
-        raise ValueError(f"speedup must be a ratio >= 0 (inf allowed), got {speedup!r}")
-    if math.isinf(speedup):
-        return "inf×"
-    return f"{speedup:.2f}×" if speedup < 100 else f"{speedup:.0f}×"
 
 
 def compare(timings: Sequence[Timing], baseline: int | str | None = None) -> Comparison:

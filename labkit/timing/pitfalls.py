@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.core.optional import import_optional, is_installed
+from labkit.core.units import format_duration, format_speedup
 from labkit.core.validate import check_torch_device
 from labkit.machine.memory import check_memory_fits
 from labkit.machine.report import resolve_torch_device
 from labkit.timing import sync as _sync
-from labkit.timing.bench import Timing, bench, check_bench_args, format_duration
-from labkit.timing.compare import format_speedup
+from labkit.timing.bench import Timing, bench, check_bench_args
 
 #: The name of the recording that ``labkit bench timing --record`` writes.
 REFERENCE_NAME = "naive_timing"

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from labkit.core.units import duration_unit
 from labkit.core.validate import check_ax, check_str
 from labkit.plotting import plain_log_ticks, pyplot, style_axes
-from labkit.timing.bench import Timing, duration_unit
+from labkit.timing.bench import Timing
 
 _UNIT_SCALE = {"ns": 1e6, "µs": 1e3, "ms": 1.0, "s": 1e-3}
 

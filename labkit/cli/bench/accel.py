@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.accel.common import first_line, seconds, times
+from labkit.core.units import format_duration
 from labkit.core.validate import check_flags, check_positive_int
-from labkit.timing.bench import format_duration
 
 #: The recording ``--record`` writes.
 REFERENCE_NAME = "accel"

@@ -34,11 +34,12 @@ from labkit.bandwidth import overlap
 from labkit.bandwidth import sizes as bw_sizes
 from labkit.bandwidth import stream as _bandwidth
 from labkit.cli.bench import cstream as _cstream
-from labkit.core.units import format_bytes
+from labkit.core import units
+from labkit.core.units import format_bytes, format_duration
 from labkit.core.validate import check_flags, check_int, check_positive_int
 from labkit.machine import memory as _memory
 from labkit.machine import reference as _reference
-from labkit.timing.bench import Timing, bench, format_duration
+from labkit.timing.bench import Timing, bench
 
 #: labkit's probe must reach this fraction of the best reference.
 BAR = 0.90
@@ -307,7 +308,7 @@ def gpu_summary(parts: dict[str, Any]) -> list[str]:
     if not isinstance(parts, dict) or "d2d" not in parts:
         raise TypeError(f"parts must be the dict run_gpu() returns, got {type(parts).__name__}")
     d2d = parts["d2d"]
-    fmt = _bandwidth.format_gb_per_s
+    fmt = units.format_gb_per_s
     lines = [
         f"device-to-device copy, {format_bytes(d2d.labkit.bytes_per_array)} per array "
         f"(read + write counted): labkit {fmt(d2d.labkit.gb_per_s)}"
@@ -360,7 +361,7 @@ def format_cpu(cpu: CpuBandwidth) -> str:
     """The CPU table and the ratio line."""
     if not isinstance(cpu, CpuBandwidth):
         raise TypeError(f"cpu must be a CpuBandwidth (from run_cpu()), got {type(cpu).__name__}")
-    fmt = _bandwidth.format_gb_per_s
+    fmt = units.format_gb_per_s
     header = ["kernel", "measured by", "bandwidth", "median", "threads"]
     table = [header]
     for kernel in _KERNELS:

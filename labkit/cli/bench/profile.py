@@ -21,8 +21,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from labkit.core.units import format_duration
 from labkit.core.validate import check_flags
-from labkit.timing.bench import format_duration
 
 #: The recording ``--record`` writes.
 REFERENCE_NAME = "profile"

@@ -24,13 +24,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.bandwidth.stream import BandwidthResult, format_gb_per_s
-from labkit.core.units import format_bytes, format_gflop_per_s, three_digits
+from labkit.bandwidth.stream import BandwidthResult
+from labkit.core.units import (
+    format_bytes,
+    format_duration,
+    format_gb_per_s,
+    format_gflop_per_s,
+    three_digits,
+)
 from labkit.core.validate import check_flags, check_optional_bool
 from labkit.machine import reference as _reference
 from labkit.roofline.measure import OpMeasurement, PeakCompute
 from labkit.roofline.model import OpCost, Roofline, add_cost, conv2d_cost, matmul_cost, sum_cost
-from labkit.timing.bench import format_duration
 
 #: The recording ``--record`` writes.
 REFERENCE_NAME = "roofline"

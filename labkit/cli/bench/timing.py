@@ -13,9 +13,8 @@ from typing import Any
 
 from labkit.core.optional import MissingPackageError
 from labkit.core.results import json_safe
+from labkit.core.units import format_duration, format_speedup
 from labkit.machine import reference as _reference
-from labkit.timing.bench import format_duration
-from labkit.timing.compare import format_speedup
 from labkit.timing.pitfalls import (
     REFERENCE_NAME,
     NaiveVsSynced,
