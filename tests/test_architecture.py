@@ -1,4 +1,4 @@
-"""labkit's layout stays as docs/architecture.md describes it (issue 14).
+"""labkit's layout stays as README.md ("labkit's layout") and CONTRIBUTING.md describe it (issue 14).
 
 The rules are checked on the source with :mod:`ast` (tools/layout_report.py), so
 they hold for lazy imports inside functions as well as for the ones at the top.
@@ -110,3 +110,28 @@ def test_no_module_is_longer_than_600_lines(modules) -> None:
     """One concept per module: past 600 lines a module is holding several (issue 14)."""
     long = sorted((m.lines, name) for name, m in modules.items() if m.lines > 600)
     assert long == [], long
+
+
+def test_every_package_and_module_at_the_top_is_in_a_layer() -> None:
+    top = {p.stem for p in (ROOT / "labkit").glob("*.py")} - {"__init__"}
+    top |= {p.name for p in (ROOT / "labkit").iterdir() if (p / "__init__.py").exists()}
+    layered = {name for names in LAYERS for name in names}
+    assert top <= layered, f"add these to LAYERS: {sorted(top - layered)}"
+
+
+def test_modules_take_only_the_version_from_the_top_package(modules) -> None:
+    """``labkit/__init__`` imports the notebook API from the layers, so a module inside them
+    that imported it would import upwards; ``__version__`` is the one name they may take."""
+    import ast
+
+    found = []
+    for name, module in modules.items():
+        if name in ("labkit", "labkit.__main__"):
+            continue
+        for node in ast.walk(module.tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "labkit":
+                taken = {alias.name for alias in node.names} - {"__version__"}
+                taken -= {m.split(".")[1] for m in modules if m.count(".") == 1}  # submodules
+                if taken:
+                    found.append(f"{name}:{node.lineno} takes {sorted(taken)} from labkit")
+    assert found == []

@@ -224,14 +224,15 @@ def test_json_output(fake_report, capsys):
     assert data["findings"][0]["code"] == "cupy-broken"
 
 
-def test_report_that_cannot_be_built_is_one_line_and_exit_1(monkeypatch, capsys):
+def test_a_report_that_cannot_be_built_is_a_bug_and_propagates(monkeypatch):
+    """The probes turn a broken setup into findings; what still raises is labkit's bug (issue 14)."""
+
     def boom():
         raise RuntimeError("unexpected")
 
     monkeypatch.setattr(doctor_cli, "device_report", boom)
-    assert run_doctor() == 1
-    captured = capsys.readouterr()
-    assert captured.err == "labkit doctor: could not build the report: RuntimeError: unexpected\n"
+    with pytest.raises(RuntimeError, match="unexpected"):
+        run_doctor()
 
 
 # Real runs, in subprocesses ----------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The child process of the CUDA simulator: the course's kernels as numba functions, run with ``NUMBA_ENABLE_CUDASIM=1``.
 
 Each port mirrors its CUDA C namesake in ``labkit/kernels/*.cu`` line for line. This module is
-run as ``python -m`` by :func:`labkit.kernels.simulator.runner.simulate`; the calling process
+run as ``python -m`` by :func:`labkit.kernels.simulator.simulate`; the calling process
 never imports it (nor numba).
 """
 

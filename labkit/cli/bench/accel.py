@@ -246,7 +246,7 @@ def run_accel_benchmark(as_json: bool = False, record: bool = False, quick: bool
 
     ``record`` without a GPU prints one line, measures and writes nothing,
     and returns 0. Without torch it prints the install command and returns
-    1. ``record`` with ``quick`` is a ValueError (exit 2).
+    1. ``record`` with ``quick`` is a UsageError (exit 2).
     """
     check_flags(as_json=as_json, record=record, quick=quick)
     from labkit.cli.bench.run import preflight, record_and_report

@@ -304,7 +304,7 @@ def run_kernels_benchmark(
 ) -> int:
     """``labkit bench kernels``; returns the exit code.
 
-    - ``--record --quick``: ValueError (exit 2), as for every recorder.
+    - ``--record --quick``: UsageError (exit 2), as for every recorder.
     - CuPy missing: one line naming the install command, exit 1.
     - No GPU: one line saying nothing was measured, exit 0 (with or without --record).
     """

@@ -183,7 +183,7 @@ def run_parallel_benchmark(as_json: bool = False, record: bool = False, quick: b
 
     ``record`` without a GPU prints one line, measures and writes nothing,
     and returns 0. Without torch it prints the install command and returns
-    1. ``record`` with ``quick`` is a ValueError (exit 2): a recording is
+    1. ``record`` with ``quick`` is a UsageError (exit 2): a recording is
     what learners are shown as "measured on a real GPU", and toy sizes
     would misrepresent it.
     """

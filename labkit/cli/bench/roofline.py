@@ -295,7 +295,7 @@ def run_roofline_benchmark(as_json: bool = False, record: bool = False, quick: b
 
     ``record`` without a GPU prints one line, measures and writes nothing,
     and returns 0. Without torch it prints the install command and returns
-    1. ``record`` with ``quick`` is a ValueError (exit 2): toy sizes would
+    1. ``record`` with ``quick`` is a UsageError (exit 2): toy sizes would
     misrepresent the GPU to every learner who reads the recording.
     """
     check_flags(as_json=as_json, record=record, quick=quick)
