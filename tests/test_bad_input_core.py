@@ -58,7 +58,6 @@ from labkit.bandwidth import plots as bandwidth_plots
 from labkit.bandwidth import sizes as bw_sizes
 from labkit.bandwidth import stream as bandwidth
 from labkit.bandwidth import sweep as stream_sweep
-from labkit.cli import doctor as doctor_cli
 from labkit.cli.bench import cstream
 from labkit.core import optional as _optional
 from labkit.core import progress
@@ -1620,14 +1619,6 @@ CASES: list[Case] = [
         {"report": _report, "color": False},
         {"report": not_numbers, "color": not_bools},
         lazy=("report",),
-    ),
-    case(
-        "doctor.run_doctor",
-        doctor_cli.run_doctor,
-        {"as_json": False, "color": None},
-        {"as_json": not_bools, "color": not_optional_bools},
-        guards=("labkit.cli.doctor.device_report",),
-        run_valid=False,
     ),
     case(
         "diagnose.Finding",
