@@ -1,9 +1,66 @@
-"""Results as JSON: what ``--json`` prints and what a recording stores."""
+"""Results as JSON: what ``--json`` prints and what a recording stores.
+
+Every result in labkit is a dataclass, so its JSON is its fields
+(:func:`dataclasses.fields`, recursively, as :func:`dataclasses.asdict`
+walks them), plus the few derived values a reader of the JSON needs and
+that are properties rather than fields (a rate computed from a time, say).
+A result class lists those in ``json_extra`` and the fields that are not
+data (a callable, a framework object) in ``json_skip``; :class:`JsonRecord`
+gives it the ``to_dict`` the CLI and the recordings call. One walker
+instead of 49 hand-written ``to_dict`` methods means a new field reaches
+the JSON without anyone remembering to add it.
+
+``dataclasses.asdict`` itself is not called: it would drop the properties of
+nested results (a ``Timing``'s ``noisy`` inside a bandwidth point).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any
+from pathlib import PurePath
+from typing import Any, ClassVar
+
+
+def to_json(value: Any) -> Any:
+    """``value`` as JSON-native data: dataclasses as dicts (fields + ``json_extra``), tuples as lists.
+
+    Non-finite floats are kept (a ratio can be infinite); :func:`json_safe`
+    replaces them when the text is written.
+    """
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        skip = getattr(value, "json_skip", ())
+        out = {
+            f.name: to_json(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if f.name not in skip
+        }
+        for name in getattr(value, "json_extra", ()):
+            out[name] = to_json(getattr(value, name))
+        return out
+    if isinstance(value, dict):
+        return {str(key): to_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [to_json(item) for item in value]
+    if isinstance(value, PurePath):
+        return str(value)
+    return value
+
+
+class JsonRecord:
+    """Mixin for a result dataclass: ``to_dict()`` is :func:`to_json` of it.
+
+    ``json_extra`` names properties to add after the fields; ``json_skip``
+    names fields to leave out.
+    """
+
+    json_extra: ClassVar[tuple[str, ...]] = ()
+    json_skip: ClassVar[tuple[str, ...]] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result as JSON-native values (see :func:`to_json`)."""
+        data: dict[str, Any] = to_json(self)
+        return data
 
 
 def json_safe(value: Any) -> Any:

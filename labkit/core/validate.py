@@ -29,6 +29,13 @@ def check_ms(name: str, value: Any, *, allow_zero: bool = False) -> float:
     return float(value)
 
 
+def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
+    """``value`` if it is one of ``choices`` (a name a person types: a dtype, a mode, a kernel)."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
+
+
 def check_sizes(sizes: Any, name: str = "sizes") -> tuple[int, ...]:
     """Positive integer sizes, sorted, duplicates dropped."""
     if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence) or len(sizes) == 0:
