@@ -135,3 +135,23 @@ def test_modules_take_only_the_version_from_the_top_package(modules) -> None:
                 if taken:
                     found.append(f"{name}:{node.lineno} takes {sorted(taken)} from labkit")
     assert found == []
+
+
+def test_the_checks_find_a_planted_cycle_and_private_imports(tmp_path: Path) -> None:
+    """The walkers above would pass on any tree if they saw no imports: plant each problem once."""
+    pkg = tmp_path / "labkit"
+    (pkg / "core").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "core" / "__init__.py").write_text("")
+    (pkg / "core" / "_hidden.py").write_text("X = 1\n")
+    (pkg / "core" / "a.py").write_text("from labkit.core import b\n_secret = 1\n")
+    (pkg / "core" / "b.py").write_text(
+        "from labkit.core import a\nfrom labkit.core.a import _secret\n"
+        "from labkit.core import _hidden\nprint(a._secret)\n"
+    )
+    planted = layout_report.load_modules(pkg)
+    assert layout_report.cycles(layout_report.import_graph(planted)) == [
+        ["labkit.core.a", "labkit.core.b"]
+    ]
+    found = {(u.module, u.name) for u in layout_report.private_uses(planted)}
+    assert found == {("labkit.core.b", "_secret"), ("labkit.core.b", "_hidden")}

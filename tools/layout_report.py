@@ -86,22 +86,40 @@ def _resolve_from(module: Module, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def _edges(module: Module, modules: dict[str, Module]) -> list[tuple[str, int]]:
-    """(imported labkit module, line) for every import in ``module``."""
-    found: list[tuple[str, int]] = []
+def _imports(
+    module: Module, modules: dict[str, Module]
+) -> list[tuple[str | None, str, str | None, int]]:
+    """(name bound here or None, labkit module, name taken from it or None, line) per import.
+
+    ``from labkit.a import b`` where ``labkit.a.b`` is a module yields that
+    module and no name; ``from labkit.a import f`` yields ``labkit.a`` and "f".
+    Imports of anything outside labkit are left out.
+    """
+    found: list[tuple[str | None, str, str | None, int]] = []
     for node in ast.walk(module.tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name in modules:
-                    found.append((alias.name, node.lineno))
+                    found.append((alias.asname, alias.name, None, node.lineno))
         elif isinstance(node, ast.ImportFrom):
             source = _resolve_from(module, node)
             if source not in modules:
                 continue
             for alias in node.names:
+                local = alias.asname or alias.name
                 sub = f"{source}.{alias.name}"
-                found.append((sub if sub in modules else source, node.lineno))
-    return [(target, line) for target, line in found if target != module.name]
+                if sub in modules:
+                    found.append((local, sub, None, node.lineno))
+                else:
+                    found.append((local, source, alias.name, node.lineno))
+    return found
+
+
+def _edges(module: Module, modules: dict[str, Module]) -> list[tuple[str, int]]:
+    """(imported labkit module, line) for every import in ``module``."""
+    return [
+        (target, line) for _, target, _, line in _imports(module, modules) if target != module.name
+    ]
 
 
 def import_graph(modules: dict[str, Module]) -> dict[str, set[str]]:
@@ -170,23 +188,15 @@ def private_uses(modules: dict[str, Module]) -> list[PrivateUse]:
     uses: list[PrivateUse] = []
     for module in modules.values():
         bound: dict[str, str] = {}
-        for node in ast.walk(module.tree):
-            if isinstance(node, ast.Import):
-                for alias in node.names:
-                    if alias.name in modules and alias.asname:
-                        bound[alias.asname] = alias.name
-            elif isinstance(node, ast.ImportFrom):
-                source = _resolve_from(module, node)
-                if source not in modules:
-                    continue
-                for alias in node.names:
-                    sub = f"{source}.{alias.name}"
-                    if sub in modules:
-                        bound[alias.asname or alias.name] = sub
-                        if _is_private(alias.name) and not sub.startswith(module.name + "."):
-                            uses.append(PrivateUse(module.name, sub, alias.name, node.lineno))
-                    elif _is_private(alias.name) and source != module.name:
-                        uses.append(PrivateUse(module.name, source, alias.name, node.lineno))
+        for local, target, name, line in _imports(module, modules):
+            if name is None:  # a module
+                if local is not None:
+                    bound[local] = target
+                leaf = target.rpartition(".")[2]
+                if _is_private(leaf) and not target.startswith(module.name + "."):
+                    uses.append(PrivateUse(module.name, target, leaf, line))
+            elif _is_private(name) and target != module.name:
+                uses.append(PrivateUse(module.name, target, name, line))
         for node in ast.walk(module.tree):
             if (
                 isinstance(node, ast.Attribute)
