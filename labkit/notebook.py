@@ -16,6 +16,7 @@ import random
 import sys
 import warnings
 
+from labkit.core.validate import check_seed
 from labkit.machine import profile as _profile
 from labkit.machine.memory import MemoryBudgetWarning
 from labkit.timing.bench import NoisyTimingWarning
@@ -25,8 +26,7 @@ SEED = 0
 
 def setup(seed: int = SEED) -> None:
     """Fix seeds and plot defaults for a notebook; prints nothing."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    seed = check_seed("seed", seed)
     random.seed(seed)
     warnings.simplefilter("ignore", NoisyTimingWarning)
     _print_memory_warnings()

@@ -10,13 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit.core.validate import check_ax, check_bool, check_str
-
 
 def device_name(device: str) -> str:
     """A readable name for a ``Timing.device`` string: the CPU model, or the GPU's name."""
-    if not isinstance(device, str) or not device:
-        raise TypeError(f"device must be a non-empty string such as 'cpu', got {device!r}")
     kind = device.split(":")[0]
     if kind == "tf" or device.startswith("/"):  # TensorFlow's names: "tf:CPU:0", "/GPU:0"
         kind = "cuda" if "GPU" in device.upper() else "cpu"
@@ -56,18 +52,6 @@ def style_axes(
     logy: bool = False,
 ) -> Any:
     """Label both axes (with units), log-scale where asked, and name the device in the title."""
-    if ax is None:
-        raise TypeError("ax must be a matplotlib Axes (e.g. from plt.subplots()), got None")
-    check_ax(ax)
-    for name, value in (("xlabel", xlabel), ("ylabel", ylabel), ("title", title)):
-        if not isinstance(value, str):
-            raise TypeError(f"{name} must be a string, got {type(value).__name__}")
-    if not xlabel or not ylabel:
-        raise ValueError("xlabel and ylabel must be non-empty: every axis says what it measures")
-    check_bool("logx", logx)
-    check_bool("logy", logy)
-    if device is not None:
-        check_str("device", device)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(f"{title}\non {device_name(device)}" if device else title)

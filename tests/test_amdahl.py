@@ -59,16 +59,19 @@ def test_fit_serial_fraction() -> None:
 @pytest.mark.parametrize(
     ("call", "match"),
     [
-        (lambda: amdahl.amdahl_speedup(1.5, 2), "serial_fraction must be between 0 and 1"),
-        (lambda: amdahl.amdahl_speedup(-0.1, 2), "serial_fraction must be between 0 and 1"),
-        (lambda: amdahl.amdahl_speedup(0.1, 0), "n must be a number of workers >= 1"),
+        (lambda: amdahl.amdahl_speedup(1.5, 2), "serial_fraction must be a finite number >= 0"),
+        (lambda: amdahl.amdahl_speedup(-0.1, 2), "serial_fraction must be a finite number >= 0"),
+        (lambda: amdahl.amdahl_speedup(0.1, 0), "n must be a finite number >= 1"),
         (lambda: amdahl.amdahl_speedup("0.1", 2), "serial_fraction must be a number"),
-        (lambda: amdahl.karp_flatt(0, 2), "speedup must be > 0"),
-        (lambda: amdahl.karp_flatt(1.5, 1), "n must be > 1"),
-        (lambda: amdahl.karp_flatt(math.nan, 2), "speedup must be finite"),
+        (lambda: amdahl.karp_flatt(0, 2), "speedup must be a finite number > 0"),
+        (lambda: amdahl.karp_flatt(1.5, 1), "n must be a finite number > 1"),
+        (lambda: amdahl.karp_flatt(math.nan, 2), "speedup must be a finite number"),
         (lambda: amdahl.fit_serial_fraction([1, 2], [1.0]), "same length"),
         (lambda: amdahl.fit_serial_fraction([1], [1.0]), "more than 1 thread"),
-        (lambda: amdahl.fit_serial_fraction([0, 2], [1.0, 1.5]), r"threads\[0\] must be >= 1"),
+        (
+            lambda: amdahl.fit_serial_fraction([0, 2], [1.0, 1.5]),
+            r"threads\[0\] must be a finite number >= 1",
+        ),
     ],
 )
 def test_formulas_validate(call: object, match: str) -> None:
@@ -136,7 +139,7 @@ def test_thread_count_restored_when_the_workload_raises() -> None:
         ({"threads": [2, 4]}, "threads must include 1"),
         ({"threads": []}, "threads must be a non-empty list"),
         ({"threads": [1, 0]}, r"threads\[1\] must be a positive integer"),
-        ({"workload": "fft"}, "workload must be a callable or one of"),
+        ({"workload": "fft"}, "workload must be one of 'matmul\\+python', 'matmul'"),
         ({"matmul_size": 0}, "matmul_size must be a positive integer"),
         ({"rounds": 0}, "rounds must be a positive integer"),
     ],
@@ -193,7 +196,5 @@ def test_plot_amdahl_without_a_serial_fraction_and_bad_input() -> None:
         assert labels == ["ideal: S(n) = n", "measured"]
     finally:
         plt.close(ax.figure)
-    with pytest.raises(TypeError, match="Expected an instance of ThreadScaling"):
-        plots.plot_amdahl({"threads": [1, 2]})
     with pytest.raises(ValueError, match="max_threads must be an integer >= 2"):
         plots.plot_amdahl(_scaling(0.1), max_threads=1)

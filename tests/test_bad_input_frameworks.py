@@ -1,9 +1,10 @@
-"""Bad input to the framework modules (issue 8): refused up front, with the argument named.
+"""Bad input to the framework modules (issue 8, narrowed by issue 14): refused up front, named.
 
 A table covers the public functions of labkit.accel, models, batching,
-input_pipeline, largest_batch, kernels, profiling, dist, check and the
-bench_* modules: a valid call and, per parameter, hypothesis strategies of
-values the function must refuse with a TypeError or ValueError naming that
+kernels, profiling, scaling, check and the CLI's benchmarks: a valid call
+and, per parameter, hypothesis strategies of the values a person types
+(sizes, counts, durations, names, devices) that the function must refuse
+with a TypeError or ValueError naming that
 parameter (``assert_rejects``). Every rejection runs
 
 - with TensorFlow, Keras, CuPy, Kernel Tuner and numba hidden (and torch
@@ -51,6 +52,7 @@ from invalid_args import (
 
 from labkit import check
 from labkit.check.result import CheckResult
+from labkit.profiling.common import union_ms
 
 FREE_BYTES = 8 * 2**30  # what labkit.machine.memory sees as free: the budget is 2 GiB
 ALWAYS_HIDDEN = ("tensorflow", "keras", "cupy", "kernel_tuner", "numba")
@@ -125,12 +127,6 @@ BAD_TF_DEVICE = st.one_of(
     st.integers(),
     st.lists(st.integers(), max_size=1),
 )
-#: Arrays that are not on a GPU (a CuPy kernel's input must be a cupy.ndarray).
-NOT_ON_GPU = st.one_of(not_numbers, st.integers(1, 8).map(lambda n: np.zeros(n, np.float32)))
-NOT_A_PATH = st.one_of(st.integers(), st.floats(), st.lists(st.integers(), max_size=2))
-NOT_A_LIST = st.one_of(st.integers(), st.floats(), st.text(max_size=4))
-#: Values that are not results of anything (for result/plot arguments).
-NOT_A_RESULT = st.one_of(st.none(), st.integers(), st.text(max_size=4), st.just(object()))
 #: Not an answer: a checker treats None and ... as "not solved yet", so they are left out here.
 NOT_AN_ANSWER = st.one_of(
     st.booleans(),
@@ -196,22 +192,6 @@ def bad_sizes(minimum: int = 1) -> st.SearchStrategy[Any]:
             lambda xs: not all(float(x).is_integer() and x >= minimum for x in xs)
         ),
     )
-
-
-BAD_SHAPE = st.one_of(
-    st.integers(),
-    st.text(min_size=1, max_size=3),
-    st.just(()),
-    st.lists(st.integers(max_value=0), min_size=1, max_size=2),
-)
-BAD_SPLIT = st.one_of(
-    st.none(),
-    st.integers(),
-    st.text(max_size=3),
-    st.tuples(st.integers(), st.integers()),
-    st.just(([], [])),
-    st.just(([1.0, 2.0], [1])),
-)
 
 
 # --------------------------------------------------------------------------- valid values
@@ -307,11 +287,9 @@ CASES: list[Case] = [
         {"size": 1000, "run": False},
         {
             "size": BAD_POS,
-            "run": BAD_FLAG,
             "warmup_ms": BAD_MS_POS,
             "rep_ms": BAD_MS_POS,
             "device": BAD_TORCH_DEVICE,
-            "compiler": not_callables.filter(lambda v: v is not None),
             "fn": not_callables.filter(lambda v: v is not None),
         },
     ),
@@ -337,14 +315,11 @@ CASES: list[Case] = [
         {"requested_device": "/GPU:0", "size": 8},
         {"requested_device": BAD_TF_DEVICE, "size": st.one_of(BAD_POS, st.integers(2**20, 2**30))},
     ),
-    Case(f"{ACCEL}.placement:tf_device_log", {"fn": lambda: None}, {"fn": not_callables}),
     Case(
         f"{ACCEL}.precision:tf32_defaults",
         {"frameworks": ["torch"]},
         {
             "frameworks": st.one_of(
-                st.integers(),
-                st.floats(),
                 st.sampled_from(["jax", "TF", "", "Torch"]),
                 st.lists(st.sampled_from(["jax", "numpy", ""]), min_size=1, max_size=2),
             )
@@ -355,13 +330,6 @@ CASES: list[Case] = [
         f"{ACCEL}.precision:mixed_precision_torch",
         {"model_fn": _linear, "data": (1, 2)},
         {
-            "model_fn": not_callables,
-            "data": st.one_of(
-                st.none(),
-                st.integers(),
-                st.text(max_size=3),
-                st.lists(st.integers(), min_size=3, max_size=4),
-            ),
             "dtype": st.one_of(
                 unsupported_dtypes, st.sampled_from(["float32", "float64"]), not_numbers
             ),
@@ -392,20 +360,8 @@ CASES: list[Case] = [
         {},
         {
             "batch": st.one_of(BAD_POS, st.integers(2**31, 2**40)),
-            "sizes": st.one_of(
-                NOT_A_LIST,
-                st.none(),
-                st.just(()),
-                st.just((5,)),
-                st.lists(st.integers(max_value=0), min_size=2, max_size=3),
-                st.lists(st.integers(10**6, 10**7), min_size=2, max_size=3),
-            ),
-            "variants": st.one_of(
-                st.integers(),
-                st.none(),
-                st.just(()),
-                st.lists(st.text(max_size=5), min_size=1, max_size=2),
-            ),
+            "sizes": st.one_of(st.just(()), st.just((5,))),
+            "variants": st.just(()),
             "lr": bad_real(0, low_open=True),
             "seed": BAD_SEED,
             "warmup_ms": BAD_MS_POS,
@@ -469,14 +425,7 @@ CASES: list[Case] = [
         "labkit.models.data:train_test_split",
         lambda: {"x": np.arange(4.0), "y": np.array([0, 1, 0, 1])},
         {
-            "x": st.one_of(
-                st.integers(),
-                st.none(),
-                st.floats(),
-                st.text(max_size=4),
-                st.lists(st.integers(), max_size=4),
-                st.integers(5, 8).map(np.zeros),
-            ),
+            "x": st.integers(5, 8).map(np.zeros),
             "y": st.one_of(
                 st.integers(),
                 st.none(),
@@ -493,13 +442,6 @@ CASES: list[Case] = [
         for name in ("CNN64", "CNN224", "CNN", "LazyCNN")
     ),
     Case(
-        "labkit.models.cnn:count_params",
-        lambda: {"model": _linear()},
-        {"model": not_numbers},
-        torch=True,
-        run_valid=True,
-    ),
-    Case(
         "labkit.models.rnn_torch:TorchRNN",
         {"input_size": 2, "hidden_size": 3},
         {
@@ -514,20 +456,9 @@ CASES: list[Case] = [
         run_valid=True,
     ),
     Case(
-        "labkit.models.trace:trace_shapes",
-        lambda: {"model": _linear(), "x": _xy()[0]},
-        {"model": not_numbers, "x": not_numbers},
-        torch=True,
-        run_valid=True,
-    ),
-    Case("labkit.models.trace:format_trace", {}, {"trace": NOT_A_RESULT}),
-    Case(
         "labkit.models.train:train_classifier",
         lambda: {"model": _linear(), "train": _xy(), "test": _xy(), "epochs": 1},
         {
-            "model": not_numbers,
-            "train": BAD_SPLIT,
-            "test": BAD_SPLIT,
             "epochs": BAD_POS,
             "batch_size": BAD_POS,
             "lr": bad_real(0, low_open=True),
@@ -540,8 +471,6 @@ CASES: list[Case] = [
         "labkit.models.train:train_torch_rnn",
         lambda: {"train": _sequences(), "test": _sequences()},
         {
-            "train": BAD_SPLIT,
-            "test": BAD_SPLIT,
             "hidden_size": BAD_POS,
             "epochs": BAD_POS,
             "batch_size": BAD_POS,
@@ -553,7 +482,7 @@ CASES: list[Case] = [
     Case(
         "labkit.models.train:accuracy",
         lambda: {"model": _linear(), "x": _xy()[0], "y": _xy()[1]},
-        {"model": not_numbers, "batch_size": BAD_POS},
+        {"batch_size": BAD_POS},
         torch=True,
         run_valid=True,
     ),
@@ -561,11 +490,8 @@ CASES: list[Case] = [
         "labkit.models.throughput:throughput_by_batch",
         lambda: {"model": _linear(), "batch_sizes": [1], "image_size": 8},
         {
-            "model": not_numbers,
             "batch_sizes": bad_sizes(),
             "image_size": bad_int(2),
-            "channels_last": BAD_FLAG,
-            "inference": BAD_FLAG,
             "warmup_ms": BAD_MS,
             "rep_ms": BAD_MS_POS,
             "memory_fraction": bad_real(0, 1, low_open=True),
@@ -581,8 +507,6 @@ CASES: list[Case] = [
         {
             "kind": bad_choice(("SimpleRNN", "LSTM", "LSTM-no-cudnn", "GRU")),
             "units": BAD_POS,
-            "return_sequences": BAD_FLAG,
-            "return_state": BAD_FLAG,
         },
     ),
     Case(
@@ -594,8 +518,6 @@ CASES: list[Case] = [
             "features": BAD_POS,
             "units": BAD_POS,
             "kinds": st.one_of(
-                st.text(max_size=5),
-                st.integers(),
                 st.just(()),
                 st.lists(st.sampled_from(["RNN", "lstm", "", "CuDNNLSTM"]), min_size=1, max_size=2),
             ),
@@ -608,8 +530,6 @@ CASES: list[Case] = [
         "labkit.models.rnn_keras:train_keras_rnn",
         lambda: {"train": _sequences(), "test": _sequences()},
         {
-            "train": BAD_SPLIT,
-            "test": BAD_SPLIT,
             "kind": bad_choice(("SimpleRNN", "LSTM", "LSTM-no-cudnn", "GRU")),
             "units": BAD_POS,
             "epochs": BAD_POS,
@@ -623,20 +543,8 @@ CASES: list[Case] = [
         "labkit.batching.sweep:batch_sweep",
         {},
         {
-            "model": st.one_of(
-                st.integers(),
-                st.none(),
-                st.floats(),
-                st.text(max_size=4).filter(lambda s: s not in ("mlp", "cnn")),
-            ),
             "batch_sizes": bad_sizes(),
-            "input_shape": BAD_SHAPE,
-            "modes": st.one_of(
-                st.integers(),
-                st.just(()),
-                st.text(max_size=4).filter(lambda s: s not in ("train", "inference")),
-                st.just(["train", "train"]),
-            ),
+            "modes": st.one_of(st.just(()), st.just(["train", "train"])),
             "device": BAD_TORCH_DEVICE,
             "optimizer": bad_choice(("adam", "sgd")),
             "warmup_ms": BAD_MS,
@@ -652,45 +560,20 @@ CASES: list[Case] = [
         {
             "in_features": BAD_POS,
             "num_classes": BAD_POS,
-            "hidden": st.one_of(
-                st.integers(),
-                st.none(),
-                st.text(min_size=1, max_size=3),
-                st.lists(st.integers(max_value=0), min_size=1, max_size=2),
-            ),
         },
-        run_valid=True,
-    ),
-    Case(
-        "labkit.batching.sweep:check_shape",
-        {"input_shape": (3, 4)},
-        {"input_shape": BAD_SHAPE},
-        run_valid=True,
-    ),
-    Case(
-        "labkit.batching.sweep:check_optimizer",
-        {"optimizer": "adam"},
-        {"optimizer": bad_choice(("adam", "sgd"))},
         run_valid=True,
     ),
     Case(
         "labkit.batching.sweep:latency_budget_batch",
         lambda: {"result": _batch_sweep(), "max_latency_ms": 5.0},
-        {"result": NOT_A_RESULT, "max_latency_ms": BAD_MS_POS, "mode": bad_choice(("inference",))},
+        {"max_latency_ms": BAD_MS_POS, "mode": bad_choice(("inference",))},
         run_valid=True,
-    ),
-    Case(
-        "labkit.batching.plots:plot_batch_sweep",
-        lambda: {"result": _batch_sweep()},
-        {"result": NOT_A_RESULT, "ax": st.one_of(st.integers(), st.text(max_size=3))},
     ),
     # ---------------------------------------------------------------- labkit.batching.largest
     Case(
         "labkit.batching.memory_fit:step_memory",
         {"model_fn": _linear, "input_shape": (2,), "batch_size": 1},
         {
-            "model_fn": not_callables,
-            "input_shape": BAD_SHAPE,
             "batch_size": BAD_POS,
             "device": st.one_of(BAD_TORCH_DEVICE, st.none()),
             "optimizer": bad_choice(("adam", "sgd")),
@@ -701,8 +584,6 @@ CASES: list[Case] = [
         "labkit.batching.memory_fit:fit_memory",
         {"model_fn": _linear, "input_shape": (2,)},
         {
-            "model_fn": not_callables,
-            "input_shape": BAD_SHAPE,
             "probe_batches": st.one_of(bad_sizes(), st.lists(st.just(2), min_size=1, max_size=3)),
             "device": st.one_of(BAD_TORCH_DEVICE, st.none()),
             "optimizer": bad_choice(("adam", "sgd")),
@@ -714,23 +595,18 @@ CASES: list[Case] = [
         "labkit.batching.largest:largest_batch_cpu",
         {"model_fn": _linear, "input_shape": (2,)},
         {
-            "model_fn": not_callables,
-            "input_shape": BAD_SHAPE,
             "budget_bytes": st.one_of(
                 st.floats(), st.text(max_size=3), non_positive_ints, impossible_bytes
             ),
             "probe_batches": bad_sizes(),
             "optimizer": bad_choice(("adam", "sgd")),
             "max_batch": st.one_of(st.floats(), st.text(max_size=3), non_positive_ints),
-            "verify": BAD_FLAG,
         },
     ),
     Case(
         "labkit.batching.largest:largest_batch_cuda",
         {"model_fn": _linear, "input_shape": (2,)},
         {
-            "model_fn": not_callables,
-            "input_shape": BAD_SHAPE,
             "device": st.one_of(BAD_TORCH_DEVICE, st.none()),
             "optimizer": bad_choice(("adam", "sgd")),
             "start_batch": BAD_POS,
@@ -743,7 +619,6 @@ CASES: list[Case] = [
         "labkit.batching.largest:search_batch",
         {"fits": lambda b: b <= 5, "start": 1, "max_batch": 8, "tolerance": 0.0},
         {
-            "fits": not_callables,
             "start": BAD_POS,
             "max_batch": BAD_POS,
             "tolerance": bad_real(0, 1, high_open=True),
@@ -782,7 +657,6 @@ CASES: list[Case] = [
         "labkit.batching.synthetic:augment_sample",
         lambda: {"image": np.zeros((3, 16, 16), np.float32), "index": 0, "image_size": 8},
         {
-            "image": st.one_of(not_numbers, st.just(np.zeros((16, 16), np.float32))),
             "index": bad_int(0),
             "image_size": st.one_of(bad_int(1), st.integers(17, 100)),
             "seed": bad_int(0),
@@ -793,7 +667,6 @@ CASES: list[Case] = [
         "labkit.batching.synthetic:sample_cost",
         {},
         {
-            "dataset": st.one_of(st.integers(), st.text(max_size=3)),
             "warmup_ms": BAD_MS,
             "rep_ms": BAD_MS_POS,
         },
@@ -802,7 +675,6 @@ CASES: list[Case] = [
         "labkit.batching.synthetic:thread_scaling",
         {},
         {
-            "dataset": st.one_of(st.integers(), st.text(max_size=3)),
             "threads": bad_int(2),
             "samples": BAD_POS,
             "warmup_ms": BAD_MS,
@@ -814,28 +686,19 @@ CASES: list[Case] = [
         {},
         {
             "num_workers": bad_int(0),
-            "pin_memory": BAD_FLAG,
             "prefetch_factor": st.one_of(st.floats(), st.text(max_size=2), st.integers()),
             "batch_size": BAD_POS,
             "steps": BAD_POS,
             "warmup_steps": bad_int(0),
             "step_ms": BAD_MS.filter(lambda v: v is not None),
-            "dataset": st.one_of(st.integers(), st.text(max_size=3)),
             "device": BAD_TORCH_DEVICE,
-            "label": st.one_of(st.integers(), st.floats(), st.lists(st.integers(), max_size=1)),
         },
     ),
     Case(
         "labkit.batching.loaders:compare_loaders",
         {"configs": [{"num_workers": 0}]},
         {
-            "configs": st.one_of(
-                st.integers(),
-                st.just([]),
-                st.just({}),
-                st.text(max_size=3),
-                st.lists(st.integers(), min_size=1, max_size=2),
-            ),
+            "configs": st.one_of(st.just([]), st.just({})),
             "batch_size": BAD_POS,
             "steps": BAD_POS,
             "step_ms": BAD_MS.filter(lambda v: v is not None),
@@ -861,7 +724,6 @@ CASES: list[Case] = [
                     "map+defaults",
                 )
             ),
-            "dataset": NOT_A_RESULT,
             "batch_size": BAD_POS,
             "epoch_batches": BAD_POS,
         },
@@ -884,7 +746,6 @@ CASES: list[Case] = [
             "steps": BAD_POS,
             "warmup_steps": bad_int(0),
             "step_ms": BAD_MS,
-            "dataset": st.one_of(st.integers(), st.text(max_size=3)),
             "epoch_batches": BAD_POS,
         },
     ),
@@ -893,8 +754,6 @@ CASES: list[Case] = [
         {"variants": ["map"]},
         {
             "variants": st.one_of(
-                st.text(max_size=4),
-                st.integers(),
                 st.just([]),
                 st.lists(
                     st.sampled_from(["mapp", "cache", "", "prefetch"]), min_size=1, max_size=2
@@ -905,25 +764,12 @@ CASES: list[Case] = [
             "epoch_batches": BAD_POS,
         },
     ),
-    Case(
-        "labkit.batching.plots:plot_loader_comparison",
-        {},
-        {
-            "comparison": st.one_of(
-                NOT_A_RESULT, st.just([]), st.lists(st.integers(), min_size=1, max_size=2)
-            )
-        },
-    ),
     # ---------------------------------------------------------------- labkit.kernels
     Case(
         "labkit.kernels.occupancy:occupancy",
         {"gpu": "H100", "threads_per_block": 256, "registers_per_thread": 32},
         {
-            "gpu": st.one_of(
-                st.integers(),
-                st.none(),
-                st.sampled_from(["H1000", "V100", "sm_70", "", "gpu", "A10"]),
-            ),
+            "gpu": st.sampled_from(["H1000", "V100", "sm_70", "", "gpu", "A10"]),
             "threads_per_block": bad_int(1, 1024),
             "registers_per_thread": bad_int(1, 255),
             "shared_bytes_per_block": bad_int(0),
@@ -933,30 +779,20 @@ CASES: list[Case] = [
     Case(
         "labkit.kernels.occupancy:gpu_limits",
         {"gpu": "sm_90"},
-        {"gpu": st.one_of(st.integers(), st.none(), st.sampled_from(["sm_91", "H", "B200"]))},
+        {"gpu": st.sampled_from(["sm_91", "H", "B200"])},
         run_valid=True,
     ),
     Case(
         "labkit.kernels.occupancy:occupancy_sweep",
         lambda: {"gpu": "H100", "kernel_resources": _resources()},
         {
-            "gpu": st.one_of(st.integers(), st.sampled_from(["H1000", "sm_70"])),
-            "kernel_resources": st.one_of(st.none(), st.integers(), st.text(max_size=3)),
+            "gpu": st.sampled_from(["H1000", "sm_70"]),
             "block_sizes": st.one_of(
                 bad_sizes(), st.lists(st.integers(1025, 4096), min_size=1, max_size=2)
             ),
             "dynamic_shared_bytes": bad_int(0),
         },
         run_valid=True,
-    ),
-    Case(
-        "labkit.kernels.plots:plot_occupancy",
-        {},
-        {
-            "sweep": st.one_of(
-                NOT_A_RESULT, st.just([]), st.lists(st.integers(), min_size=1, max_size=2)
-            )
-        },
     ),
     Case(
         "labkit.kernels.sources:kernel_spec",
@@ -971,17 +807,13 @@ CASES: list[Case] = [
     Case(
         "labkit.kernels.sources:kernel_source",
         {"name": "transpose"},
-        {
-            "name": st.one_of(
-                st.integers(), st.none(), st.sampled_from(["transposes", "", "x.cu", "../timing"])
-            )
-        },
+        {"name": st.sampled_from(["transposes", "", "x.cu", "../timing"])},
         run_valid=True,
     ),
     Case(
         "labkit.kernels.sources:kernel_path",
         {"name": "sgemm_tiled"},
-        {"name": st.one_of(st.integers(), st.none(), st.sampled_from(["sgemm.c", "", "x"]))},
+        {"name": st.sampled_from(["sgemm.c", "", "x"])},
         run_valid=True,
     ),
     Case(
@@ -1008,7 +840,6 @@ CASES: list[Case] = [
             "block_size": bad_int(1, 1024),
             "warmup_ms": BAD_MS,
             "rep_ms": BAD_MS_POS,
-            "quick": BAD_FLAG,
         },
     ),
     Case(
@@ -1016,14 +847,11 @@ CASES: list[Case] = [
         {},
         {
             "n": st.one_of(st.floats(), st.text(max_size=2), non_positive_ints),
-            "versions": st.one_of(
-                st.integers(), st.lists(st.sampled_from(["fast", ""]), min_size=1, max_size=2)
-            ),
+            "versions": st.lists(st.sampled_from(["fast", ""]), min_size=1, max_size=2),
             "tile_dim": bad_int(1, 1024),
             "block_rows": bad_int(1, 1024),
             "warmup_ms": BAD_MS,
             "rep_ms": BAD_MS_POS,
-            "quick": BAD_FLAG,
         },
     ),
     Case(
@@ -1031,9 +859,7 @@ CASES: list[Case] = [
         {"n": 64},
         {
             "n": bad_int(1, 32768),
-            "versions": st.one_of(
-                st.integers(), st.lists(st.sampled_from(["cublas", ""]), min_size=1, max_size=2)
-            ),
+            "versions": st.lists(st.sampled_from(["cublas", ""]), min_size=1, max_size=2),
             "warmup_ms": BAD_MS,
             "rep_ms": BAD_MS_POS,
         },
@@ -1044,15 +870,12 @@ CASES: list[Case] = [
         {
             "n_elements": st.one_of(st.floats(), st.text(max_size=2), non_positive_ints),
             "versions": st.one_of(
-                st.integers(),
-                st.just([]),
-                st.lists(st.sampled_from(["tree", ""]), min_size=1, max_size=2),
+                st.just([]), st.lists(st.sampled_from(["tree", ""]), min_size=1, max_size=2)
             ),
             "atomic_elements": BAD_POS,
             "block_size": bad_int(32, 1024),
             "warmup_ms": BAD_MS,
             "rep_ms": BAD_MS_POS,
-            "quick": BAD_FLAG,
         },
     ),
     Case(
@@ -1068,10 +891,8 @@ CASES: list[Case] = [
             "n_elements": st.one_of(st.floats(), st.text(max_size=2), non_positive_ints),
             "warmup_ms": BAD_MS,
             "rep_ms": BAD_MS_POS,
-            "quick": BAD_FLAG,
         },
     ),
-    Case("labkit.kernels.plots:plot_kernels", {}, {"result": NOT_A_RESULT}),
     Case(
         "labkit.kernels.cupy_run:get_kernel",
         {"name": "transpose_padded"},
@@ -1084,7 +905,6 @@ CASES: list[Case] = [
         "labkit.kernels.cupy_run:strided_copy",
         lambda: {"x": np.zeros(8, np.float32), "stride": 1},
         {
-            "x": NOT_ON_GPU,
             "stride": bad_int(1, 65535),
             "block_size": bad_int(1, 1024),
             "items_per_thread": bad_int(1, 64),
@@ -1094,7 +914,6 @@ CASES: list[Case] = [
         "labkit.kernels.cupy_run:transpose",
         lambda: {"x": np.zeros((8, 8), np.float32)},
         {
-            "x": NOT_ON_GPU,
             "version": bad_choice(("naive", "tiled", "padded", "tiled_nosync")),
             "tile_dim": bad_int(1, 1024),
             "block_rows": bad_int(1, 1024),
@@ -1103,12 +922,12 @@ CASES: list[Case] = [
     Case(
         "labkit.kernels.cupy_run:sgemm",
         lambda: {"a": np.zeros((8, 8), np.float32), "b": np.zeros((8, 8), np.float32)},
-        {"a": NOT_ON_GPU, "b": NOT_ON_GPU, "version": bad_choice(("naive", "shared", "tiled"))},
+        {"version": bad_choice(("naive", "shared", "tiled"))},
     ),
     Case(
         "labkit.kernels.cupy_run:reduce_sum",
         lambda: {"x": np.zeros(8, np.float32)},
-        {"x": NOT_ON_GPU, "version": bad_choice(("atomic", "shared", "warp_shuffle"))},
+        {"version": bad_choice(("atomic", "shared", "warp_shuffle"))},
     ),
     Case(
         "labkit.kernels.tuning:recorded_cache_path",
@@ -1117,7 +936,6 @@ CASES: list[Case] = [
             "kernel": st.one_of(
                 st.integers(), st.none(), st.sampled_from(["", "../x", "a b", "x.y"])
             ),
-            "directory": NOT_A_PATH,
         },
         run_valid=True,
     ),
@@ -1125,16 +943,8 @@ CASES: list[Case] = [
         "labkit.kernels.tuning:replay",
         {"cache_path": "/nonexistent/cache.json"},
         {
-            "cache_path": NOT_A_PATH,
             "kernel": st.one_of(st.integers(), st.sampled_from(["", "a/b"])),
-            "use_kernel_tuner": st.one_of(st.integers(), st.text(max_size=3)),
         },
-    ),
-    Case(
-        "labkit.kernels.tuning:best_configuration",
-        lambda: {"source": _replay()},
-        {"source": st.one_of(st.integers(), st.floats(), st.lists(st.integers(), max_size=2))},
-        run_valid=True,
     ),
     Case(
         "labkit.kernels.autotune:tune_transpose",
@@ -1142,11 +952,7 @@ CASES: list[Case] = [
         {
             "n": bad_int(16, 32768),
             "iterations": bad_int(1, 1000),
-            "quiet": BAD_FLAG,
-            "cache_path": NOT_A_PATH,
             "tune_params": st.one_of(
-                st.integers(),
-                st.lists(st.integers(), max_size=2),
                 st.just({"TILE_DIM": [16]}),
                 st.just({"TILE_DIM": [0], "BLOCK_ROWS": [1]}),
                 st.just({"TILE_DIM": "16", "BLOCK_ROWS": [1]}),
@@ -1160,9 +966,7 @@ CASES: list[Case] = [
         {
             "n": bad_int(64, 16384),
             "iterations": bad_int(1, 1000),
-            "quiet": BAD_FLAG,
             "tune_params": st.one_of(
-                st.integers(),
                 st.just({"BM": [64]}),
                 st.just(
                     {"BM": [0], "BN": [64], "BK": [8], "TM": [4], "TN": [4], "block_size_x": [256]}
@@ -1174,9 +978,7 @@ CASES: list[Case] = [
         "labkit.kernels.plots:plot_tuning",
         lambda: {"result": _replay()},
         {
-            "result": NOT_A_RESULT,
             "top": BAD_POS,
-            "ax": st.one_of(st.integers(), st.text(max_size=2)),
         },
     ),
     Case(
@@ -1202,10 +1004,7 @@ CASES: list[Case] = [
             "seed": bad_int(0),
             "block": BAD_POS,
             "kernels": st.one_of(
-                st.text(max_size=4),
-                st.integers(),
-                st.just([]),
-                st.lists(st.sampled_from(["nope", ""]), min_size=1, max_size=2),
+                st.just([]), st.lists(st.sampled_from(["nope", ""]), min_size=1, max_size=2)
             ),
             "timeout_s": bad_real(0, low_open=True),
         },
@@ -1219,40 +1018,21 @@ CASES: list[Case] = [
             "runs": bad_int(2, 50),
             "seed": bad_int(0),
             "block": BAD_POS,
-            "start_together": BAD_FLAG,
             "timeout_s": bad_real(0, low_open=True),
         },
         guards=("labkit.kernels.simulator._run_worker",),
     ),
-    Case("labkit.kernels.plots:plot_race", {}, {"demo": NOT_A_RESULT}),
     Case(
         "labkit.kernels.resources:check_arch",
         {"arch": "sm_90"},
-        {
-            "arch": st.one_of(
-                st.integers(), st.none(), st.sampled_from(["90", "sm90", "compute_90", "sm_", ""])
-            )
-        },
-        run_valid=True,
-    ),
-    Case(
-        "labkit.kernels.resources:parse_resource_usage",
-        {"text": ""},
-        {"text": st.one_of(st.integers(), st.none(), st.binary(max_size=3))},
+        {"arch": st.sampled_from(["90", "sm90", "compute_90", "sm_", ""])},
         run_valid=True,
     ),
     Case(
         "labkit.kernels.resources:compile_resources",
         {"source_or_path": "__global__ void k(){}"},
         {
-            "arch": st.one_of(st.integers(), st.sampled_from(["sm90", "", "compute_80"])),
-            "defines": st.one_of(
-                st.integers(),
-                st.text(max_size=3),
-                st.just({"1X": 1}),
-                st.just({"X": 1.5}),
-                st.just({"X": "a b"}),
-            ),
+            "arch": st.sampled_from(["sm90", "", "compute_80"]),
             "max_registers": st.one_of(
                 st.floats(), st.integers(max_value=15), st.integers(min_value=256)
             ),
@@ -1266,12 +1046,9 @@ CASES: list[Case] = [
         {},
         {
             "arches": st.one_of(
-                st.text(max_size=4),
-                st.integers(),
-                st.just([]),
-                st.lists(st.sampled_from(["sm90", "x"]), min_size=1, max_size=2),
+                st.just([]), st.lists(st.sampled_from(["sm90", "x"]), min_size=1, max_size=2)
             ),
-            "defines": st.one_of(st.integers(), st.just({"1X": 1})),
+            "defines": st.just({"1X": 1}),
         },
         guards=("labkit.kernels.resources._require_compiler",),
     ),
@@ -1284,10 +1061,6 @@ CASES: list[Case] = [
             "batch": BAD_POS,
             "image_size": bad_int(2),
             "device": BAD_TORCH_DEVICE,
-            "trace_dir": NOT_A_PATH,
-            "sync_every_step": BAD_FLAG,
-            "record_shapes": BAD_FLAG,
-            "profile_memory": BAD_FLAG,
             "seed": BAD_SEED,
         },
     ),
@@ -1321,14 +1094,11 @@ CASES: list[Case] = [
         guards=("labkit.profiling.stalls.Trainer",),
         label="profiling.time_sync_stall.memory",
     ),
-    Case("labkit.profiling.stalls:find_sync_points", {}, {"source": NOT_A_PATH}),
-    Case("labkit.profiling.trace:read_trace", {}, {"path": NOT_A_PATH}),
     Case(
         "labkit.profiling.trace:summarize_trace",
         {"path": "/nonexistent.json"},
-        {"path": NOT_A_PATH, "top": bad_int(0)},
+        {"top": bad_int(0)},
     ),
-    Case("labkit.profiling.tf_profile:read_xplane", {}, {"path": NOT_A_PATH}),
     Case(
         "labkit.profiling.tf_profile:keras_cnn",
         {},
@@ -1341,7 +1111,6 @@ CASES: list[Case] = [
             "steps": BAD_POS,
             "batch": st.one_of(BAD_POS, st.integers(2**30, 2**40)),
             "image_size": st.one_of(bad_int(8), st.integers(9, 15)),
-            "logdir": NOT_A_PATH,
             "warmup_steps": BAD_POS,
             "top": bad_int(0),
             "seed": BAD_SEED,
@@ -1350,17 +1119,7 @@ CASES: list[Case] = [
     Case(
         "labkit.profiling.nsight:nsight_commands",
         {},
-        {
-            "script": st.one_of(st.integers(), st.none(), st.sampled_from(["", "  "])),
-            "args": st.one_of(
-                st.integers(),
-                st.text(min_size=1, max_size=3),
-                st.lists(st.integers(), min_size=1, max_size=2),
-            ),
-            "kernel_regex": st.one_of(st.integers(), st.just("")),
-            "output": st.one_of(st.none(), st.just(" ")),
-            "python": st.one_of(st.integers(), st.just("")),
-        },
+        {"args": st.just("--epochs 1")},
         run_valid=True,
     ),
     Case(
@@ -1371,8 +1130,6 @@ CASES: list[Case] = [
             "batch": BAD_POS,
             "image_size": bad_int(2),
             "timeout_s": bad_real(0, low_open=True),
-            "out_dir": NOT_A_PATH,
-            "nsys": st.one_of(st.integers(), st.just(""), st.lists(st.text(), max_size=1)),
         },
         guards=("labkit.profiling.nsight.find_nsight", "subprocess.run"),
     ),
@@ -1388,18 +1145,10 @@ CASES: list[Case] = [
                 st.none(),
                 st.text(max_size=4).filter(lambda s: s not in ("gpu", "cpu", "auto", "xpu")),
             ),
-            "rdzv_endpoint": st.one_of(
-                st.integers(),
-                st.none(),
-                st.sampled_from(["", "host:99999", "a b:1", "host:port", ":29500"]),
-            ),
-            "rdzv_id": st.one_of(st.integers(), st.sampled_from(["", "a b"])),
+            "rdzv_endpoint": st.sampled_from(["", "host:99999", "a b:1", "host:port", ":29500"]),
+            "rdzv_id": st.sampled_from(["", "a b"]),
             "rdzv_backend": st.one_of(st.none(), st.just("")),
-            "module": st.one_of(st.integers(), st.just("x y")),
-            "script_args": st.one_of(
-                st.integers(), st.lists(st.integers(), min_size=1, max_size=2)
-            ),
-            "python": st.one_of(st.integers(), st.lists(st.text(), max_size=1)),
+            "module": st.just("x y"),
         },
         run_valid=True,
     ),
@@ -1418,11 +1167,6 @@ CASES: list[Case] = [
             "warmup_steps": bad_int(0),
             "backend": bad_choice(("auto", "gloo", "nccl")),
             "timeout_s": bad_real(0, low_open=True),
-            "env": st.one_of(
-                st.integers(),
-                st.text(min_size=1, max_size=3),
-                st.dictionaries(st.text(max_size=3), st.integers(), min_size=1, max_size=2),
-            ),
         },
         guards=("labkit.scaling.process.run_process",),
     ),
@@ -1470,9 +1214,6 @@ CASES: list[Case] = [
         },
         guards=("labkit.scaling.process.run_process",),
     ),
-    Case("labkit.scaling.plots:plot_scaling", {}, {"scaling": NOT_A_RESULT}),
-    Case("labkit.scaling.plots:plot_allreduce", {}, {"cost": NOT_A_RESULT}),
-    Case("labkit.scaling.plots:plot_model_size", {}, {"result": NOT_A_RESULT}),
     Case(
         "labkit.scaling.train_ddp:mlp_parameter_count",
         {"width": 8},
@@ -1482,7 +1223,10 @@ CASES: list[Case] = [
     Case(
         "labkit.scaling.train_ddp:build_mlp",
         {"width": 8},
-        {"width": BAD_POS, "depth": BAD_POS, "batch_norm": BAD_FLAG},
+        {
+            "width": BAD_POS,
+            "depth": BAD_POS,
+        },
     ),
     Case(
         "labkit.scaling.results:bus_bandwidth_factor",
@@ -1498,7 +1242,6 @@ CASES: list[Case] = [
             "accum_steps": BAD_POS,
             "width": BAD_POS,
             "min_reps": BAD_POS,
-            "batch_norm": BAD_FLAG,
             "dtype": st.one_of(
                 unsupported_dtypes, st.integers(), st.lists(st.integers(), max_size=1)
             ),
@@ -1517,7 +1260,6 @@ CASES: list[Case] = [
         guards=("labkit.timing.bench.bench", "labkit.scaling.train_ddp.build_mlp"),
         label="dist.accumulate_equivalence.memory",
     ),
-    Case("labkit.scaling.plots:plot_accumulation", {}, {"result": NOT_A_RESULT}),
     Case(
         "labkit.scaling.mirrored:run_mirrored",
         {},
@@ -1527,12 +1269,7 @@ CASES: list[Case] = [
             "epochs": BAD_POS,
             "batch_per_replica": BAD_POS,
             "width": BAD_POS,
-            "baseline": BAD_FLAG,
             "timeout_s": bad_real(0, low_open=True),
-            "env": st.one_of(
-                st.integers(),
-                st.dictionaries(st.text(max_size=3), st.integers(), min_size=1, max_size=2),
-            ),
         },
         guards=("labkit.scaling.process.run_process",),
     ),
@@ -1570,9 +1307,6 @@ CASES: list[Case] = [
         {
             "answer": NOT_AN_ANSWER,
             "batch_sizes": st.one_of(
-                st.integers(),
-                st.none(),
-                st.text(max_size=3),
                 st.just([]),
                 st.just([1, 4]),
                 st.just([0, 4, 16]),
@@ -1580,8 +1314,6 @@ CASES: list[Case] = [
                 st.just([4, 4, 16]),
             ),
             "samples_per_s": st.one_of(
-                st.integers(),
-                st.none(),
                 st.just([1.0]),
                 st.just([1.0, math.nan, 2.0]),
                 st.just([1.0, -2.0, 3.0]),
@@ -1608,12 +1340,7 @@ CASES: list[Case] = [
         {"answer": "aten::mm", "operators_by_self_time": ["aten::mm"]},
         {
             "answer": st.one_of(st.integers(), st.floats(), st.lists(st.text(), max_size=1)),
-            "operators_by_self_time": st.one_of(
-                st.integers(),
-                st.text(max_size=3),
-                st.just([]),
-                st.lists(st.integers(), min_size=1, max_size=2),
-            ),
+            "operators_by_self_time": st.just([]),
         },
         run_valid=True,
     ),
@@ -1637,81 +1364,14 @@ CASES: list[Case] = [
             "predictions": st.one_of(
                 st.integers(), st.text(max_size=3), st.lists(st.text(), min_size=1)
             ),
-            "roofline": st.one_of(
-                st.integers(),
-                st.text(max_size=3),
-                st.dictionaries(st.text(max_size=2), st.floats(), max_size=1),
-            ),
         },
         run_valid=True,
     ),
     # ---------------------------------------------------------------- the bench_* modules
-    *(
-        Case(
-            f"labkit.cli.bench.{name}:run_{name}_benchmark",
-            {},
-            {"as_json": BAD_FLAG, "record": BAD_FLAG, "quick": BAD_FLAG},
-            guards=(f"labkit.cli.bench.{name}.measure",),
-        )
-        for name in (
-            "accel",
-            "batching",
-            "cnn",
-            "kernels",
-            "parallel",
-            "profile",
-            "rnn",
-            "roofline",
-        )
-    ),
-    *(
-        Case(f"labkit.cli.bench.{name}:measure", {}, {"quick": BAD_FLAG})
-        for name in (
-            "accel",
-            "batching",
-            "cnn",
-            "kernels",
-            "parallel",
-            "profile",
-            "rnn",
-            "roofline",
-        )
-    ),
-    Case(
-        "labkit.cli.bench.kernels:measure",
-        {},
-        {"tune": BAD_FLAG},
-        label="bench_kernels.measure.tune",
-    ),
-    Case(
-        "labkit.cli.bench.parallel:measure",
-        {},
-        {"show_progress": st.one_of(st.integers(), st.text(max_size=3))},
-        label="bench_parallel.measure.show_progress",
-    ),
-    Case(
-        "labkit.cli.bench.roofline:measure",
-        {},
-        {"show_progress": st.one_of(st.integers(), st.text(max_size=3))},
-        label="bench_roofline.measure.show_progress",
-    ),
-    Case(
-        "labkit.cli.bench.roofline:standard_ops",
-        {"on_gpu": False},
-        {"on_gpu": BAD_FLAG, "quick": BAD_FLAG},
-        run_valid=True,
-    ),
-    Case(
-        "labkit.cli.bench.roofline:measure_device",
-        {"device": "cpu"},
-        {"quick": BAD_FLAG, "show_progress": st.one_of(st.integers(), st.text(max_size=3))},
-    ),
     Case(
         "labkit.cli.bench.bandwidth:run_bandwidth_benchmark",
         {},
         {
-            "as_json": BAD_FLAG,
-            "record": BAD_FLAG,
             "rounds": BAD_POS,
             "max_bytes": st.one_of(st.floats(), st.text(max_size=3), st.integers(max_value=4095)),
         },
@@ -1725,9 +1385,6 @@ CASES: list[Case] = [
             "max_bytes": st.one_of(st.floats(), st.text(max_size=3), st.integers(max_value=4095)),
         },
     ),
-    Case("labkit.cli.bench.bandwidth:format_cpu", {}, {"cpu": NOT_A_RESULT}),
-    Case("labkit.cli.bench.bandwidth:gpu_summary", {}, {"parts": NOT_A_RESULT}),
-    Case("labkit.cli.bench.parallel:sweep_to_dict", {}, {"sweep": NOT_A_RESULT}),
     Case("labkit.cli.bench.accel:mlp_data", {"batch": 4}, {"batch": BAD_POS}, run_valid=True),
 ]
 
@@ -1786,8 +1443,9 @@ def test_the_table_covers_every_module_in_scope() -> None:
         "scaling.launch",
         "check",
     } <= modules, sorted(modules)
-    assert sum(1 for c in CASES if c.target.startswith("labkit.cli.bench.")) >= 20
-    assert len({c.target for c in CASES}) >= 120
+    # The CLI's flags come from argparse (bools, checked there); its rows are the sizes a person types.
+    assert sum(1 for c in CASES if c.target.startswith("labkit.cli.bench.")) >= 3
+    assert len({c.target for c in CASES}) >= 110
 
 
 # --------------------------------------------------------------------------- explicit rejections
@@ -1984,7 +1642,7 @@ def test_each_check_passes_its_own_reference(name: str) -> None:
         "occupancy": 0.5,
         "loader_workers": 7,
         "largest_batch": check.pipelines.largest_batch_that_fits(),
-        "idle_fraction": 1 - check.profiling.busy_ms(check.TIMELINE_KERNELS_MS) / 10.0,
+        "idle_fraction": 1 - union_ms(check.TIMELINE_KERNELS_MS) / 10.0,
         "accumulation_steps": 8,
     }
     assert getattr(check, name)(references[name]).passed
@@ -2112,11 +1770,11 @@ def test_tune_params_checks_agree_under_permutation(order: Any) -> None:
         return out
 
     good = {k: list(v) for k, v in SGEMM_TUNE_PARAMS.items()}
-    checked = _check_tune_args(shuffled(good), SGEMM_TUNE_PARAMS, None, True)
+    checked = _check_tune_args(shuffled(good), SGEMM_TUNE_PARAMS)
     assert {k: sorted(v) for k, v in checked.items()} == {k: sorted(v) for k, v in good.items()}
     bad = {**good, "BK": [8, 0]}
     with pytest.raises(ValueError, match="BK"):
-        _check_tune_args(shuffled(bad), SGEMM_TUNE_PARAMS, None, True)
+        _check_tune_args(shuffled(bad), SGEMM_TUNE_PARAMS)
 
 
 # --------------------------------------------------------------------------- properties: dist

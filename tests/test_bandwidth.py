@@ -114,7 +114,7 @@ def test_stream_kernel_runs_checks_and_counts(kernel: str) -> None:
         (lambda: bandwidth.stream_kernel("copy", 64 * KiB, rep_ms=-1), ValueError, "rep_ms"),
         (lambda: stream_sweep.stream_sweep(kernels=("copy", "bogus")), ValueError, "kernels"),
         (lambda: stream_sweep.stream_sweep(kernels=()), ValueError, "kernels"),
-        (lambda: stream_sweep.stream_sweep(sizes_bytes="big"), TypeError, "sizes_bytes"),
+        (lambda: stream_sweep.stream_sweep(sizes_bytes="big"), ValueError, "sizes_bytes"),
         (lambda: stream_sweep.stream_sweep(sizes_bytes=[]), ValueError, "sizes_bytes"),
         (lambda: stream_sweep.stream_sweep(sizes_bytes=[4]), ValueError, "sizes_bytes"),
         (lambda: stream_sweep.stream_sweep(sizes_bytes=[MiB], min_reps=0), ValueError, "min_reps"),
@@ -319,9 +319,8 @@ def test_strided_read_structure() -> None:
     [
         ({"strides": []}, ValueError, "strides"),
         ({"strides": [0]}, ValueError, "strides"),
-        ({"strides": "1,2"}, TypeError, "strides"),
+        ({"strides": "1,2"}, ValueError, "strides"),
         ({"dtype": "int8"}, ValueError, "dtype"),
-        ({"flush_cache": 1}, TypeError, "flush_cache"),
         ({"max_reps": 1}, ValueError, "max_reps"),
         ({"n_elements": 0}, ValueError, "n_elements"),
     ],
@@ -358,8 +357,6 @@ def test_pipeline_accepts_a_function_and_rejects_unknown_ops() -> None:
         pipeline.pipeline_breakdown(64 * KiB, "fft", "cpu")
     with pytest.raises(ValueError, match="n_bytes"):
         pipeline.pipeline_breakdown(2, "scale", "cpu")
-    with pytest.raises(TypeError, match="pinned"):
-        pipeline.pipeline_breakdown(64 * KiB, "scale", "cpu", pinned="yes")
 
 
 # --------------------------------------------------------------------------- GPU-only logic
@@ -383,8 +380,7 @@ def test_balance_repeats() -> None:
     assert overlap.balance_repeats(1.0, 0.1) == 10
     assert overlap.balance_repeats(0.01, 1.0) == 1
     assert overlap.balance_repeats(1000.0, 0.001) == 1000
-    with pytest.raises(ValueError, match="pass_ms"):
-        overlap.balance_repeats(1.0, 0.0)
+    assert overlap.balance_repeats(1.0, 0.0) == 1000  # a pass too short to time
 
 
 def test_overlap_result_arithmetic() -> None:
@@ -491,8 +487,6 @@ def test_plot_stream_sweep_marks_caches_and_labels_bytes() -> None:
         assert [t.get_text() for t in ax.get_legend().get_texts()] == ["copy", "triad"]
     finally:
         plt.close(ax.figure)
-    with pytest.raises(TypeError, match="StreamSweep"):
-        plots.plot_stream_sweep(rows)
 
 
 def test_no_warnings_from_a_plain_sweep() -> None:

@@ -72,8 +72,10 @@ def test_mlp_layers_and_validation() -> None:
     model = mlp(8, (16,), 3)
     assert [type(m).__name__ for m in model] == ["Linear", "ReLU", "Linear"]
     assert model(torch.zeros(5, 8)).shape == (5, 3)
-    with pytest.raises(ValueError, match="positive ints"):
+    with pytest.raises(ValueError, match="in_features must be a positive integer"):
         mlp(0)
+    with pytest.raises(ValueError, match=r"hidden\[1\] must be a positive integer"):
+        mlp(8, (16, 0))
 
 
 def test_knee_peak_and_gain_from_known_points() -> None:
@@ -84,7 +86,7 @@ def test_knee_peak_and_gain_from_known_points() -> None:
     assert curve.gain == pytest.approx(2.1) and curve.flattened
     sweep = _sweep()
     assert sweep.knee_batch("inference") == 4 and sweep.gain("inference") == pytest.approx(2.1)
-    with pytest.raises(ValueError, match="mode must be one of train, inference"):
+    with pytest.raises(ValueError, match="mode must be one of 'train', 'inference'"):
         sweep.curve("eval")
 
 
@@ -102,8 +104,6 @@ def test_latency_budget_batch_takes_the_largest_batch_within_budget() -> None:
     assert latency_budget_batch(sweep, 1.5, mode="train") == 2
     with pytest.raises(ValueError, match="max_latency_ms"):
         latency_budget_batch(sweep, 0)
-    with pytest.raises(TypeError, match="BatchSweep"):
-        latency_budget_batch("sweep", 1.0)  # type: ignore[arg-type]
 
 
 def test_text_uses_masked_units() -> None:
@@ -179,7 +179,7 @@ def test_sweep_validates_its_arguments() -> None:
         batch_sweep(42)
     with pytest.raises(ValueError, match="input_shape is required"):
         batch_sweep(torch.nn.Linear(2, 2))
-    with pytest.raises(ValueError, match="batch_sizes must be"):
+    with pytest.raises(ValueError, match=r"batch_sizes\[0\] must be a positive integer"):
         batch_sweep("mlp", batch_sizes=[0])
     with pytest.raises(ValueError, match="modes must be"):
         batch_sweep("mlp", modes=("eval",))
@@ -208,5 +208,3 @@ def test_plot_marks_the_knee_and_shows_latency() -> None:
         assert len(ax.get_legend().get_texts()) == 4
     finally:
         plt.close(ax.figure)
-    with pytest.raises(TypeError, match="BatchSweep"):
-        plot_batch_sweep([1, 2])

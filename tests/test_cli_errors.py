@@ -267,7 +267,7 @@ def test_any_other_error_from_inside_a_benchmark_is_a_bug_and_propagates(
         cli.main(["bench", name])
 
 
-def test_an_error_inside_a_benchmark_prints_a_traceback(tmp_path: Path) -> None:
+def test_an_error_inside_a_benchmark_prints_a_traceback() -> None:
     code = (
         "import sys\n"
         "import labkit.cli.bench.timing as t\n"

@@ -67,8 +67,19 @@ def test_comparison_is_frozen_and_serializable():
     with pytest.raises(dataclasses.FrozenInstanceError):
         result.baseline_index = 1  # type: ignore[misc]
     data = json.loads(json.dumps(result.to_dict()))
-    assert data["baseline"] == "numpy"
+    assert set(data) == {"rows", "baseline_index"}
+    assert data["rows"][data["baseline_index"]]["label"] == "numpy"
     assert data["rows"][1]["speedup"] == 4.0
+    assert set(data["rows"][1]) == {
+        "label",
+        "device",
+        "median_ms",
+        "iqr_ms",
+        "min_ms",
+        "n",
+        "speedup",
+        "noisy",
+    }
 
 
 @pytest.mark.parametrize(
@@ -95,22 +106,9 @@ def test_zero_median_rows_do_not_divide_by_zero():
 # --------------------------------------------------------------------------- validation
 
 
-def test_non_timing_entries_are_rejected_with_their_type():
-    with pytest.raises(TypeError, match="Expected an instance of Timing, got int instead"):
-        compare([NUMPY, 3])  # type: ignore[list-item]
-    with pytest.raises(TypeError, match=r"got dict instead \(timings\[0\]\)"):
-        compare([{"median_ms": 1.0}])  # type: ignore[list-item]
-
-
 def test_empty_is_rejected():
     with pytest.raises(ValueError, match="timings is empty"):
         compare([])
-
-
-@pytest.mark.parametrize("timings", [NUMPY, "numpy", 5, None])
-def test_non_sequences_are_rejected(timings):
-    with pytest.raises(TypeError, match="sequence"):
-        compare(timings)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -119,8 +117,6 @@ def test_non_sequences_are_rejected(timings):
         (2, ValueError, r"baseline=2 is out of range for 2 timings"),
         (-3, ValueError, "out of range"),
         ("jax", ValueError, r"baseline='jax' matches no timing's label.*'numpy', 'torch'"),
-        (True, TypeError, "baseline must be an index"),
-        (1.0, TypeError, "baseline must be an index"),
     ],
 )
 def test_bad_baselines_are_rejected(baseline, error, match):

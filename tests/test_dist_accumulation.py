@@ -54,7 +54,6 @@ def test_plot_accumulation() -> None:
         ({"micro_batch": 0}, ValueError, "micro_batch"),
         ({"accum_steps": 2.0}, TypeError, "accum_steps"),
         ({"dtype": "float16"}, ValueError, "dtype"),
-        ({"batch_norm": 1}, TypeError, "batch_norm"),
         ({"batch_norm": True, "micro_batch": 1}, ValueError, "micro_batch"),
         ({"lr": 0}, ValueError, "lr"),
         ({"rep_ms": 0}, ValueError, "rep_ms"),

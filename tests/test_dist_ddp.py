@@ -113,8 +113,6 @@ def test_plots_label_their_axes(scaling: Scaling, allreduce: AllreduceCost, ddp2
             assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
         finally:
             plt.close(ax.figure)
-    with pytest.raises(TypeError, match="Scaling"):
-        scaling_plots.plot_scaling(allreduce)  # type: ignore[arg-type]
 
 
 def test_model_size_table(ddp2: DdpRun) -> None:
@@ -122,8 +120,6 @@ def test_model_size_table(ddp2: DdpRun) -> None:
     text = str(result)
     assert "width" in text and f"{ddp2.parameter_count:,}" in text and "exposed" in text
     assert result.summary()[0].startswith("cpu: ")
-    with pytest.raises(TypeError):
-        ModelSizeComm(())
 
 
 def test_train_ddp_runs_as_a_file() -> None:
@@ -321,7 +317,6 @@ def test_worker_error_reads_torchruns_root_cause() -> None:
         ({"warmup_steps": -1}, ValueError, "warmup_steps"),
         ({"backend": "mpi"}, ValueError, "backend"),
         ({"threads_per_proc": 1.5}, TypeError, "threads_per_proc"),
-        ({"env": {"A": 1}}, TypeError, "env"),
         ({"timeout_s": -1}, ValueError, "timeout_s"),
     ],
 )

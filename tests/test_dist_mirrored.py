@@ -75,7 +75,6 @@ def test_from_dict_reads_a_baseline() -> None:
     [
         ({"n_logical": 0}, ValueError, "n_logical"),
         ({"steps": 1, "epochs": 1}, ValueError, "warm-up"),
-        ({"baseline": "yes"}, TypeError, "baseline"),
         ({"timeout_s": 0}, ValueError, "timeout_s"),
     ],
 )

@@ -278,7 +278,9 @@ def test_exception_while_probing_is_an_error(everything_installed):
 
 
 def test_unknown_framework_is_rejected():
-    with pytest.raises(ValueError, match="name must be one of torch, tensorflow, cupy; got 'jax'"):
+    with pytest.raises(
+        ValueError, match="name must be one of 'torch', 'tensorflow', 'cupy', got 'jax'"
+    ):
         probe_framework("jax")
 
 

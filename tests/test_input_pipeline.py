@@ -6,6 +6,7 @@ tests check what is measured and reported, never how fast.
 
 from __future__ import annotations
 
+import json
 import sys
 import warnings
 
@@ -63,8 +64,6 @@ def test_samples_are_deterministic_normalised_images() -> None:
     assert np.array_equal(data[-1][0], data[9][0])
     with pytest.raises(IndexError, match="out of range"):
         data[10]
-    with pytest.raises(TypeError, match="index must be an int"):
-        data["0"]
 
 
 def test_decode_then_augment_is_what_getitem_does() -> None:
@@ -103,8 +102,6 @@ def test_dataset_validates() -> None:
 def test_sample_cost_is_a_timing() -> None:
     t = sample_cost(SMALL, warmup_ms=0, rep_ms=1)
     assert isinstance(t, Timing) and t.label == "one sample" and t.n >= 5
-    with pytest.raises(TypeError, match="SyntheticImages"):
-        sample_cost([1, 2])  # type: ignore[arg-type]
 
 
 def test_thread_scaling_times_one_thread_and_a_pool() -> None:
@@ -167,12 +164,8 @@ def test_loader_validates() -> None:
         measure_loader(num_workers=0, prefetch_factor=2)
     with pytest.raises(ValueError, match="num_workers must be an integer >= 0"):
         measure_loader(num_workers=-1)
-    with pytest.raises(TypeError, match="pin_memory must be True or False"):
-        measure_loader(pin_memory="yes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="step_ms"):
         measure_loader(step_ms=-1)
-    with pytest.raises(TypeError, match="dataset must be"):
-        measure_loader(dataset=[(1, 2)])  # type: ignore[arg-type]
 
 
 def test_more_workers_than_cpus_is_said_the_same_way_on_every_machine() -> None:
@@ -205,7 +198,10 @@ def test_compare_loaders_table_summary_and_plot() -> None:
     assert text.startswith("Input pipelines, batch 4, step: a fixed 1.00 ms step")
     assert "samples/s" in text and "%" in text
     assert all(line.startswith("cpu: ") for line in result.summary())
-    assert result.to_dict()["runs"][0]["settings"]["num_workers"] == 0
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["runs"][0]["settings"]["num_workers"] == 0
+    assert data["runs"][1]["wait_fraction"] == result.runs[1].wait_fraction
+    assert data["runs"][1]["compute"]["median_ms"] == result.runs[1].compute.median_ms
     ax = plot_loader_comparison(result)
     try:
         assert len(ax.patches) == 4  # a wait bar and a step bar per run
@@ -213,10 +209,8 @@ def test_compare_loaders_table_summary_and_plot() -> None:
         assert [t.get_text() for t in ax.get_yticklabels()] == ["num_workers=0", "again"]
     finally:
         plt.close(ax.figure)
-    with pytest.raises(TypeError, match="LoaderComparison"):
-        plot_loader_comparison([])
-    with pytest.raises(TypeError, match="configs must be"):
-        compare_loaders({"num_workers": 0})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="configs must be a non-empty list"):
+        compare_loaders([])
     with pytest.raises(ValueError, match="label must be one of"):
         result.run("nope")
 
@@ -272,8 +266,10 @@ def test_tf_validates_and_names_the_install_command(monkeypatch: pytest.MonkeyPa
         measure_tf_pipeline("fast")
     with pytest.raises(ValueError, match="step_ms must be a number"):
         measure_tf_pipeline("map", step_ms=None)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="variants must be"):
-        compare_tf_pipelines("map")
+    with pytest.raises(ValueError, match="variants must be one of 'map'"):
+        compare_tf_pipelines(["map", "mapp"])
+    with pytest.raises(ValueError, match="variants must name at least one"):
+        compare_tf_pipelines([])
     monkeypatch.setitem(sys.modules, "tensorflow", None)
     with pytest.raises(MissingPackageError, match="pip install"):
         measure_tf_pipeline("map", **TF_FAST)

@@ -622,8 +622,10 @@ def test_experiments_check_budgets_before_touching_the_gpu(monkeypatch: pytest.M
     monkeypatch.setitem(sys.modules, "cupy", None)  # argument errors come first, even without CuPy
     with pytest.raises(ValueError, match="rep_ms must be a finite number"):
         experiments.stride_sweep(rep_ms=0)
-    with pytest.raises(ValueError, match="strides is empty"):
+    with pytest.raises(ValueError, match="strides must be a non-empty list"):
         experiments.stride_sweep(())
+    with pytest.raises(ValueError, match="strides must be an integer from 1 to 65,535"):
+        experiments.stride_sweep((1, 65536))
     with pytest.raises(ValueError, match="tiled_configs entry"):
         experiments.sgemm_vs_cublas(256, tiled_configs=[{"TM": 5}])
 
@@ -639,8 +641,6 @@ def test_plot_kernels(fake_gpu: FakeCupy) -> None:
     assert ax.get_xlabel() == "stride" and "Fake GPU 9000" in ax.get_title()
     ax = kernels_plots.plot_kernels(versions)
     assert ax.get_ylabel() == "kernel" and len(ax.patches) == 3
-    with pytest.raises(TypeError, match="Expected an instance of KernelComparison"):
-        kernels_plots.plot_kernels([1, 2])
     recorded = json.loads(json.dumps(sweep.to_dict()))  # as a recording stores it
     ax = kernels_plots.plot_kernels(recorded)
     assert ax.get_xlabel() == "stride" and len(ax.lines) == 2

@@ -146,17 +146,15 @@ def test_gpu_names_and_arches() -> None:
         assert occ.gpu_limits(name)[1] is occ.ARCHES[arch]
     with pytest.raises(ValueError, match="gpu must be one of T4, A100"):
         occ.gpu_limits("V100")
-    with pytest.raises(TypeError, match="gpu must be a GPU name"):
-        occ.gpu_limits(90)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
         ({"threads_per_block": 0, "registers_per_thread": 32}, ValueError, "threads_per_block"),
-        ({"threads_per_block": 1025, "registers_per_thread": 32}, ValueError, "1 to 1024"),
+        ({"threads_per_block": 1025, "registers_per_thread": 32}, ValueError, "1 to 1,024"),
         ({"threads_per_block": 256.0, "registers_per_thread": 32}, TypeError, "must be an int"),
-        ({"threads_per_block": 256, "registers_per_thread": 256}, ValueError, "never uses more"),
+        ({"threads_per_block": 256, "registers_per_thread": 256}, ValueError, "1 to 255"),
         ({"threads_per_block": 256, "registers_per_thread": 0}, ValueError, "registers_per"),
         (
             {"threads_per_block": 256, "registers_per_thread": 32, "shared_bytes_per_block": -1},
@@ -191,11 +189,9 @@ def test_sweep_over_block_sizes() -> None:
 def test_sweep_checks_the_architecture_and_its_arguments() -> None:
     with pytest.raises(ValueError, match="compiled for sm_80 but H100 is sm_90"):
         occ.occupancy_sweep("H100", _kernel(32, 0, "sm_80"))
-    with pytest.raises(TypeError, match="kernel_resources must have registers_per_thread"):
-        occ.occupancy_sweep("H100", {"registers": 32})
-    with pytest.raises(TypeError, match="block_sizes must be a non-empty list"):
+    with pytest.raises(ValueError, match="block_sizes must be a non-empty list"):
         occ.occupancy_sweep("H100", _kernel(32, 0), block_sizes=())
-    with pytest.raises(ValueError, match="block_sizes must be from 1 to 1024"):
+    with pytest.raises(ValueError, match="block_sizes must be an integer from 1 to 1,024"):
         occ.occupancy_sweep("H100", _kernel(32, 0), block_sizes=[64, 2048])
     small = occ.occupancy_sweep(
         "sm_90", _kernel(32, 0, "sm_90a"), [256, 128, 128], dynamic_shared_bytes=48 * 1024
@@ -219,8 +215,6 @@ def test_plot_occupancy_one_and_several_sweeps() -> None:
         assert len(ax.get_legend().get_texts()) == 2
     finally:
         plt.close(ax.figure)
-    with pytest.raises(TypeError, match="Expected an OccupancySweep"):
-        kernels_plots.plot_occupancy("sweep")  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- NVIDIA's calculator

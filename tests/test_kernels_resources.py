@@ -97,8 +97,6 @@ def test_parse_skips_device_functions_and_old_formats() -> None:
     (row,) = res.parse_resource_usage(text)
     assert (row.name, row.registers_per_thread, row.shared_bytes) == ("k", 12, 16640)
     assert row.barriers is None
-    with pytest.raises(TypeError, match="text must be ptxas output"):
-        res.parse_resource_usage(None)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -126,20 +124,14 @@ def test_bad_arches_are_named(arch: str) -> None:
 
 
 def test_bad_arguments_are_rejected_before_compiling() -> None:
-    with pytest.raises(TypeError, match="arch must be a string"):
-        res.compile_resources(TILED, arch=90)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="defines keys must be C macro names"):
         res.compile_resources(TILED, defines={"1TILE": 2})
-    with pytest.raises(TypeError, match=r"defines\['TILE_DIM'\] must be an int"):
-        res.compile_resources(TILED, defines={"TILE_DIM": True})
     with pytest.raises(ValueError, match=r"defines\['TILE_DIM'\] must be a number or a plain word"):
         res.compile_resources(TILED, defines={"TILE_DIM": "3 -o /x"})
     with pytest.raises(ValueError, match="max_registers must be"):
         res.compile_resources(TILED, max_registers=300)
     with pytest.raises(ValueError, match="timeout_s must be"):
         res.compile_resources(TILED, timeout_s=0)
-    with pytest.raises(TypeError, match="source_or_path must be"):
-        res.compile_resources(42)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="source_or_path is empty"):
         res.compile_resources("  ")
     with pytest.raises(ValueError, match="is neither"):
@@ -148,8 +140,10 @@ def test_bad_arguments_are_rejected_before_compiling() -> None:
         res.compile_resources(Path("no_such_file.cu"))
     with pytest.raises(ValueError, match="nvcc must be the path of an nvcc"):
         res.compile_resources(TILED, nvcc="/no/such/nvcc")
-    with pytest.raises(TypeError, match="arches must be a non-empty list"):
-        res.resources_table("sm_90")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="arches must be a non-empty list"):
+        res.resources_table([])
+    with pytest.raises(ValueError, match="arches: arch must look like"):
+        res.resources_table(["sm90"])
 
 
 def _hide_every_compiler(monkeypatch, tmp_path: Path) -> None:

@@ -89,8 +89,6 @@ def test_paths_and_lookups() -> None:
     assert sources.kernel_source("reduce.cu") == sources.kernel_path("reduce").read_text()
     with pytest.raises(ValueError, match=r"unknown kernel 'gemm'; labkit ships: reduce_atomic"):
         sources.kernel_source("gemm")
-    with pytest.raises(TypeError, match="must be a kernel name"):
-        sources.kernel_path(3)
 
 
 def test_macros_and_compile_options() -> None:
@@ -106,7 +104,7 @@ def test_macros_and_compile_options() -> None:
         sources.macros_for("reduce_atomic", BLOCK_SIZE=64)
     with pytest.raises(TypeError, match="BM must be an integer"):
         sources.macros_for("sgemm_tiled", BM=64.0)
-    with pytest.raises(ValueError, match="between 1 and 4096"):
+    with pytest.raises(ValueError, match="BM must be an integer from 1 to 4,096"):
         sources.macros_for("sgemm_tiled", BM=0)
     with pytest.raises(TypeError):
         sources.KERNELS["sgemm_tiled"].macros["BM"] = 1  # type: ignore[index]

@@ -7,6 +7,7 @@ raises ``torch.cuda.OutOfMemoryError`` above a threshold, as a GPU would.
 
 from __future__ import annotations
 
+import json
 import math
 from types import SimpleNamespace
 
@@ -118,7 +119,10 @@ def test_cpu_finder_stops_at_the_right_size_under_a_tiny_budget(
     text = str(result)
     assert "predicted largest batch under" in text and "verified: batch" in text
     assert all(line.startswith("cpu: largest training batch for tiny") for line in result.summary())
-    assert result.to_dict()["verified"] is True
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["method"] == "predict-then-verify" and data["verified"] is True
+    assert data["fit"]["per_sample_bytes"] == result.fit.per_sample_bytes
+    assert data["verification"]["other_bytes"] == result.verification.other_bytes
 
 
 def test_cpu_finder_skips_probes_that_would_not_fit(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -148,8 +152,6 @@ def test_cpu_finder_refuses_budgets_it_may_not_use(monkeypatch: pytest.MonkeyPat
         )  # Adam needs 4 copies of the weights
     with pytest.raises(ValueError, match="budget_bytes must be a positive"):
         largest_batch_cpu(tiny, (16,), budget_bytes=0)
-    with pytest.raises(TypeError, match="model_fn"):
-        largest_batch_cpu("tiny", (16,))
 
 
 # --------------------------------------------------------------------------- the search itself
@@ -260,7 +262,9 @@ def test_cuda_search_finds_the_largest_batch_and_frees_after_oom(fake_cuda: dict
     assert fake_cuda["gc"] >= len(result.trials)
     assert fake_cuda["fractions"] == [pytest.approx(10 / 80), 1.0]  # capped, then restored
     assert "largest batch 37" in str(result) and "batch 38 ran out of memory" in str(result)
-    assert result.to_dict()["first_oom_batch"] == 38
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["method"] == "double-then-bisect" and data["first_oom_batch"] == 38
+    assert data["largest_batch"] == 37 and len(data["trials"]) == len(result.trials)
 
 
 def test_cuda_search_reports_when_nothing_fits_or_max_is_reached(fake_cuda: dict) -> None:

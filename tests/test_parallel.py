@@ -141,8 +141,8 @@ def test_sweep_refuses_a_wrong_result(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"op": "add", "sizes": [4, -1]}, r"sizes\[1\] must be a positive integer"),
         ({"op": "add", "sizes": [2.5]}, r"sizes\[0\] must be a positive integer"),
         ({"op": "add", "sizes": []}, "sizes must be a non-empty list"),
-        ({"op": "add", "backends": ["gpu"]}, "backends contains 'gpu'"),
-        ({"op": "add", "backends": "numpy"}, "backends must be a non-empty list"),
+        ({"op": "add", "backends": ["gpu"]}, r"backends\[0\] must be one of 'python'"),
+        ({"op": "add", "backends": []}, "backends must be a non-empty list"),
         ({"op": "add", "dtype": "int8"}, "dtype must be one of"),
         ({"op": "add", "rep_ms": 0}, "rep_ms must be"),
         ({"op": "add", "python_max_size": 0}, "python_max_size must be"),
@@ -164,7 +164,7 @@ def test_cuda_backend_needs_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_backend_lookup_names_what_exists() -> None:
     sweep = _synthetic_sweep()
-    with pytest.raises(ValueError, match="backend='numpy' is not in this sweep"):
+    with pytest.raises(ValueError, match="backend must be one of .*, got 'numpy'"):
         sweep.backend("numpy")
 
 
@@ -284,8 +284,6 @@ def test_plot_size_sweep_real_cpu_sweep_has_no_crossover() -> None:
         assert not [line for line in ax.get_lines() if line.get_label().startswith("crossover")]
     finally:
         plt.close(ax.figure)
-    with pytest.raises(TypeError, match="Expected an instance of SizeSweep"):
-        plots.plot_size_sweep([1, 2])
 
 
 # --------------------------------------------------------------------------- formatting
@@ -312,5 +310,3 @@ def test_format_gflop_per_s_and_counts() -> None:
     assert rates.format_count(2 * 1024**3, "FLOP") == "2.15 GFLOP"
     assert rates.format_count(640, "B") == "640 B"
     assert rates.round3(123456.7) == 123000
-    with pytest.raises(ValueError, match="gflop_per_s must be a finite number"):
-        rates.format_gflop_per_s(math.inf)

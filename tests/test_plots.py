@@ -43,27 +43,11 @@ def test_plot_samples_scales_the_unit() -> None:
         plt.close(ax.figure)
 
 
-def test_plot_samples_rejects_other_types() -> None:
-    with pytest.raises(TypeError, match="Expected an instance of Timing"):
-        timing_plots.plot_samples([1.0, 2.0])
-
-
-def test_style_axes_needs_both_labels() -> None:
-    fig, ax = plt.subplots()
-    try:
-        with pytest.raises(ValueError, match="xlabel and ylabel"):
-            plotting.style_axes(ax, xlabel="", ylabel="time (ms)", title="t")
-    finally:
-        plt.close(fig)
-
-
 def test_device_name() -> None:
     assert plotting.device_name("cpu")  # the CPU model, never empty
     assert plotting.device_name("xpu:3") == "xpu:3"
     assert plotting.device_name("tf:CPU:0") == plotting.device_name("cpu")
     assert plotting.device_name("/GPU:0") == "TensorFlow GPU:0"
-    with pytest.raises(TypeError, match="device"):
-        plotting.device_name(None)
 
 
 def test_notebook_setup_is_silent_and_validates(capsys: pytest.CaptureFixture[str]) -> None:
@@ -71,8 +55,8 @@ def test_notebook_setup_is_silent_and_validates(capsys: pytest.CaptureFixture[st
         notebook.setup()
         assert capsys.readouterr() == ("", "")
         assert any(f[0] == "ignore" and f[2] is NoisyTimingWarning for f in warnings.filters)
-    for bad in (-1, 1.5, True, "0"):
-        with pytest.raises(ValueError, match="seed"):
+    for bad in (-1, 2**32, 1.5, True, "0"):
+        with pytest.raises((TypeError, ValueError), match="seed"):
             notebook.setup(bad)
 
 
@@ -97,10 +81,6 @@ def test_plot_strided_and_pipeline() -> None:
         assert "ms" in ax.get_xlabel() and len(ax.patches) == 6
     finally:
         plt.close(ax.figure)
-    with pytest.raises(TypeError, match="StridedResult"):
-        bandwidth_plots.plot_strided([1, 2])
-    with pytest.raises(TypeError, match="PipelineBreakdown"):
-        bandwidth_plots.plot_pipeline([])
 
 
 def test_plot_timings_and_throughput() -> None:
@@ -118,7 +98,5 @@ def test_plot_timings_and_throughput() -> None:
         assert ax.get_xscale() == "log" and "images/s" in ax.get_ylabel()
     finally:
         plt.close(ax.figure)
-    with pytest.raises(TypeError, match="Timing"):
-        timing_plots.plot_timings([1.0])
-    with pytest.raises(TypeError, match="dict"):
-        models_plots.plot_throughput([])
+    with pytest.raises(ValueError, match="timings is empty"):
+        timing_plots.plot_timings([])

@@ -106,8 +106,6 @@ def test_read_trace_formats_and_errors(tmp_path: Path) -> None:
     (tmp_path / "other.json").write_text('{"a": 1}')
     with pytest.raises(ValueError, match="no 'traceEvents' list"):
         read_trace(tmp_path / "other.json")
-    with pytest.raises(TypeError, match="path must be"):
-        read_trace(3)
     with pytest.raises(ValueError, match="top must be"):
         summarize_trace(bare, top=-1)
 
@@ -198,12 +196,10 @@ def test_profiling_prints_nothing(capfd: pytest.CaptureFixture[str], tmp_path: P
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"steps": 0}, ValueError, "steps must be an integer >= 1"),
-        ({"steps": 1.5}, TypeError, "steps must be an integer"),
-        ({"batch": True}, TypeError, "batch must be an integer"),
+        ({"steps": 0}, ValueError, "steps must be a positive integer"),
+        ({"steps": 1.5}, TypeError, "steps must be a positive integer"),
+        ({"batch": True}, TypeError, "batch must be a positive integer"),
         ({"image_size": 1}, ValueError, "image_size must be an integer >= 2"),
-        ({"sync_every_step": "yes"}, TypeError, "sync_every_step must be True or False"),
-        ({"trace_dir": 5}, TypeError, "trace_dir must be a folder path"),
         ({"device": 3}, TypeError, "device must be None, a string"),
         ({"seed": -1}, ValueError, "seed must be an integer from 0"),
     ],
@@ -245,8 +241,6 @@ def test_sync_points_count_the_item_calls(every: TorchProfile, once: TorchProfil
     none = find_sync_points(once.trace_path)  # a path works too
     assert not none and none.calls == 0 and str(none).startswith("No sync points in 2 profiled")
     assert json.dumps(report.to_dict())
-    with pytest.raises(TypeError, match="source must be a TorchProfile"):
-        find_sync_points(42)
 
 
 def _x(name: str, cat: str, ts: float, dur: float, tid: int = 1, **args: Any) -> dict[str, Any]:
@@ -373,5 +367,3 @@ def test_plot_phases(once: TorchProfile, every: TorchProfile) -> None:
         plt.close(ax.figure)
     with pytest.raises(ValueError, match="at least one"):
         plot_phases()
-    with pytest.raises(TypeError, match="expected a TorchProfile"):
-        plot_phases(once, "x")

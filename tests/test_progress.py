@@ -17,8 +17,3 @@ def test_iterates_every_item_with_and_without_a_bar(capsys: pytest.CaptureFixtur
     assert list(progress.progress(range(5), desc="sweep", show=False)) == [0, 1, 2, 3, 4]
     assert capsys.readouterr().err == ""
     assert list(progress.progress(range(5), desc="sweep", show=True)) == [0, 1, 2, 3, 4]
-
-
-def test_desc_is_required() -> None:
-    with pytest.raises(ValueError, match="desc"):
-        list(progress.progress([1], desc=""))

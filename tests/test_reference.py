@@ -115,7 +115,7 @@ def test_unserializable_results_write_nothing(tmp_path):
     with pytest.raises(ValueError, match="cannot be stored as JSON"):
         reference.record("r", {"v": math.nan}, gpu_name="GPU", directory=tmp_path)
     with pytest.raises(ValueError, match="cannot be stored as JSON"):
-        reference.record("r", {"v": {1, 2}}, gpu_name="GPU", directory=tmp_path)
+        reference.record("r", {"v": object()}, gpu_name="GPU", directory=tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -128,28 +128,9 @@ def test_bad_names_are_rejected(name, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_non_string_name_is_a_type_error():
-    with pytest.raises(TypeError, match="name must be a string"):
+def test_non_string_name_is_not_a_valid_name():
+    with pytest.raises(ValueError, match="not a valid recording name"):
         reference.load(3)  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "error", "match"),
-    [
-        ({"gpu_name": ""}, ValueError, "gpu_name must name the GPU"),
-        ({"gpu_name": None}, ValueError, "gpu_name"),
-        ({"gpu_name": "GPU", "recorded": "2026-01-01"}, TypeError, "recorded"),
-        ({"gpu_name": "GPU", "torch": 2.13}, TypeError, "torch must be a version string"),
-    ],
-)
-def test_bad_record_arguments(kwargs, error, match, tmp_path):
-    with pytest.raises(error, match=match):
-        reference.record("r", {}, directory=tmp_path, **kwargs)
-
-
-def test_results_must_be_a_dict(tmp_path):
-    with pytest.raises(TypeError, match="results must be a dict"):
-        reference.record("r", [1], gpu_name="GPU", directory=tmp_path)  # type: ignore[arg-type]
 
 
 def test_corrupt_file_is_a_clear_error(tmp_path):
@@ -180,11 +161,6 @@ def test_format_without_summary_lists_results_sorted(tmp_path):
     )
     lines = reference.format_reference(reference.load("other", directory=tmp_path)).splitlines()  # type: ignore[arg-type]
     assert lines[1:] == ['  a: {"x": 0, "y": 1}', "  b: 2"]
-
-
-def test_describe_rejects_other_objects():
-    with pytest.raises(TypeError, match="Expected an instance of Reference"):
-        reference.describe({"gpu": "x"})  # type: ignore[arg-type]
 
 
 def test_record_command():

@@ -93,7 +93,6 @@ def test_dtype_names() -> None:
         (lambda: roofline.conv2d_cost(1, 3, 8, 8, 4, 3, 3, padding=-1), "padding must be"),
         (lambda: roofline.conv2d_cost(1, 0, 8, 8, 4, 3, 3), "C must be an integer >= 1"),
         (lambda: roofline.conv2d_cost(1, 3, 8, 8, 4, 0, 3), "R must be an integer >= 1"),
-        (lambda: OpCost("x", 1, 1, "float32", "fft"), "kind must be one of"),
         (lambda: roofline.add_cost(4).dim("k"), "has no dimension 'k'"),
     ],
 )
@@ -133,26 +132,20 @@ def test_bound_and_predict_bound() -> None:
     between = OpCost("between", flops=1000, bytes=100, dtype="bfloat16", kind="matmul")
     assert roof.bound(between) == "memory-bound"
     assert roof.bound(between, dtype="float32") == "compute-bound"
-    with pytest.raises(ValueError, match="dtype='float64' has no measured peak"):
+    with pytest.raises(
+        ValueError, match="dtype must be one of 'float32', 'bfloat16', got 'float64'"
+    ):
         roof.bound(roofline.add_cost(4, "float64"))
-    with pytest.raises(TypeError, match="Expected an instance of OpCost"):
-        roof.bound("matmul")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="Expected an instance of Roofline"):
-        roofline.predict_bound(add, {"float32": 1.0})  # type: ignore[arg-type]
 
 
-def test_roofline_validates_and_is_read_only() -> None:
-    roof = _roof()
+def test_roofline_is_read_only_and_checks_the_intensity() -> None:
+    peaks = {"float32": 180.0}
+    roof = Roofline("cpu", peaks, 30.0)
     with pytest.raises(TypeError):
         roof.peak_gflop_per_s["float32"] = 1.0  # type: ignore[index]
-    with pytest.raises(ValueError, match="peak_gflop_per_s must be a non-empty mapping"):
-        Roofline("cpu", {}, 30.0)
-    with pytest.raises(ValueError, match="unknown dtype 'int8'"):
-        Roofline("cpu", {"int8": 1.0}, 30.0)
-    with pytest.raises(ValueError, match="peak_gb_per_s must be a finite number > 0"):
-        Roofline("cpu", {"float32": 1.0}, -3.0)
-    with pytest.raises(ValueError, match=r"peak_gflop_per_s\['float32'\] must be"):
-        Roofline("cpu", {"float32": 0.0}, 3.0)
+    peaks["float32"] = 1.0  # a copy: changing the dict afterwards changes nothing
+    assert roof.peak() == 180.0
+    roof = _roof()
     with pytest.raises(ValueError, match="ai must be a finite number > 0"):
         roof.attainable_gflop_per_s(0.0)
     assert "ridge point 6.00 FLOP/byte" in str(roof) and "30.0 GB/s" in str(roof)
@@ -187,10 +180,10 @@ def test_measure_peak_compute_skips_sizes_predicted_too_slow() -> None:
     ("kwargs", "match"),
     [
         ({"dtypes": ["tf32"]}, "'tf32', a mode of NVIDIA tensor cores"),
-        ({"dtypes": ["int8"]}, "dtypes contains 'int8'"),
+        ({"dtypes": ["int8"]}, "dtypes must be one of 'float16'"),
         ({"dtypes": "float32"}, "dtypes must be a non-empty list"),
         ({"sizes": [0]}, r"sizes\[0\] must be a positive integer"),
-        ({"device": "tpu"}, "device must be None, 'cpu', 'cuda' or 'cuda:N'"),
+        ({"device": "tpu"}, "device must be one of 'cpu', 'cuda', 'cuda:N'"),
         ({"rep_ms": 0}, "rep_ms must be"),
     ],
 )
@@ -200,17 +193,29 @@ def test_measure_peak_compute_validates(kwargs: dict[str, object], match: str) -
         roofline_measure.measure_peak_compute(**options)  # type: ignore[arg-type]
 
 
-def test_resolve_device(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_one_device_resolver(monkeypatch: pytest.MonkeyPatch) -> None:
+    """roofline's measurements take a device through labkit.machine.report.resolve_device."""
+    from labkit.machine.report import CPU_OR_CUDA, resolve_device
+
     monkeypatch.setattr("labkit.machine.gpu.has_gpu", lambda: False)
-    assert roofline_measure.resolve_device(None) == "cpu"
-    assert roofline_measure.resolve_device(torch.device("cpu")) == "cpu"
+    assert resolve_device(None, kinds=CPU_OR_CUDA) == "cpu"
+    assert resolve_device(torch.device("cpu"), kinds=CPU_OR_CUDA) == "cpu"
     with pytest.raises(ValueError, match="no CUDA GPU"):
-        roofline_measure.resolve_device("cuda")
+        resolve_device("cuda", kinds=CPU_OR_CUDA)
+    with pytest.raises(
+        ValueError, match=r"device must be one of 'cpu', 'cuda', 'cuda:N' \(or None"
+    ):
+        resolve_device("mps", kinds=CPU_OR_CUDA)
+    with pytest.raises(ValueError, match="device must be one of"):
+        resolve_device("cuda:x", kinds=CPU_OR_CUDA)
     monkeypatch.setattr("labkit.machine.gpu.has_gpu", lambda: True)
-    assert roofline_measure.resolve_device(None) == "cuda"
-    assert roofline_measure.resolve_device("cuda:1") == "cuda:1"
-    with pytest.raises(ValueError, match="device must be"):
-        roofline_measure.resolve_device("cuda:x")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert resolve_device(None, kinds=CPU_OR_CUDA) == "cuda:0"
+    assert resolve_device("cuda:1", kinds=CPU_OR_CUDA) == "cuda:1"
+    with pytest.raises(ValueError, match="torch sees 2 CUDA GPUs"):
+        resolve_device("cuda:2", kinds=CPU_OR_CUDA)
 
 
 def test_measure_roofline_uses_the_bandwidth_probe(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -252,8 +257,6 @@ def test_measure_op_rates_follow_the_counts(op: OpCost) -> None:
 
 
 def test_measure_op_validates() -> None:
-    with pytest.raises(TypeError, match="Expected an instance of OpCost"):
-        roofline_measure.measure_op("matmul", "cpu")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="tf32=True needs a GPU"):
         roofline_measure.measure_op(roofline.add_cost(4), "cpu", tf32=True)
     with pytest.raises(ValueError, match="rep_ms"):
@@ -271,9 +274,6 @@ def test_tf32_mode_restores_settings_even_on_error() -> None:
             raise RuntimeError("inside")
     if before is not None:
         assert matmul.fp32_precision == before
-    with pytest.raises(TypeError, match="enabled must be True or False"):
-        with roofline_measure.tf32_mode("yes"):  # type: ignore[arg-type]
-            pass
 
 
 # --------------------------------------------------------------------------- plot
@@ -298,16 +298,14 @@ def test_plot_roofline_labels_scales_and_points() -> None:
         plt.close(ax.figure)
 
 
-def test_plot_roofline_accepts_measurements_and_rejects_bad_points() -> None:
+def test_plot_roofline_accepts_measurements_and_rejects_points_off_a_log_axis() -> None:
     m = roofline_measure.measure_op(roofline.matmul_cost(8, 8, 8), "cpu", **TINY)
     ax = plots.plot_roofline(_roof(), [m])
     try:
         assert m.label in [t.get_text() for t in ax.texts]
     finally:
         plt.close(ax.figure)
-    with pytest.raises(TypeError, match="Expected an instance of Roofline"):
-        plots.plot_roofline({"float32": 1.0})
-    with pytest.raises(TypeError, match=r"points\[0\] must be an OpMeasurement"):
-        plots.plot_roofline(_roof(), [(1.0, 2.0)])
-    with pytest.raises(ValueError, match=r"points\[0\]: GFLOP/s must be > 0"):
+    with pytest.raises(ValueError, match=r"points\[0\] \(GFLOP/s\) must be a finite number > 0"):
         plots.plot_roofline(_roof(), [("zero", 1.0, 0.0)])
+    with pytest.raises(TypeError, match=r"points\[1\] \(FLOP/byte\) must be a number"):
+        plots.plot_roofline(_roof(), [("ok", 1.0, 1.0), ("text", "1", 2.0)])

@@ -58,14 +58,14 @@ def test_protocols_recognise_fakes():
     assert not isinstance(object(), sync.Synchronizer)
 
 
-# --------------------------------------------------------------------------- resolve_device
+# --------------------------------------------------------------------------- synchronizer_for
 
 
 def test_resolve_cpu_and_fake_devices():
-    assert isinstance(sync.resolve_device("cpu"), synchronizers.HostSync)
-    assert isinstance(sync.resolve_device(" CPU "), synchronizers.HostSync)
+    assert isinstance(sync.synchronizer_for("cpu"), synchronizers.HostSync)
+    assert isinstance(sync.synchronizer_for(" CPU "), synchronizers.HostSync)
     fake = NamedSync("fake:0")
-    assert sync.resolve_device(fake) is fake
+    assert sync.synchronizer_for(fake) is fake
 
 
 @pytest.mark.parametrize(
@@ -73,14 +73,14 @@ def test_resolve_cpu_and_fake_devices():
 )
 def test_unknown_device_strings_are_rejected_with_the_accepted_values(device):
     with pytest.raises(ValueError, match=r"device=.* is not a device labkit knows.*\"cuda:N\""):
-        sync.resolve_device(device)
+        sync.synchronizer_for(device)
 
 
 def test_non_synchronizer_objects_are_rejected():
     with pytest.raises(TypeError, match="device must be None, a device string"):
-        sync.resolve_device(42)  # type: ignore[arg-type]
+        sync.synchronizer_for(42)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="got object"):
-        sync.resolve_device(object())  # type: ignore[arg-type]
+        sync.synchronizer_for(object())  # type: ignore[arg-type]
 
 
 def test_cuda_without_a_gpu_says_so():
@@ -88,7 +88,7 @@ def test_cuda_without_a_gpu_says_so():
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA GPU")
     with pytest.raises(ValueError, match=r"device='cuda'.*is_available\(\) is False"):
-        sync.resolve_device("cuda")
+        sync.synchronizer_for("cuda")
 
 
 def test_cupy_without_a_gpu_says_so():
@@ -99,7 +99,7 @@ def test_cupy_without_a_gpu_says_so():
     if cupy.is_available():
         pytest.skip("this machine has a GPU for CuPy")
     with pytest.raises(ValueError, match="device='cupy'"):
-        sync.resolve_device("cupy")
+        sync.synchronizer_for("cupy")
 
 
 # --------------------------------------------------------------------------- merge and groups
@@ -275,7 +275,7 @@ def test_torch_cuda_sync_events_and_flush_with_a_fake_torch(monkeypatch):
     torch = _fake_torch(log, clock, l2_bytes=50 * 2**20)
     monkeypatch.setitem(sys.modules, "torch", torch)
 
-    cuda = sync.resolve_device("cuda:1")
+    cuda = sync.synchronizer_for("cuda:1")
     assert cuda.name == "cuda:1"
     cuda.synchronize()
     assert log[-1] == ("synchronize", "cuda:1")
@@ -292,7 +292,7 @@ def test_torch_cuda_sync_events_and_flush_with_a_fake_torch(monkeypatch):
 def test_torch_cuda_flush_defaults_to_256_mib_when_l2_unknown(monkeypatch):
     log: list = []
     monkeypatch.setitem(sys.modules, "torch", _fake_torch(log, _Clock(), l2_bytes=0))
-    sync.resolve_device("cuda").cache_flusher()()
+    sync.synchronizer_for("cuda").cache_flusher()()
     assert log[-1] == ("zero", 256 * 2**20)
 
 
@@ -385,7 +385,7 @@ def test_cupy_sync_events_and_flush_with_a_fake_cupy(monkeypatch):
     log: list = []
     clock = _Clock()
     monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(log, clock))
-    device = sync.resolve_device("cupy:2")
+    device = sync.synchronizer_for("cupy:2")
     assert device.name == "cupy:2"
     device.synchronize()
     assert log[-1] == ("synchronize", 2)
@@ -421,7 +421,7 @@ def tf():
 
 
 def test_tensorflow_sync_and_inference(tf):
-    device = sync.resolve_device("tf")
+    device = sync.synchronizer_for("tf")
     assert device.name == "tf"
     device.synchronize()  # tf.test.experimental.sync_devices() runs without error
     x = tf.ones((4, 4))

@@ -153,19 +153,9 @@ def test_format_duration_in_a_fixed_unit():
     assert duration_unit(0.5) == "µs"
 
 
-@pytest.mark.parametrize(
-    ("ms", "unit", "error", "match"),
-    [
-        ("1", None, TypeError, "ms must be a number"),
-        (True, None, TypeError, "ms must be a number"),
-        (math.nan, None, ValueError, "finite"),
-        (math.inf, None, ValueError, "finite"),
-        (1.0, "min", ValueError, "unit must be one of"),
-    ],
-)
-def test_format_duration_rejects(ms, unit, error, match):
-    with pytest.raises(error, match=match):
-        format_duration(ms, unit)
+def test_format_duration_rejects_an_unknown_unit():
+    with pytest.raises(ValueError, match="unit must be one of"):
+        format_duration(1.0, "min")
 
 
 # --------------------------------------------------------------------------- statistics
@@ -194,13 +184,6 @@ def test_quantile_matches_numpy_on_odd_list():
         assert quantile(values, q) == pytest.approx(np.percentile(values, q * 100), rel=1e-12)
 
 
-def test_quantile_rejects_bad_input():
-    with pytest.raises(ValueError, match="at least one"):
-        quantile([], 0.5)
-    with pytest.raises(ValueError, match="q must be between 0 and 1"):
-        quantile([1.0], 1.5)
-
-
 samples_strategy = st.lists(
     st.floats(min_value=0.0, max_value=1e6, allow_nan=False, allow_infinity=False),
     min_size=1,
@@ -224,19 +207,21 @@ def test_statistics_match_numpy_and_are_ordered(samples):
 
 
 @pytest.mark.parametrize(
-    ("samples", "error", "match"),
+    ("samples", "match"),
     [
-        ((), ValueError, "empty"),
-        ("12", TypeError, "samples_ms must be a sequence"),
-        (5.0, TypeError, "samples_ms must be a sequence"),
-        ((1.0, -1.0), ValueError, r"samples_ms\[1\]"),
-        ((1.0, math.nan), ValueError, r"samples_ms\[1\]"),
-        ((1.0, "2"), TypeError, r"samples_ms\[1\] must be a number"),
+        ((), "empty"),
+        ((1.0, -1.0), r"samples_ms\[1\] must be a finite duration >= 0"),
+        ((1.0, math.nan), r"samples_ms\[1\]"),
+        ((math.inf,), r"samples_ms\[0\]"),
     ],
 )
-def test_timing_rejects_bad_samples(samples, error, match):
-    with pytest.raises(error, match=match):
+def test_timing_rejects_bad_samples(samples, match):
+    with pytest.raises(ValueError, match=match):
         Timing(samples)
+
+
+def test_timing_keeps_integer_samples_as_floats():
+    assert Timing((2, 1)).samples_ms == (2.0, 1.0)
 
 
 def test_timing_is_frozen_and_serializable():
@@ -247,7 +232,25 @@ def test_timing_is_frozen_and_serializable():
     assert data["samples_ms"] == [1.0, 2.0]
     assert data["median_ms"] == 1.5
     assert data["label"] == "x" and data["device"] == "cpu" and data["first_call_ms"] == 5.0
-    assert set(data) >= {"q1_ms", "q3_ms", "iqr_ms", "min_ms", "max_ms", "mean_ms", "n"}
+    assert set(data) == {
+        "samples_ms",
+        "label",
+        "device",
+        "warmup_calls",
+        "first_call_ms",
+        "method",
+        "n",
+        "median_ms",
+        "q1_ms",
+        "q3_ms",
+        "iqr_ms",
+        "min_ms",
+        "max_ms",
+        "mean_ms",
+        "relative_spread",
+        "noisy",
+    }
+    assert data["noisy"] is True  # IQR 0.5 ms around a 1.5 ms median
 
 
 # --------------------------------------------------------------------------- str and noise
@@ -600,8 +603,6 @@ def test_noisy_warning_is_a_user_warning_exported_from_labkit():
 @pytest.mark.parametrize(
     ("fn", "options", "error", "match"),
     [
-        (3, {}, TypeError, r"fn must be callable.*got int"),
-        (None, {}, TypeError, r"fn must be callable.*got NoneType"),
         (print, {"warmup_ms": -1}, ValueError, "warmup_ms"),
         (print, {"warmup_ms": math.nan}, ValueError, "warmup_ms"),
         (print, {"warmup_ms": "25"}, TypeError, "warmup_ms"),
@@ -609,16 +610,10 @@ def test_noisy_warning_is_a_user_warning_exported_from_labkit():
         (print, {"rep_ms": math.inf}, ValueError, "rep_ms"),
         (print, {"rep_ms": True}, TypeError, "rep_ms"),
         (print, {"min_reps": 0}, ValueError, "min_reps must be a positive integer"),
-        (print, {"min_reps": 2.5}, ValueError, "min_reps"),
-        (print, {"min_reps": True}, ValueError, "min_reps"),
+        (print, {"min_reps": 2.5}, TypeError, "min_reps"),
+        (print, {"min_reps": True}, TypeError, "min_reps"),
         (print, {"max_reps": 3}, ValueError, r"max_reps must be >= min_reps"),
         (print, {"max_reps": 10.0}, TypeError, "max_reps"),
-        (print, {"flush_l2": "yes"}, TypeError, "flush_l2"),
-        (print, {"warn": 1}, TypeError, "warn"),
-        (print, {"grad_to_none": 5}, TypeError, "grad_to_none"),
-        (print, {"grad_to_none": [object()]}, TypeError, r"grad_to_none\[0\]"),
-        (print, {"label": 3}, TypeError, "label"),
-        (print, {"clock": 5}, TypeError, "clock"),
         (print, {"device": "gpu"}, ValueError, r"device='gpu'.*\"cuda\""),
         (print, {"device": "cuda:x"}, ValueError, "device="),
         (print, {"device": 42}, TypeError, "device must be"),

@@ -1,28 +1,10 @@
-"""Shared argument checks and text helpers for labkit.accel."""
+"""Text helpers shared by labkit.accel (its argument checks are :mod:`labkit.core.validate`'s)."""
 
 from __future__ import annotations
 
 import math
-import numbers
-from typing import Any
 
 from labkit.core.units import format_duration
-
-
-def check_positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be a positive integer, got {type(value).__name__} instead")
-    if value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
-
-
-def check_ms(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number of milliseconds, got {type(value).__name__}")
-    if not math.isfinite(float(value)) or value <= 0:
-        raise ValueError(f"{name} must be a finite number of milliseconds > 0, got {value!r}")
-    return float(value)
 
 
 def ratio(numerator_ms: float, denominator_ms: float) -> float:

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.accel.common import check_ms, check_positive_int, ratio, seconds, times
+from labkit.accel.common import ratio, seconds, times
 from labkit.core.optional import import_optional, import_tensorflow
 from labkit.core.units import format_duration
-from labkit.core.validate import check_torch_device
+from labkit.core.validate import check_ms, check_positive_int, check_torch_device
 from labkit.machine.memory import check_memory_fits
 from labkit.machine.report import resolve_torch_device
 from labkit.timing.bench import Timing, bench
@@ -104,19 +104,11 @@ def torch_compile_benchmark(
     Dynamo's caches are reset first (``torch._dynamo.reset()``) so the first
     call really compiles, and the compiled result is checked against eager.
     """
-    if fn is not None and not callable(fn):
-        raise TypeError(f"fn must be callable or None, got {type(fn).__name__}")
     if fn is not None and not args:
         raise ValueError(
             "fn was given without arguments: pass them as torch_compile_benchmark(fn, x, y)"
         )
     size = check_positive_int("size", size)
-    if compiler is not None and not callable(compiler):
-        raise TypeError(
-            f"compiler must be callable (like torch.compile), got {type(compiler).__name__}"
-        )
-    if not isinstance(run, bool):
-        raise TypeError(f"run must be True or False, got {type(run).__name__}")
     warmup_ms, rep_ms = check_ms("warmup_ms", warmup_ms), check_ms("rep_ms", rep_ms)
     check_torch_device(device)
     torch = import_optional("torch", "the torch.compile benchmark")

@@ -19,7 +19,7 @@ from typing import Any
 
 from labkit.accel.common import first_line
 from labkit.core.optional import import_tensorflow
-from labkit.core.validate import check_tf_device
+from labkit.core.validate import check_positive_int, check_tf_device
 from labkit.machine.memory import check_memory_fits
 
 PURPOSE = "the TensorFlow device-placement demo"
@@ -77,8 +77,7 @@ def tf_soft_placement_demo(requested_device: str = "/GPU:0", size: int = 64) -> 
     The global soft-placement setting is restored afterwards, even on error.
     """
     check_tf_device(requested_device, "requested_device")
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ValueError(f"size must be a positive integer (matrix side), got {size!r}")
+    size = check_positive_int("size", size)  # the matrix side
     check_memory_fits(4 * size * size, arrays=4, what=f"tf_soft_placement_demo(size={size})")
     tf = import_tensorflow(PURPOSE)
     a = tf.random.stateless_normal((size, size), seed=(1, 2))
@@ -149,8 +148,6 @@ def tf_device_log(fn: Callable[[], Any]) -> DeviceLog:
     Capturing swaps file descriptor 2 for a temporary file, which works in a
     script and in a Jupyter kernel alike. Logging is switched off afterwards.
     """
-    if not callable(fn):
-        raise TypeError(f"fn must be a callable taking no arguments, got {type(fn).__name__}")
     tf = import_tensorflow(PURPOSE)
     tf.debugging.set_log_device_placement(True)
     with tempfile.TemporaryFile() as capture:

@@ -27,10 +27,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.accel.common import check_ms, check_positive_int, ratio, times
+from labkit.accel.common import ratio, times
 from labkit.core.optional import import_optional, import_tensorflow, is_installed
 from labkit.core.units import format_duration
-from labkit.core.validate import check_real, check_seed, check_torch_device
+from labkit.core.validate import (
+    check_choice,
+    check_ms,
+    check_positive_int,
+    check_real,
+    check_seed,
+    check_torch_device,
+)
 from labkit.machine.memory import check_memory_fits
 from labkit.machine.report import resolve_torch_device
 from labkit.timing.bench import Timing, bench
@@ -72,14 +79,8 @@ def tf32_defaults(frameworks: Sequence[str] | None = None) -> dict[str, Any]:
         frameworks = tuple(f for f in ("torch", "tensorflow") if is_installed(f))
     if isinstance(frameworks, str):
         frameworks = (frameworks,)
-    if not isinstance(frameworks, Sequence):
-        raise TypeError(
-            "frameworks must be None, 'torch', 'tensorflow' or a list of them, got "
-            f"{type(frameworks).__name__}"
-        )
-    unknown = [f for f in frameworks if f not in ("torch", "tensorflow")]
-    if unknown:
-        raise ValueError(f"frameworks may contain 'torch' and 'tensorflow', got {unknown!r}")
+    for framework in frameworks:
+        check_choice("frameworks", framework, ("torch", "tensorflow"))
     out: dict[str, Any] = {}
     if "torch" in frameworks:
         torch = import_optional("torch", "reading the TF32 defaults")
@@ -195,14 +196,7 @@ def mixed_precision_torch(
         device: a torch device; None picks the best (:func:`labkit.pick_device`).
         steps: SGD steps before the losses are compared.
     """
-    if not callable(model_fn):
-        raise TypeError(
-            f"model_fn must be a callable returning a fresh nn.Module, got {type(model_fn).__name__}"
-        )
-    if not isinstance(data, (tuple, list)) or len(data) != 2:
-        raise TypeError("data must be a pair (x, y) of tensors")
-    if dtype not in TORCH_DTYPES:
-        raise ValueError(f"dtype must be one of {TORCH_DTYPES}, got {dtype!r}")
+    dtype = check_choice("dtype", dtype, TORCH_DTYPES)
     steps = check_positive_int("steps", steps)
     lr = check_real("lr", lr, low=0, low_open=True)
     warmup_ms, rep_ms = check_ms("warmup_ms", warmup_ms), check_ms("rep_ms", rep_ms)
@@ -216,10 +210,7 @@ def mixed_precision_torch(
     classify = not torch.is_floating_point(y)
     loss_fn = torch.nn.functional.cross_entropy if classify else torch.nn.functional.mse_loss
 
-    base = model_fn()
-    if not isinstance(base, torch.nn.Module):
-        raise TypeError(f"model_fn() must return an nn.Module, got {type(base).__name__}")
-    base = base.to(dev).float()
+    base = model_fn().to(dev).float()
     use_scaler = dtype == "float16" and dev.type == "cuda"
 
     def autocast() -> Any:
@@ -316,8 +307,7 @@ def mixed_precision_keras(
     float32 (``dtype="float32"``), as the Keras guide recommends, so the
     softmax and loss are computed at full precision.
     """
-    if policy not in KERAS_POLICIES:
-        raise ValueError(f"policy must be one of {KERAS_POLICIES}, got {policy!r}")
+    policy = check_choice("policy", policy, KERAS_POLICIES)
     for name, value in (
         ("batch", batch),
         ("features", features),

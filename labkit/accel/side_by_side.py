@@ -18,9 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.accel.common import check_ms, check_positive_int
 from labkit.core.optional import import_optional, import_tensorflow
-from labkit.core.validate import check_real, check_seed
+from labkit.core.validate import check_choice, check_ms, check_positive_int, check_real, check_seed
 from labkit.machine.memory import check_memory_fits
 from labkit.timing.bench import Timing, bench
 from labkit.timing.compare import Comparison, compare
@@ -133,10 +132,6 @@ def mlp_side_by_side(
 ) -> SideBySide:
     """Time one SGD step of the same MLP in each of ``variants``."""
     batch = check_positive_int("batch", batch)
-    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence):
-        raise TypeError(
-            f"sizes must be a list of layer sizes such as (784, 512, 10), got {sizes!r}"
-        )
     sizes = tuple(sizes)
     if len(sizes) < 2:
         raise ValueError(f"sizes needs at least an input and an output size, got {sizes!r}")
@@ -144,13 +139,10 @@ def mlp_side_by_side(
         check_positive_int(f"sizes[{i}]", s)
     if isinstance(variants, str):
         variants = (variants,)
-    if not isinstance(variants, Sequence):
-        raise TypeError(f"variants must be a list of names from {VARIANTS}, got {variants!r}")
-    unknown = [v for v in variants if v not in VARIANTS]
-    if unknown or not variants:
-        raise ValueError(
-            f"variants must be a non-empty subset of {VARIANTS}, got {list(variants)!r}"
-        )
+    if not variants:
+        raise ValueError(f"variants must be a non-empty subset of {VARIANTS}, got {variants!r}")
+    for variant in variants:
+        check_choice("variants", variant, VARIANTS)
     lr = check_real("lr", lr, low=0, low_open=True)
     seed = check_seed("seed", seed)
     warmup_ms, rep_ms = check_ms("warmup_ms", warmup_ms), check_ms("rep_ms", rep_ms)

@@ -17,10 +17,10 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.accel.common import check_ms, check_positive_int, ratio, times
+from labkit.accel.common import ratio, times
 from labkit.core.optional import import_optional
 from labkit.core.units import format_duration
-from labkit.core.validate import check_torch_device
+from labkit.core.validate import check_ms, check_positive_int, check_torch_device
 from labkit.machine.memory import check_memory_fits
 from labkit.machine.report import resolve_torch_device
 from labkit.timing.bench import Timing, bench

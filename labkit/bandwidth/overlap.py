@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
-from typing import Any
 
-from labkit.bandwidth.stream import (
-    check_budget_ms,
-)
+from labkit.bandwidth.stream import check_budget_ms
 from labkit.bandwidth.transfers import require_cuda
+from labkit.core.results import JsonRecord
 from labkit.core.units import format_bytes, format_duration
 from labkit.core.validate import check_int
 from labkit.machine import memory as _memory
@@ -19,7 +16,7 @@ from labkit.timing.bench import Timing, bench
 
 
 @dataclass(frozen=True)
-class OverlapResult:
+class OverlapResult(JsonRecord):
     """N chunks copied host→device and processed: serialized versus overlapped.
 
     ``copy`` and ``compute`` time each half alone, for all chunks; the best
@@ -35,6 +32,8 @@ class OverlapResult:
     compute: Timing
     serialized: Timing
     overlapped: Timing
+
+    json_extra = ("speedup", "ideal_ms")
 
     @property
     def speedup(self) -> float:
@@ -57,34 +56,15 @@ class OverlapResult:
             f"{format_duration(self.ideal_ms)}: overlap is {self.speedup:.2f}× faster"
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "device": self.device,
-            "n_chunks": self.n_chunks,
-            "chunk_bytes": self.chunk_bytes,
-            "compute_repeats": self.compute_repeats,
-            "speedup": self.speedup,
-            "ideal_ms": self.ideal_ms,
-            "copy": self.copy.to_dict(),
-            "compute": self.compute.to_dict(),
-            "serialized": self.serialized.to_dict(),
-            "overlapped": self.overlapped.to_dict(),
-        }
-
 
 def balance_repeats(copy_ms: float, pass_ms: float, *, limit: int = 1000) -> int:
     """How many compute passes make the compute about as long as the copy (1 to ``limit``).
 
     Overlap pays most when the two are equal; with one far longer than the
-    other there is little to hide.
+    other there is little to hide. Both times are medians labkit measured.
     """
-    for name, value in (("copy_ms", copy_ms), ("pass_ms", pass_ms)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
-            raise ValueError(f"{name} must be a positive duration in ms, got {value!r}")
-        if not math.isfinite(value):
-            raise ValueError(f"{name} must be a finite duration in ms, got {value!r}")
-    limit = check_int("limit", limit, minimum=1)
-    ratio = copy_ms / pass_ms  # may overflow to inf for a tiny pass_ms: then it is the limit
+    # a pass too short to time, or a ratio that overflows, gives the limit
+    ratio = copy_ms / pass_ms if pass_ms > 0 else math.inf
     return max(1, min(limit, round(ratio) if math.isfinite(ratio) else limit))
 
 
@@ -111,7 +91,7 @@ def copy_compute_overlap(
     chunk_bytes = check_int("chunk_bytes", chunk_bytes, minimum=4096)
     rep_ms = check_budget_ms("rep_ms", rep_ms)
     if compute_repeats is not None:
-        check_int("compute_repeats", compute_repeats, minimum=1)
+        compute_repeats = check_int("compute_repeats", compute_repeats, minimum=1)
     _memory.check_fraction(fraction)
     import torch
 
@@ -152,7 +132,7 @@ def copy_compute_overlap(
         )
         one_pass = bench(lambda: work(0, 1), device=device, warmup_ms=10, rep_ms=30, warn=False)
         compute_repeats = balance_repeats(one_copy.median_ms, one_pass.median_ms)
-    repeats = check_int("compute_repeats", compute_repeats, minimum=1)
+    repeats = compute_repeats
 
     def copies_only() -> None:
         for i in range(n_chunks):

@@ -19,11 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.bandwidth.sizes import check_device
+from labkit.core.results import JsonRecord
 from labkit.core.units import format_bytes, format_duration
-from labkit.core.validate import check_int, check_ms
+from labkit.core.validate import check_choice, check_int, check_ms
 from labkit.machine import memory as _memory
 from labkit.machine.memory import DEFAULT_FRACTION
+from labkit.machine.report import CPU_OR_CUDA, resolve_device
 from labkit.timing.bench import Timing, bench
 
 OPS = ("scale", "sin", "matmul")
@@ -36,7 +37,7 @@ CPU_NOTE = (
 
 
 @dataclass(frozen=True)
-class PipelineBreakdown:
+class PipelineBreakdown(JsonRecord):
     """The copy-in → compute → copy-back pipeline, each step timed, and the whole.
 
     ``total`` is the three steps timed together as one call (not the sum,
@@ -53,6 +54,8 @@ class PipelineBreakdown:
     copy_back: Timing
     total: Timing
     note: str
+
+    json_extra = ("copy_in_ms", "compute_ms", "copy_back_ms", "total_ms", "transfer_fraction")
 
     @property
     def copy_in_ms(self) -> float:
@@ -96,20 +99,6 @@ class PipelineBreakdown:
         head = f"{self.op} on {format_bytes(self.n_bytes)} of float32, {self.device}"
         return f"{head}\n{self.table()}\n{self.note}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "device": self.device,
-            "op": self.op,
-            "n_bytes": self.n_bytes,
-            "host_memory": self.host_memory,
-            "copy_in_ms": self.copy_in_ms,
-            "compute_ms": self.compute_ms,
-            "copy_back_ms": self.copy_back_ms,
-            "total_ms": self.total_ms,
-            "transfer_fraction": self.transfer_fraction,
-            "note": self.note,
-        }
-
 
 def _prepare_op(op: str | Callable[[Any], Any], x: Any) -> tuple[str, Callable[[], Any], Any]:
     """(name, compute, first result) for ``op`` on ``x``.
@@ -129,12 +118,11 @@ def _prepare_op(op: str | Callable[[Any], Any], x: Any) -> tuple[str, Callable[[
     if op == "sin":
         y = torch.empty_like(x)
         return op, (lambda: torch.sin(x, out=y)), y
-    if op == "matmul":
-        side = math.isqrt(x.numel())
-        m = x[: side * side].view(side, side)
-        y = torch.empty_like(m)
-        return op, (lambda: torch.matmul(m, m, out=y)), y
-    raise ValueError(f"op must be one of {', '.join(OPS)} or a function of one tensor, got {op!r}")
+    # matmul
+    side = math.isqrt(x.numel())
+    m = x[: side * side].view(side, side)
+    y = torch.empty_like(m)
+    return op, (lambda: torch.matmul(m, m, out=y)), y
 
 
 def pipeline_breakdown(
@@ -155,21 +143,15 @@ def pipeline_breakdown(
     GPU where there is one. ``pinned`` uses page-locked host buffers on a GPU.
     """
     n_bytes = check_int("n_bytes", n_bytes, minimum=4)
-    if not isinstance(pinned, bool):
-        raise TypeError(f"pinned must be True or False, got {pinned!r}")
-    if not (callable(op) or (isinstance(op, str) and op in OPS)):
-        raise ValueError(
-            f"op must be one of {', '.join(OPS)} or a function of one tensor, got {op!r}"
-        )
+    if not callable(op):
+        check_choice("op", op, OPS)  # or a function of one tensor
     warmup_ms = check_ms("warmup_ms", warmup_ms, allow_zero=True)
     rep_ms = check_ms("rep_ms", rep_ms)
-    if isinstance(device, str):
-        _memory.parse_device(device)  # the spelling; check_device below asks torch for the GPU
     import torch
 
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    device = check_device(device)
+    device = resolve_device(device, kinds=CPU_OR_CUDA)
     n = n_bytes // 4
     on_gpu = device != "cpu"
     # Host: input and output (and, on the CPU, the "device" input, output and a temporary);

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from labkit.core.validate import check_ax
 from labkit.plotting import bytes_ticks, plain_log_ticks, pyplot, style_axes
 
+if TYPE_CHECKING:
+    from labkit.bandwidth.pipeline import PipelineBreakdown
+    from labkit.bandwidth.strided import StridedResult
+    from labkit.bandwidth.sweep import StreamSweep
 
-def plot_stream_sweep(result: Any, ax: Any = None) -> Any:
+
+def plot_stream_sweep(result: StreamSweep, ax: Any = None) -> Any:
     """GB/s against working-set size for each STREAM kernel, with the cache sizes marked.
 
     The x axis is the working set, all the bytes one call touches (2 arrays
@@ -18,17 +22,8 @@ def plot_stream_sweep(result: Any, ax: Any = None) -> Any:
     lines mark the caches; L1d and L2 are per core, so with several threads
     running the cliff can sit a little to their right.
     """
-    from labkit.bandwidth.sweep import StreamSweep
     from labkit.core.units import format_bytes
 
-    if not isinstance(result, StreamSweep):
-        raise TypeError(
-            f"Expected an instance of StreamSweep for result, got {type(result).__name__} "
-            "instead; pass the result of labkit.bandwidth.sweep.stream_sweep()"
-        )
-    if not result.rows:
-        raise ValueError("the sweep has no rows to plot")
-    check_ax(ax)
     plt = pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(7.5, 4.5))
@@ -74,22 +69,13 @@ def plot_stream_sweep(result: Any, ax: Any = None) -> Any:
     return ax
 
 
-def plot_strided(result: Any, *, ax: Any = None) -> Any:
+def plot_strided(result: StridedResult, *, ax: Any = None) -> Any:
     """Effective bandwidth against stride, with the bytes-only model for comparison.
 
     The model (one cache line fetched per value once the stride passes a
     line) explains the first steps; where the measurement departs from it,
     prefetchers and the TLB are at work.
     """
-    from labkit.bandwidth.strided import StridedResult
-
-    if not isinstance(result, StridedResult):
-        raise TypeError(
-            f"Expected an instance of StridedResult for result, got {type(result).__name__} instead."
-        )
-    if not result.rows:
-        raise ValueError("result has no rows to plot")
-    check_ax(ax)
     plt = pyplot()
     if ax is None:
         _, ax = plt.subplots()
@@ -118,7 +104,9 @@ def plot_strided(result: Any, *, ax: Any = None) -> Any:
     return ax
 
 
-def plot_pipeline(breakdowns: Any, *, ax: Any = None) -> Any:
+def plot_pipeline(
+    breakdowns: PipelineBreakdown | Iterable[PipelineBreakdown], *, ax: Any = None
+) -> Any:
     """Copy-in, compute and copy-back as stacked bars, one bar per operation.
 
     Side by side, a memory-bound op (most of its bar is copying) and a
@@ -126,15 +114,7 @@ def plot_pipeline(breakdowns: Any, *, ax: Any = None) -> Any:
     """
     from labkit.bandwidth.pipeline import PipelineBreakdown
 
-    if isinstance(breakdowns, PipelineBreakdown):
-        items = [breakdowns]
-    elif isinstance(breakdowns, (str, bytes)) or not isinstance(breakdowns, Iterable):
-        items = []
-    else:
-        items = list(breakdowns)
-    if not items or not all(isinstance(b, PipelineBreakdown) for b in items):
-        raise TypeError("breakdowns must be one PipelineBreakdown or a non-empty list of them")
-    check_ax(ax)
+    items = [breakdowns] if isinstance(breakdowns, PipelineBreakdown) else list(breakdowns)
     plt = pyplot()
     if ax is None:
         _, ax = plt.subplots()

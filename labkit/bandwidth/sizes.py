@@ -1,45 +1,17 @@
-"""The sizes a bandwidth probe runs at: the caches it is measured against, arrays that live in DRAM, the size grid, and the devices it accepts."""
+"""The sizes a bandwidth probe runs at: the caches it is measured against, arrays that live in DRAM, the size grid."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from labkit.core.validate import check_int
-from labkit.machine import memory as _memory
 from labkit.machine.memory import (
     format_bytes,
 )
+from labkit.machine.report import CPU_OR_CUDA, resolve_device
 
 #: Smallest array labkit measures: below this a call is all overhead.
 MIN_BYTES_PER_ARRAY = 4096
-
-
-def check_device(device: Any) -> str:
-    """Normalise ``device`` to "cpu" or "cuda:N"; a CUDA device must exist here.
-
-    Only CUDA counts as a GPU for these probes (they time with CUDA events
-    and read CUDA's memory info).
-    """
-    if not isinstance(device, str) and type(device).__module__.startswith("torch"):
-        device = str(device)  # torch.device("cuda:0") -> "cuda:0"
-    kind, index = _memory.parse_device(device)
-    if kind == "cpu":
-        return "cpu"
-    from labkit.core.optional import import_optional
-
-    torch = import_optional("torch", "GPU bandwidth probes")
-    if not torch.cuda.is_available():
-        raise ValueError(
-            f"device={device!r} but torch sees no CUDA GPU here; use device='cpu', or gate the "
-            "cell with `if labkit.require_gpu(...)`. `labkit doctor` explains why no GPU is visible."
-        )
-    index = torch.cuda.current_device() if index is None else index
-    if index >= torch.cuda.device_count():
-        raise ValueError(
-            f"device={device!r} but only {torch.cuda.device_count()} CUDA device(s) exist here"
-        )
-    return f"cuda:{index}"
 
 
 def cache_sizes(device: str = "cpu") -> tuple[tuple[str, int], ...]:
@@ -49,7 +21,7 @@ def cache_sizes(device: str = "cpu") -> tuple[tuple[str, int], ...]:
     shared for L3); a GPU has one L2 shared by all its SMs. Unknown levels are
     left out.
     """
-    device = check_device(device)
+    device = resolve_device(device, kinds=CPU_OR_CUDA)
     if device == "cpu":
         from labkit.machine.cpu import cpu_info
 
@@ -87,7 +59,7 @@ def dram_bytes_per_array(device: str = "cpu") -> int:
     every machine runs (and prints) the same sweep; see
     :data:`DRAM_BYTES_PER_ARRAY` and :func:`dram_cache_ratio`.
     """
-    device = check_device(device)
+    device = resolve_device(device, kinds=CPU_OR_CUDA)
     return DRAM_BYTES_PER_ARRAY["cpu" if device == "cpu" else "cuda"]
 
 
@@ -99,7 +71,7 @@ def last_level_cache_bytes(device: str = "cpu") -> int | None:
     L3s), or the one :func:`cache_sizes` reports where sysfs says nothing.
     GPU: its L2.
     """
-    device = check_device(device)
+    device = resolve_device(device, kinds=CPU_OR_CUDA)
     if device == "cpu":
         from labkit.machine.cpu import shared_last_level_cache_bytes
 
@@ -145,7 +117,7 @@ def default_sizes(device: str = "cpu", *, points_per_decade: int = 4) -> tuple[i
     machine: sizes that do not fit the memory budget stay in a sweep's table
     as rows that say so, rather than changing the table's shape.
     """
-    device = check_device(device)
+    device = resolve_device(device, kinds=CPU_OR_CUDA)
     points_per_decade = check_int("points_per_decade", points_per_decade, minimum=1)
     low = SWEEP_LOW_BYTES["cpu" if device == "cpu" else "cuda"]
     return log_sizes(low, dram_bytes_per_array(device), points_per_decade=points_per_decade)

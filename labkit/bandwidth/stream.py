@@ -46,13 +46,14 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from labkit.bandwidth.sizes import MIN_BYTES_PER_ARRAY, check_device, dram_bytes_per_array
+from labkit.bandwidth.sizes import MIN_BYTES_PER_ARRAY, dram_bytes_per_array
+from labkit.core.results import JsonRecord
 from labkit.core.units import format_duration, format_gb_per_s
-from labkit.core.validate import check_int, check_ms
+from labkit.core.validate import check_choice, check_choices, check_int, check_ms
 from labkit.machine import memory as _memory
 from labkit.machine.memory import (
     DEFAULT_FRACTION,
@@ -60,6 +61,7 @@ from labkit.machine.memory import (
     MemoryBudgetWarning,
     format_bytes,
 )
+from labkit.machine.report import CPU_OR_CUDA, resolve_device
 from labkit.timing.bench import Timing, bench
 
 #: The four STREAM kernels, in STREAM's order.
@@ -114,7 +116,7 @@ def stream_bytes(kernel: str, n_elements: int, *, itemsize_bytes: int = ITEMSIZE
 
 
 @dataclass(frozen=True)
-class BandwidthResult:
+class BandwidthResult(JsonRecord):
     """One bandwidth measurement: what moved, how long one call took, and the GB/s.
 
     ``bytes_per_call`` is the traffic one call of the kernel is credited with
@@ -141,12 +143,6 @@ class BandwidthResult:
     best_gb_per_s: float = field(init=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.timing, Timing):
-            raise TypeError(
-                f"timing must be a Timing from labkit.bench, got {type(self.timing).__name__}"
-            )
-        for name in ("n_elements", "bytes_per_array", "bytes_per_call", "calls_per_sample"):
-            check_int(name, getattr(self, name), minimum=1)
         median_ms = self.timing.median_ms / self.calls_per_sample
         min_ms = self.timing.min_ms / self.calls_per_sample
         object.__setattr__(self, "median_ms", median_ms)
@@ -167,24 +163,6 @@ class BandwidthResult:
             f"{format_duration(self.median_ms)}, n={self.timing.n}{threads})"
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        """The measurement as JSON-native values, with the full timing."""
-        return {
-            "kernel": self.kernel,
-            "device": self.device,
-            "dtype": self.dtype,
-            "implementation": self.implementation,
-            "threads": self.threads,
-            "n_elements": self.n_elements,
-            "bytes_per_array": self.bytes_per_array,
-            "bytes_per_call": self.bytes_per_call,
-            "calls_per_sample": self.calls_per_sample,
-            "median_ms": self.median_ms,
-            "gb_per_s": self.gb_per_s,
-            "best_gb_per_s": self.best_gb_per_s,
-            "timing": self.timing.to_dict(),
-        }
-
 
 def _gb_per_s(nbytes: int, ms: float) -> float:
     return nbytes / (ms * 1e-3) / 1e9 if ms > 0 else math.inf
@@ -199,26 +177,12 @@ def check_budget_ms(name: str, value: Any) -> float:
 
 
 def check_kernel(kernel: Any) -> str:
-    if not isinstance(kernel, str) or kernel not in KERNELS:
-        raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
-    return str(kernel)
+    return check_choice("kernel", kernel, KERNELS)
 
 
-def check_kernels(kernels: Any) -> tuple[str, ...]:
-    if isinstance(kernels, str):
-        kernels = (kernels,)
-    if not isinstance(kernels, Iterable):
-        raise TypeError(f"kernels must be a sequence of kernel names, got {kernels!r}")
-    chosen = tuple(kernels)
-    if not chosen:
-        raise ValueError(f"kernels is empty: choose from {', '.join(KERNELS)}")
-    for kernel in chosen:
-        if kernel not in KERNELS:
-            raise ValueError(f"kernels must be chosen from {', '.join(KERNELS)}, got {kernel!r}")
-    return tuple(k for k in KERNELS if k in chosen)  # STREAM's order, no duplicates
-
-
-# --------------------------------------------------------------------------- caches and sizes
+def check_kernels(kernels: str | Sequence[str]) -> tuple[str, ...]:
+    """One kernel name or several, in STREAM's order without duplicates."""
+    return check_choices("kernels", kernels, KERNELS)
 
 
 # --------------------------------------------------------------------------- buffers and kernels
@@ -302,26 +266,11 @@ def prepare_kernel(
 ) -> PreparedKernel:
     """Run ``kernel`` once on the first ``n_elements`` of ``buffers`` and check what it wrote.
 
-    ``buffers`` are a, b (and c) as made by the probes (b = 2, c = 1). A wrong
-    result means overlapping or modified buffers, and a timing of a wrong
-    computation is meaningless, so it raises instead of timing.
+    ``buffers`` are a, b (and c) as made by the probes (b = 2, c = 1), each at
+    least ``n_elements`` long. A wrong result means overlapping or modified
+    buffers, and a timing of a wrong computation is meaningless, so it
+    raises instead of timing.
     """
-    kernel = check_kernel(kernel)
-    n_elements = check_int("n_elements", n_elements, minimum=1)
-    _memory.parse_device(device)
-    if isinstance(buffers, (str, bytes)) or not isinstance(buffers, Sequence):
-        raise TypeError(f"buffers must be a sequence of tensors (a, b, c), got {buffers!r}")
-    if len(buffers) < ARRAYS[kernel]:
-        raise ValueError(
-            f"buffers must hold the {ARRAYS[kernel]} arrays the {kernel} kernel uses, got "
-            f"{len(buffers)}"
-        )
-    short = [i for i, x in enumerate(buffers[: ARRAYS[kernel]]) if len(x) < n_elements]
-    if short:
-        raise ValueError(
-            f"n_elements={n_elements} is longer than buffers[{short[0]}] "
-            f"({len(buffers[short[0]])} elements)"
-        )
     a, b = buffers[0][:n_elements], buffers[1][:n_elements]
     c = buffers[2][:n_elements] if len(buffers) > 2 else None
     call = _kernel_call(kernel, a, b, c)
@@ -381,7 +330,7 @@ def stream_kernel(
     kernel = check_kernel(kernel)
     warmup_ms, rep_ms = check_budget_ms("warmup_ms", warmup_ms), check_budget_ms("rep_ms", rep_ms)
     min_reps = check_int("min_reps", min_reps, minimum=1)
-    device = check_device(device)
+    device = resolve_device(device, kinds=CPU_OR_CUDA)
     size = _single_size(bytes_per_array, device, fraction, ARRAYS[kernel], f"the {kernel} probe")
     n = size // ITEMSIZE_BYTES
     buffers = allocate_arrays(n, ARRAYS[kernel], device)
@@ -436,7 +385,7 @@ def peak_bandwidth(
     not fit raises :class:`~labkit.machine.memory.MemoryBudgetError`.
     """
     kernels = check_kernels(kernels)
-    device = check_device(device)
+    device = resolve_device(device, kinds=CPU_OR_CUDA)
     warmup_ms, rep_ms = check_budget_ms("warmup_ms", warmup_ms), check_budget_ms("rep_ms", rep_ms)
     min_reps = check_int("min_reps", min_reps, minimum=1)
     arrays = max(ARRAYS[k] for k in kernels)

@@ -19,17 +19,18 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from labkit.bandwidth.sizes import check_device
 from labkit.bandwidth.stream import check_budget_ms
 from labkit.core.progress import progress
+from labkit.core.results import JsonRecord
 from labkit.core.units import format_bytes, format_duration, format_gb_per_s
-from labkit.core.validate import check_int, check_optional_bool
+from labkit.core.validate import check_choice, check_int, check_sizes
 from labkit.machine import memory as _memory
 from labkit.machine.memory import DEFAULT_FRACTION, MemoryBudgetWarning
+from labkit.machine.report import CPU_OR_CUDA, resolve_device
 from labkit.timing.bench import Timing, bench
 
 DEFAULT_STRIDES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
@@ -42,7 +43,7 @@ _DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
 
 
 @dataclass(frozen=True)
-class StridedRow:
+class StridedRow(JsonRecord):
     """One stride: the same ``n_elements`` summed, ``stride`` elements apart.
 
     ``useful_bytes`` are the bytes of the values summed; ``span_bytes`` the
@@ -67,21 +68,9 @@ class StridedRow:
             self, "gb_per_s", self.useful_bytes / (ms * 1e-3) / 1e9 if ms else math.inf
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "stride": self.stride,
-            "n_elements": self.n_elements,
-            "useful_bytes": self.useful_bytes,
-            "span_bytes": self.span_bytes,
-            "median_ms": self.median_ms,
-            "gb_per_s": self.gb_per_s,
-            "slowdown": self.slowdown,
-            "timing": self.timing.to_dict(),
-        }
-
 
 @dataclass(frozen=True)
-class StridedResult:
+class StridedResult(JsonRecord):
     """Every stride's row, ascending, with what the hardware fetches per access."""
 
     rows: tuple[StridedRow, ...]
@@ -142,25 +131,6 @@ class StridedResult:
             f"{', caches flushed before each call' if self.flushed else ''}):\n{self.table()}"
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "device": self.device,
-            "dtype": self.dtype,
-            "itemsize_bytes": self.itemsize_bytes,
-            "line_bytes": self.line_bytes,
-            "flushed": self.flushed,
-            "rows": [r.to_dict() for r in self.rows],
-        }
-
-
-def _check_strides(strides: Any) -> tuple[int, ...]:
-    if isinstance(strides, (str, bytes)) or not isinstance(strides, Iterable):
-        raise TypeError(f"strides must be a sequence of positive integers, got {strides!r}")
-    values = {check_int("strides[...]", s, minimum=1) for s in strides}
-    if not values:
-        raise ValueError("strides is empty: give at least one stride, e.g. (1, 2, 4, 8)")
-    return tuple(sorted(values | {1}))  # stride 1 is the baseline of every slowdown
-
 
 def flush_bytes(device: str) -> int:
     """Size of the buffer ``bench(flush_l2=True)`` writes between calls (counted in the budget)."""
@@ -211,17 +181,14 @@ def strided_read(
         rep_ms, max_reps: per-stride time budget and sample cap for
             :func:`labkit.bench` (a cache flush costs tens of ms on a CPU).
     """
-    strides = _check_strides(strides)
-    if not isinstance(dtype, str) or dtype not in _DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
-    if not isinstance(flush_cache, bool):
-        raise TypeError(f"flush_cache must be True or False, got {flush_cache!r}")
+    # stride 1 is the baseline of every slowdown
+    strides = tuple(sorted({*check_sizes(strides, "strides"), 1}))
+    dtype = check_choice("dtype", dtype, tuple(_DTYPES))
     rep_ms = check_budget_ms("rep_ms", rep_ms)
     max_reps = check_int("max_reps", max_reps, minimum=3)
     if n_elements is not None:
-        check_int("n_elements", n_elements, minimum=1)
-    check_optional_bool("show_progress", show_progress)
-    device = check_device(device)
+        n_elements = check_int("n_elements", n_elements, minimum=1)
+    device = resolve_device(device, kinds=CPU_OR_CUDA)
     itemsize = _DTYPES[dtype]
     widest = max(strides)
     extra = flush_bytes(device) if flush_cache else 0
@@ -229,7 +196,7 @@ def strided_read(
     if extra:  # the flush buffer alone can exceed a small budget: say how to drop it
         what += f" (its cache flush adds {format_bytes(extra)}; flush_cache=False drops it)"
     if n_elements is not None:
-        n = check_int("n_elements", n_elements, minimum=1)
+        n = n_elements
         _memory.check_fits(
             n * widest * itemsize,
             device=device,

@@ -8,12 +8,12 @@ memory sets the floor. :func:`stream_sweep` measures that staircase, and
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from labkit.bandwidth import stream as _bandwidth
-from labkit.bandwidth.sizes import cache_sizes, check_device, default_sizes
+from labkit.bandwidth.sizes import cache_sizes, default_sizes
 from labkit.bandwidth.stream import (
     ARRAYS,
     DTYPE,
@@ -26,14 +26,16 @@ from labkit.bandwidth.stream import (
     measure_kernel,
 )
 from labkit.core.progress import progress
+from labkit.core.results import JsonRecord, dataclass_json
 from labkit.core.units import format_bytes, format_gb_per_s
-from labkit.core.validate import check_int, check_optional_bool
+from labkit.core.validate import check_int, check_sizes
 from labkit.machine import memory as _memory
 from labkit.machine.memory import DEFAULT_FRACTION
+from labkit.machine.report import CPU_OR_CUDA, resolve_device
 
 
 @dataclass(frozen=True)
-class StreamSweep:
+class StreamSweep(JsonRecord):
     """Every (kernel, size) measurement of a sweep, sorted by kernel then size.
 
     ``caches`` are the cache sizes the plot marks; ``dropped_bytes_per_array``
@@ -118,16 +120,8 @@ class StreamSweep:
         return f"STREAM sweep on {self.device} ({self.dtype}, STREAM byte counting)\n{self.table()}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "device": self.device,
-            "dtype": self.dtype,
-            "caches": {name: size for name, size in self.caches},
-            "dropped_bytes_per_array": list(self.dropped_bytes_per_array),
-            "out_of_memory": self.out_of_memory,
-            "budget_bytes": self.budget_bytes,
-            "arrays": self.arrays,
-            "rows": [r.to_dict() for r in self.rows],
-        }
+        """The fields as JSON, with ``caches`` as {name: bytes}."""
+        return {**dataclass_json(self), "caches": dict(self.caches)}
 
 
 def stream_sweep(
@@ -161,23 +155,13 @@ def stream_sweep(
     """
     kernels = check_kernels(kernels)
     points_per_decade = check_int("points_per_decade", points_per_decade, minimum=1)
-    check_optional_bool("show_progress", show_progress)
-    device = check_device(device)
+    device = resolve_device(device, kinds=CPU_OR_CUDA)
     if sizes_bytes is None:
         sizes = default_sizes(device, points_per_decade=points_per_decade)
     else:
-        if isinstance(sizes_bytes, (str, bytes)) or not isinstance(sizes_bytes, Iterable):
-            raise TypeError(
-                f"sizes_bytes must be a sequence of sizes in bytes, got {sizes_bytes!r}"
-            )
-        sizes = tuple(
-            check_int("sizes_bytes[...]", s, minimum=ITEMSIZE_BYTES)
-            // ITEMSIZE_BYTES
-            * ITEMSIZE_BYTES
-            for s in sizes_bytes
-        )
-        if not sizes:
-            raise ValueError("sizes_bytes is empty: give at least one size in bytes per array")
+        given = check_sizes(sizes_bytes, "sizes_bytes")
+        check_int("sizes_bytes", given[0], minimum=ITEMSIZE_BYTES)  # the smallest
+        sizes = tuple(sorted({s // ITEMSIZE_BYTES * ITEMSIZE_BYTES for s in given}))
     warmup_ms, rep_ms = check_budget_ms("warmup_ms", warmup_ms), check_budget_ms("rep_ms", rep_ms)
     min_reps = check_int("min_reps", min_reps, minimum=1)
     arrays = max(ARRAYS[k] for k in kernels)

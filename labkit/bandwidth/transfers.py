@@ -20,17 +20,19 @@ CUDA events on the GPU.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.bandwidth.sizes import check_device, log_sizes
+from labkit.bandwidth.sizes import log_sizes
 from labkit.bandwidth.stream import BandwidthResult, check_budget_ms, stream_kernel
 from labkit.core.progress import progress
+from labkit.core.results import JsonRecord
 from labkit.core.units import format_bytes, format_gb_per_s
-from labkit.core.validate import check_int, check_optional_bool, check_sizes
+from labkit.core.validate import check_choice, check_choices, check_int, check_sizes
 from labkit.machine import memory as _memory
 from labkit.machine.memory import DEFAULT_FRACTION
+from labkit.machine.report import CPU_OR_CUDA, resolve_device
 from labkit.timing.bench import Timing, bench
 
 DIRECTIONS = ("h2d", "d2h")
@@ -38,7 +40,7 @@ HOST_MEMORY = ("pageable", "pinned")
 
 
 def require_cuda(device: str, what: str) -> str:
-    device = check_device(device)
+    device = resolve_device(device, kinds=CPU_OR_CUDA)
     if device == "cpu":
         raise ValueError(
             f"{what} needs a CUDA GPU, and device='cpu' was given. On a machine without a GPU, "
@@ -74,7 +76,7 @@ def theoretical_peak_gb_per_s(device: str = "cuda") -> float | None:
 
 
 @dataclass(frozen=True)
-class DeviceCopy:
+class DeviceCopy(JsonRecord):
     """A device-to-device copy: labkit's probe, independent references, and the datasheet.
 
     ``labkit`` is :func:`labkit.bandwidth.stream.stream_kernel` ("copy", torch
@@ -90,6 +92,8 @@ class DeviceCopy:
     peak_gb_per_s: float | None
     notes: tuple[str, ...] = ()
 
+    json_extra = ("ratio_to_best", "fraction_of_peak")
+
     @property
     def best_reference(self) -> BandwidthResult | None:
         return max(self.references, key=lambda r: r.gb_per_s, default=None)
@@ -104,16 +108,6 @@ class DeviceCopy:
     def fraction_of_peak(self) -> float | None:
         """labkit's GB/s over the datasheet peak (0.8–0.95 is typical for HBM)."""
         return None if not self.peak_gb_per_s else self.labkit.gb_per_s / self.peak_gb_per_s
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "labkit": self.labkit.to_dict(),
-            "references": [r.to_dict() for r in self.references],
-            "peak_gb_per_s": self.peak_gb_per_s,
-            "ratio_to_best": self.ratio_to_best,
-            "fraction_of_peak": self.fraction_of_peak,
-            "notes": list(self.notes),
-        }
 
 
 def _result(
@@ -265,7 +259,7 @@ def _cupy_copies(
 
 
 @dataclass(frozen=True)
-class TransferSweep:
+class TransferSweep(JsonRecord):
     """Host↔device bandwidth for each (direction, host memory, size); bytes counted once.
 
     ``out_of_memory`` is the line the sweep printed when an allocation failed
@@ -283,10 +277,8 @@ class TransferSweep:
         return max((r.bytes_per_array for r in self.rows), default=None)
 
     def rows_for(self, direction: str, host_memory: str) -> tuple[BandwidthResult, ...]:
-        if direction not in DIRECTIONS:
-            raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
-        if host_memory not in HOST_MEMORY:
-            raise ValueError(f"host_memory must be one of {HOST_MEMORY}, got {host_memory!r}")
+        check_choice("direction", direction, DIRECTIONS)
+        check_choice("host_memory", host_memory, HOST_MEMORY)
         return tuple(r for r in self.rows if r.kernel == f"{direction} {host_memory}")
 
     def peak(self, direction: str, host_memory: str) -> BandwidthResult:
@@ -309,24 +301,6 @@ class TransferSweep:
             "  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)) for line in lines
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "device": self.device,
-            "out_of_memory": self.out_of_memory,
-            "rows": [r.to_dict() for r in self.rows],
-        }
-
-
-def _check_choices(name: str, values: Any, allowed: tuple[str, ...]) -> tuple[str, ...]:
-    if isinstance(values, str):
-        values = (values,)
-    if not isinstance(values, Iterable) or not (chosen := tuple(values)):
-        raise ValueError(f"{name} must be a non-empty sequence drawn from {allowed}")
-    for value in chosen:
-        if value not in allowed:
-            raise ValueError(f"{name} must be drawn from {allowed}, got {value!r}")
-    return tuple(v for v in allowed if v in chosen)
-
 
 def host_device_sweep(
     sizes_bytes: Sequence[int] | None = None,
@@ -347,20 +321,19 @@ def host_device_sweep(
     ``non_blocking=True``. Default sizes: 64 KiB to 1 GiB, log-spaced,
     shrunk to fit both the host's and the GPU's budget.
     """
-    directions = _check_choices("directions", directions, DIRECTIONS)
-    host_memory = _check_choices("host_memory", host_memory, HOST_MEMORY)
+    directions = check_choices("directions", directions, DIRECTIONS)
+    host_memory = check_choices("host_memory", host_memory, HOST_MEMORY)
     warmup_ms, rep_ms = check_budget_ms("warmup_ms", warmup_ms), check_budget_ms("rep_ms", rep_ms)
     if sizes_bytes is not None:
         check_sizes(sizes_bytes, "sizes_bytes")
     _memory.check_fraction(fraction)
-    check_optional_bool("show_progress", show_progress)
     import torch
 
     device = require_cuda(device, "host_device_sweep")
     sizes = (
         log_sizes(64 * 1024, 1024**3, points_per_decade=3)
         if sizes_bytes is None
-        else (tuple(check_int("sizes_bytes[...]", s, minimum=1) for s in sizes_bytes))
+        else tuple(sizes_bytes)
     )
     name = None if sizes_bytes is None else "sizes_bytes"
     kept, dropped = _memory.fit_sizes(

@@ -36,25 +36,24 @@ saved for backward (counted with ``torch.autograd.graph.saved_tensors_hooks``).
 from __future__ import annotations
 
 import gc
-import numbers
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from labkit.batching.memory_fit import (
     PROBE_BATCHES,
     MemoryFit,
     StepMemory,
-    check_batch,
     check_model_fn,
     check_params_fit,
     check_probes,
     fit_memory,
     step_memory,
 )
-
-#: Batches probed by :func:`largest_batch_cpu` to fit the line.
+from labkit.batching.step import OPTIMIZERS
+from labkit.core.results import JsonRecord
 from labkit.core.units import format_bytes
+from labkit.core.validate import check_choice, check_positive_int, check_real
 from labkit.machine.memory import DEFAULT_FRACTION
 
 # --------------------------------------------------------------------------- one step
@@ -67,8 +66,11 @@ from labkit.machine.memory import DEFAULT_FRACTION
 
 
 @dataclass(frozen=True)
-class CpuBatchFit:
+class CpuBatchFit(JsonRecord):
     """The line fitted to measured steps, the batch it predicts, and the run that checked it."""
+
+    method: ClassVar[str] = "predict-then-verify"
+    json_extra = ("method", "predicted_bytes", "verified", "prediction_error")
 
     model: str
     device: str
@@ -128,25 +130,6 @@ class CpuBatchFit:
             for line in self._lines()
         ]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "method": "predict-then-verify",
-            "model": self.model,
-            "device": self.device,
-            "input_shape": list(self.input_shape),
-            "optimizer": self.optimizer,
-            "fixed_bytes": self.fit.fixed_bytes,
-            "per_sample_bytes": self.fit.per_sample_bytes,
-            "probes": [p.to_dict() for p in self.fit.points],
-            "budget_bytes": self.budget_bytes,
-            "predicted_batch": self.predicted_batch,
-            "predicted_bytes": self.predicted_bytes,
-            "capped": self.capped,
-            "verified": self.verified,
-            "verification": None if self.verification is None else self.verification.to_dict(),
-            "prediction_error": self.prediction_error,
-        }
-
     def __str__(self) -> str:
         shape = "×".join(map(str, self.input_shape))
         lines = [
@@ -169,15 +152,8 @@ def _check_budget(budget_bytes: Any, device: str) -> int:
 
     if budget_bytes is None:
         return labkit_budget(device=device)
-    if (
-        isinstance(budget_bytes, bool)
-        or not isinstance(budget_bytes, numbers.Integral)
-        or budget_bytes < 1
-    ):
-        raise ValueError(
-            f"budget_bytes must be a positive number of bytes or None, got {budget_bytes!r}"
-        )
-    return check_fits(int(budget_bytes), device=device, what="budget_bytes")
+    budget = check_positive_int("budget_bytes", budget_bytes)
+    return check_fits(budget, device=device, what="budget_bytes")
 
 
 def largest_batch_cpu(
@@ -185,7 +161,7 @@ def largest_batch_cpu(
     input_shape: Sequence[int],
     budget_bytes: int | None = None,
     *,
-    probe_batches: Iterable[int] = PROBE_BATCHES,
+    probe_batches: Sequence[int] = PROBE_BATCHES,
     optimizer: str = "adam",
     max_batch: int | None = None,
     verify: bool = True,
@@ -207,16 +183,14 @@ def largest_batch_cpu(
     budget, so nothing is allocated beyond it unless the line is wrong, and
     then by the (reported) prediction error only.
     """
-    from labkit.batching.step import check_optimizer, check_shape
+    from labkit.batching.step import check_shape
 
     model_fn = check_model_fn(model_fn)
     shape = check_shape(input_shape)
-    optimizer = check_optimizer(optimizer)
+    optimizer = check_choice("optimizer", optimizer, OPTIMIZERS)
     check_probes(probe_batches)
     if max_batch is not None:
-        max_batch = check_batch("max_batch", max_batch)
-    if not isinstance(verify, bool):
-        raise TypeError(f"verify must be True or False, got {type(verify).__name__}")
+        max_batch = check_positive_int("max_batch", max_batch)
     budget = _check_budget(budget_bytes, "cpu")
     import torch
 
@@ -256,7 +230,7 @@ def largest_batch_cpu(
 
 
 @dataclass(frozen=True)
-class BatchTrial:
+class BatchTrial(JsonRecord):
     """One attempted batch: whether its training steps ran, and their peak memory."""
 
     batch_size: int
@@ -264,18 +238,13 @@ class BatchTrial:
     peak_bytes: int | None
     error: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "batch_size": self.batch_size,
-            "fits": self.fits,
-            "peak_bytes": self.peak_bytes,
-            "error": self.error,
-        }
-
 
 @dataclass(frozen=True)
-class CudaBatchSearch:
+class CudaBatchSearch(JsonRecord):
     """Doubling then bisecting on a GPU: the largest batch that ran, and every trial."""
+
+    method: ClassVar[str] = "double-then-bisect"
+    json_extra = ("method", "largest_batch", "peak_bytes", "first_oom_batch")
 
     model: str
     device: str
@@ -323,21 +292,6 @@ class CudaBatchSearch:
             for line in self._lines()
         ]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "method": "double-then-bisect",
-            "model": self.model,
-            "device": self.device,
-            "input_shape": list(self.input_shape),
-            "optimizer": self.optimizer,
-            "limit_bytes": self.limit_bytes,
-            "largest_batch": self.largest_batch,
-            "peak_bytes": self.peak_bytes,
-            "first_oom_batch": self.first_oom_batch,
-            "reached_max_batch": self.reached_max_batch,
-            "trials": [t.to_dict() for t in self.trials],
-        }
-
     def __str__(self) -> str:
         shape = "×".join(map(str, self.input_shape))
         lines = [
@@ -382,12 +336,8 @@ def search_batch(fits: Callable[[int], bool], start: int, max_batch: int, tolera
     narrows the gap between the largest batch that fitted and the smallest
     that failed until it is at most ``max(1, tolerance × largest)``.
     """
-    from labkit.core.validate import check_real
-
-    if not callable(fits):
-        raise TypeError(f"fits must be a function of the batch size, got {type(fits).__name__}")
-    start = check_batch("start", start)
-    max_batch = check_batch("max_batch", max_batch)
+    start = check_positive_int("start", start)
+    max_batch = check_positive_int("max_batch", max_batch)
     if max_batch < start:
         raise ValueError(f"max_batch must be >= start ({start}), got {max_batch!r}")
     tolerance = check_real("tolerance", tolerance, low=0, high=1, high_open=True)
@@ -466,7 +416,7 @@ def largest_batch_cuda(
     so the search never takes memory other processes are using. Raise
     ``fraction`` (up to 1.0) to find the device's real limit.
     """
-    from labkit.batching.step import check_optimizer, check_shape, make_optimizer
+    from labkit.batching.step import check_shape, make_optimizer
     from labkit.core.validate import check_torch_device
     from labkit.machine.memory import budget_bytes as labkit_budget
     from labkit.machine.memory import check_fraction
@@ -474,20 +424,13 @@ def largest_batch_cuda(
     check_torch_device(device, allow_none=False)
     model_fn = check_model_fn(model_fn)
     shape = check_shape(input_shape)
-    optimizer = check_optimizer(optimizer)
-    start = check_batch("start_batch", start_batch)
-    top = check_batch("max_batch", max_batch)
+    optimizer = check_choice("optimizer", optimizer, OPTIMIZERS)
+    start = check_positive_int("start_batch", start_batch)
+    top = check_positive_int("max_batch", max_batch)
     if top < start:
         raise ValueError(f"max_batch must be >= start_batch ({start}), got {max_batch!r}")
     fraction = check_fraction(fraction)
-    if (
-        isinstance(tolerance, bool)
-        or not isinstance(tolerance, numbers.Real)
-        or not 0 <= tolerance < 1
-    ):
-        raise ValueError(
-            f"tolerance must be a number from 0 (exact) up to below 1, got {tolerance!r}"
-        )
+    tolerance = check_real("tolerance", tolerance, low=0, high=1, high_open=True)
     import torch
 
     dev = _require_cuda(device)

@@ -48,8 +48,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labkit.batching.synthetic import SyntheticImages
+from labkit.core.results import JsonRecord
 from labkit.core.units import format_duration
-from labkit.core.validate import check_int, check_ms
+from labkit.core.validate import check_choice, check_int, check_ms
 from labkit.timing.bench import Timing
 
 #: A consumer waiting this share of the time or more is called input-bound.
@@ -76,7 +77,7 @@ PIN_MEMORY_CPU_NOTE = (
 
 
 @dataclass(frozen=True)
-class LoaderRun:
+class LoaderRun(JsonRecord):
     """The steady state of one input pipeline feeding one step, per step and in total.
 
     ``wait`` holds the time each step spent in ``next(batches)``, ``compute``
@@ -85,6 +86,8 @@ class LoaderRun:
     the time to the first batch (starting workers, filling buffers), kept out
     of everything else.
     """
+
+    json_extra = ("samples_per_s", "wait_fraction", "median_wait_ms")
 
     label: str
     framework: str
@@ -139,24 +142,6 @@ class LoaderRun:
             return f"input-bound: the step waits for data {self.wait_fraction:.0%} of the time"
         return f"keeps up: the step waits for data {self.wait_fraction:.0%} of the time"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "label": self.label,
-            "framework": self.framework,
-            "batch_size": self.batch_size,
-            "steps": self.steps,
-            "step": self.step,
-            "device": self.device,
-            "dataset": self.dataset,
-            "samples_per_s": self.samples_per_s,
-            "wait_fraction": self.wait_fraction,
-            "median_wait_ms": self.median_wait_ms,
-            "median_compute_ms": self.compute.median_ms,
-            "startup_ms": self.startup_ms,
-            "settings": dict(self.settings),
-            "notes": list(self.notes),
-        }
-
     def __str__(self) -> str:
         from labkit.core.units import format_samples_per_s
 
@@ -195,7 +180,7 @@ def usable_cpus() -> int:
 
 
 @dataclass(frozen=True)
-class LoaderComparison:
+class LoaderComparison(JsonRecord):
     """Several pipelines feeding the same step, side by side.
 
     ``usable_cpus`` is how many CPUs the process could run on when it
@@ -206,12 +191,8 @@ class LoaderComparison:
     usable_cpus: int | None = None
 
     def run(self, label: str) -> LoaderRun:
-        for r in self.runs:
-            if r.label == label:
-                return r
-        raise ValueError(
-            f"label must be one of {', '.join(repr(r.label) for r in self.runs)}, got {label!r}"
-        )
+        check_choice("label", label, [r.label for r in self.runs])
+        return next(r for r in self.runs if r.label == label)
 
     @property
     def best(self) -> LoaderRun:
@@ -226,9 +207,6 @@ class LoaderComparison:
             f"waiting for data {r.wait_fraction:.0%} of the time"
             for r in self.runs
         ]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"runs": [r.to_dict() for r in self.runs], "usable_cpus": self.usable_cpus}
 
     def __str__(self) -> str:
         from labkit.core.units import format_samples_per_s
@@ -380,22 +358,21 @@ def loop_args(
 
 def _check_loader_args(
     num_workers: Any,
-    pin_memory: Any,
     prefetch_factor: Any,
     batch_size: Any,
     steps: Any,
     warmup_steps: Any,
     step_ms: Any,
-    dataset: Any,
     device: Any,
-    label: Any,
-) -> tuple[int, bool, int | None, int, int, int, float | None]:
-    """:func:`measure_loader`'s arguments, checked before torch is imported or a worker started."""
+    **_: Any,
+) -> tuple[int, int | None, int, int, int, float | None]:
+    """:func:`measure_loader`'s arguments, checked before torch is imported or a worker started.
+
+    It takes all of them (``**bound.arguments``) and checks the numbers and the device.
+    """
     from labkit.core.validate import check_torch_device
 
     num_workers = check_int("num_workers", num_workers, minimum=0)
-    if not isinstance(pin_memory, bool):
-        raise TypeError(f"pin_memory must be True or False, got {type(pin_memory).__name__}")
     if prefetch_factor is not None:
         prefetch_factor = check_int("prefetch_factor", prefetch_factor, minimum=1)
         if num_workers == 0:
@@ -403,14 +380,8 @@ def _check_loader_args(
                 "prefetch_factor needs num_workers > 0: without workers nothing is prepared ahead"
             )
     batch_size, steps, warmup_steps, step_ms = loop_args(batch_size, steps, warmup_steps, step_ms)
-    if dataset is not None and not isinstance(dataset, SyntheticImages):
-        raise TypeError(
-            f"dataset must be a labkit.batching.loaders.SyntheticImages, got {type(dataset).__name__}"
-        )
     check_torch_device(device)
-    if label is not None and not isinstance(label, str):
-        raise TypeError(f"label must be a string or None, got {type(label).__name__}")
-    return num_workers, pin_memory, prefetch_factor, batch_size, steps, warmup_steps, step_ms
+    return num_workers, prefetch_factor, batch_size, steps, warmup_steps, step_ms
 
 
 def measure_loader(
@@ -445,21 +416,10 @@ def measure_loader(
     """
     from labkit.core.optional import import_optional
     from labkit.machine.report import resolve_torch_device
-    from labkit.timing.sync import resolve_device
+    from labkit.timing.sync import synchronizer_for
 
-    num_workers, pin_memory, prefetch_factor, batch_size, steps, warmup_steps, step_ms = (
-        _check_loader_args(
-            num_workers,
-            pin_memory,
-            prefetch_factor,
-            batch_size,
-            steps,
-            warmup_steps,
-            step_ms,
-            dataset,
-            device,
-            label,
-        )
+    num_workers, prefetch_factor, batch_size, steps, warmup_steps, step_ms = _check_loader_args(
+        num_workers, prefetch_factor, batch_size, steps, warmup_steps, step_ms, device
     )
     torch = import_optional("torch", "labkit.batching.loaders.measure_loader")
     dataset = SyntheticImages() if dataset is None else dataset
@@ -468,7 +428,7 @@ def measure_loader(
         dataset, batch_size, 2 + num_workers * (prefetch_factor or 2), "measure_loader"
     )
     dev = resolve_torch_device(device)
-    sync = resolve_device(str(dev)).synchronize
+    sync = synchronizer_for(str(dev)).synchronize
     notes: list[str] = []
     pin = pin_memory and dev.type == "cuda" and torch.cuda.is_available()
     if pin_memory and not pin:
@@ -540,16 +500,11 @@ def compare_loaders(
     ``dataset``, ``device``...); a config's own keys win.
     """
     configs = DEFAULT_LOADER_CONFIGS if configs is None else configs
-    if isinstance(configs, dict) or not isinstance(configs, Sequence) or not configs:
-        raise TypeError(
+    if not configs:
+        raise ValueError(
             "configs must be a non-empty list of dicts of measure_loader arguments, "
             "e.g. [{'num_workers': 0}, {'num_workers': 2}]"
         )
-    for i, config in enumerate(configs):
-        if not isinstance(config, dict):
-            raise TypeError(
-                f"configs[{i}] must be a dict of measure_loader arguments, got {config!r}"
-            )
     signature = inspect.signature(measure_loader)
     for config in configs:  # every run's arguments are checked before the first one starts
         bound = signature.bind(**{**common, **config})

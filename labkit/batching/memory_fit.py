@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import gc
 import math
-import numbers
 import sys
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from labkit.core.results import JsonRecord
 from labkit.core.units import format_bytes
+from labkit.core.validate import check_choice, check_positive_int, check_sizes
 
 PROBE_BATCHES: tuple[int, ...] = (2, 4)
 
@@ -31,7 +32,7 @@ METHOD_COUNTED = "tensors counted (a lower bound: temporaries missed)"
 
 
 @dataclass(frozen=True)
-class StepMemory:
+class StepMemory(JsonRecord):
     """The memory of one training step at ``batch_size``, in bytes.
 
     ``peak_bytes`` is the measured peak (see ``method``); the other fields
@@ -39,6 +40,8 @@ class StepMemory:
     gradients of activations and workspaces alive during backward, the
     targets, the allocator's rounding.
     """
+
+    json_extra = ("other_bytes",)
 
     batch_size: int
     params_bytes: int
@@ -65,26 +68,19 @@ class StepMemory:
             "other (temporaries)": self.other_bytes,
         }
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "batch_size": self.batch_size,
-            "peak_bytes": self.peak_bytes,
-            "method": self.method,
-            "params_bytes": self.params_bytes,
-            "grads_bytes": self.grads_bytes,
-            "optimizer_bytes": self.optimizer_bytes,
-            "activations_bytes": self.activations_bytes,
-            "other_bytes": self.other_bytes,
-        }
-
     def __str__(self) -> str:
         parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in self.breakdown().items())
         return f"batch {self.batch_size}: peak {format_bytes(self.peak_bytes)} ({parts})"
 
 
-def check_model_fn(model_fn: Any) -> Callable[[], Any]:
+def check_model_fn(model_fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``model_fn``, unless it is a model instead of a function that builds one.
+
+    A type checker cannot tell the two apart (an ``nn.Module`` is callable);
+    called without an input, a model fails deep inside the measurement.
+    """
     torch = sys.modules.get("torch")  # a Module instance means torch is imported already
-    if (torch is not None and isinstance(model_fn, torch.nn.Module)) or not callable(model_fn):
+    if torch is not None and isinstance(model_fn, torch.nn.Module):
         raise TypeError(
             "model_fn must be a function that builds a fresh model (the class itself, or "
             f"lambda: MyNet()), not {type(model_fn).__name__}: each measurement starts from a new "
@@ -93,16 +89,8 @@ def check_model_fn(model_fn: Any) -> Callable[[], Any]:
     return model_fn
 
 
-def check_batch(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return int(value)
-
-
-def check_probes(probe_batches: Any) -> list[int]:
-    if isinstance(probe_batches, (str, bytes)) or not isinstance(probe_batches, Iterable):
-        raise TypeError(f"probe_batches must be a list of batch sizes, got {probe_batches!r}")
-    probes = sorted({check_batch("probe_batches[...]", b) for b in probe_batches})
+def check_probes(probe_batches: Sequence[int]) -> tuple[int, ...]:
+    probes = check_sizes(probe_batches, "probe_batches")
     if len(probes) < 2:
         raise ValueError(
             f"probe_batches must hold at least two different batch sizes, got {probes!r}"
@@ -209,20 +197,14 @@ def step_memory(
     second step is the one that counts: after the first, Adam's state exists
     and stays alive through forward and backward, as in a real run.
     """
-    from labkit.batching.step import (
-        check_optimizer,
-        check_shape,
-        make_batch,
-        make_optimizer,
-        train_step,
-    )
+    from labkit.batching.step import OPTIMIZERS, check_shape, make_batch, make_optimizer, train_step
     from labkit.core.validate import check_seed, check_torch_device
     from labkit.machine.report import resolve_torch_device
 
     model_fn = check_model_fn(model_fn)
     shape = check_shape(input_shape)
-    batch = check_batch("batch_size", batch_size)
-    optimizer = check_optimizer(optimizer)
+    batch = check_positive_int("batch_size", batch_size)
+    optimizer = check_choice("optimizer", optimizer, OPTIMIZERS)
     seed = check_seed("seed", seed)
     check_torch_device(device, allow_none=False)
     import torch
@@ -347,7 +329,7 @@ def fit_memory(
     model_fn: Callable[[], Any],
     input_shape: Sequence[int],
     *,
-    probe_batches: Iterable[int] = PROBE_BATCHES,
+    probe_batches: Sequence[int] = PROBE_BATCHES,
     device: Any = "cpu",
     optimizer: str = "adam",
     budget_bytes: int | None = None,
@@ -367,18 +349,18 @@ def fit_memory(
     stop once the last is within 1.5× of that half. A measured peak over
     the budget raises ``MemoryBudgetError``.
     """
-    from labkit.batching.step import check_optimizer, check_shape
+    from labkit.batching.step import OPTIMIZERS, check_shape
     from labkit.core.validate import check_torch_device
 
     check_model_fn(model_fn)
     check_shape(input_shape)
-    check_optimizer(optimizer)
+    check_choice("optimizer", optimizer, OPTIMIZERS)
     check_torch_device(device, allow_none=False)
     probes = check_probes(probe_batches)
     if target_batch is not None:
-        target_batch = check_batch("target_batch", target_batch)
+        target_batch = check_positive_int("target_batch", target_batch)
     if budget_bytes is not None:
-        budget_bytes = check_batch("budget_bytes", budget_bytes)
+        budget_bytes = check_positive_int("budget_bytes", budget_bytes)
         # a model too big for the budget is refused before any step allocates
         check_params_fit(model_fn, optimizer, budget_bytes)
 

@@ -17,15 +17,8 @@ def plot_batch_sweep(result: BatchSweep, ax: Any = None) -> Any:
     right of it the throughput line is flat while the latency line keeps
     climbing, which is the trade-off.
     """
-    from labkit.core.validate import check_ax
-
-    check_ax(ax)
     from labkit.plotting import plain_log_ticks, pyplot, style_axes
 
-    if not isinstance(result, BatchSweep):
-        raise TypeError(
-            f"Expected an instance of BatchSweep as result, got {type(result).__name__} instead"
-        )
     plt = pyplot()
     from matplotlib.ticker import NullLocator
 
@@ -92,22 +85,10 @@ def plot_loader_comparison(
     Equal compute, different waits: the grey part is time the device sat
     idle. The label at each bar's end gives the samples/s and the wait share.
     """
-    from labkit.core.validate import check_ax
-
-    check_ax(ax)
     from labkit.core.units import format_samples_per_s
     from labkit.plotting import pyplot, style_axes
 
-    if not isinstance(comparison, (LoaderComparison, Sequence)) or isinstance(comparison, str):
-        raise TypeError(
-            "comparison must be a LoaderComparison or a non-empty list of LoaderRun results, got "
-            f"{type(comparison).__name__}"
-        )
     runs = list(comparison.runs) if isinstance(comparison, LoaderComparison) else list(comparison)
-    if not runs or not all(isinstance(r, LoaderRun) for r in runs):
-        raise TypeError(
-            "comparison must be a LoaderComparison or a non-empty list of LoaderRun results"
-        )
     plt = pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 0.6 * len(runs) + 1.8))

@@ -7,9 +7,10 @@ measures its memory, so both take it from here: one definition of "a training st
 from __future__ import annotations
 
 import copy
-import numbers
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
+
+from labkit.core.validate import check_positive_int
 
 #: The optimizers a training step can use ("adam" keeps two extra copies of the weights).
 OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
@@ -33,18 +34,15 @@ def mlp(in_features: int = 256, hidden: Sequence[int] = (512, 512), num_classes:
     """
     from labkit.core.optional import import_optional
 
-    if isinstance(hidden, (str, bytes)) or not isinstance(hidden, Iterable):
-        raise TypeError(f"hidden must be a list of layer widths such as (512, 512), got {hidden!r}")
-    sizes = [in_features, *hidden, num_classes]
-    if any(isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 1 for s in sizes):
-        raise ValueError(
-            f"in_features, hidden and num_classes must be positive ints, got {in_features!r}, "
-            f"{tuple(hidden)!r}, {num_classes!r}"
-        )
+    sizes = [
+        check_positive_int("in_features", in_features),
+        *(check_positive_int(f"hidden[{i}]", h) for i, h in enumerate(hidden)),
+        check_positive_int("num_classes", num_classes),
+    ]
     torch = import_optional("torch", "labkit.batching.step.mlp")
     layers: list[Any] = []
     for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
-        layers.append(torch.nn.Linear(int(a), int(b)))
+        layers.append(torch.nn.Linear(a, b))
         if i < len(sizes) - 2:
             layers.append(torch.nn.ReLU())
     return torch.nn.Sequential(*layers)
@@ -62,11 +60,6 @@ def resolve_model(
 
     torch = import_optional("torch", "labkit.batching.sweep")
     if isinstance(model, str):
-        if model not in MODELS:
-            raise ValueError(
-                f"model must be one of {', '.join(map(repr, MODELS))} or an nn.Module, "
-                f"got {model!r}"
-            )
         description, default_shape = MODELS[model]
         shape = default_shape if input_shape is None else check_shape(input_shape)
         if model == "mlp":
@@ -95,28 +88,13 @@ def resolve_model(
     )
 
 
-def check_shape(input_shape: Any) -> tuple[int, ...]:
+def check_shape(input_shape: Sequence[int]) -> tuple[int, ...]:
     """``input_shape`` as a tuple of positive ints (one sample, no batch dimension)."""
-    if isinstance(input_shape, (str, bytes)) or not isinstance(input_shape, Iterable):
-        raise TypeError(
-            f"input_shape must be a tuple of ints such as (3, 32, 32), got {input_shape!r}"
-        )
-    shape = tuple(input_shape)
-    if not shape or any(
-        isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 1 for s in shape
-    ):
+    if not input_shape:
         raise ValueError(
             f"input_shape must be a non-empty tuple of positive ints, got {input_shape!r}"
         )
-    return tuple(int(s) for s in shape)
-
-
-def check_optimizer(optimizer: Any) -> str:
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(
-            f"optimizer must be one of {', '.join(map(repr, OPTIMIZERS))}, got {optimizer!r}"
-        )
-    return str(optimizer)
+    return tuple(check_positive_int(f"input_shape[{i}]", s) for i, s in enumerate(input_shape))
 
 
 def make_optimizer(model: Any, optimizer: str) -> Any:

@@ -21,22 +21,22 @@ are skipped with a note; the memory per sample is measured, not guessed
 from __future__ import annotations
 
 import math
-import numbers
-import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from labkit.batching.step import (
     MODELS,
-    check_optimizer,
+    OPTIMIZERS,
     check_shape,
     make_batch,
     make_optimizer,
     resolve_model,
     train_step,
 )
+from labkit.core.results import JsonRecord
 from labkit.core.units import format_duration, format_samples_per_s
+from labkit.core.validate import check_choice, check_sizes
 from labkit.machine.memory import DEFAULT_FRACTION
 from labkit.timing.bench import Timing
 
@@ -54,7 +54,7 @@ KNEE_FRACTION = 0.9
 
 
 @dataclass(frozen=True)
-class BatchPoint:
+class BatchPoint(JsonRecord):
     """One batch size in one mode: the median time per step and what it means per sample.
 
     ``median_ms`` is the latency of one batch (a training step, or one
@@ -77,20 +77,12 @@ class BatchPoint:
     def ms_per_sample(self) -> float:
         return self.median_ms / self.batch_size
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "mode": self.mode,
-            "batch_size": self.batch_size,
-            "median_ms": self.median_ms,
-            "iqr_ms": self.iqr_ms,
-            "samples_per_s": self.samples_per_s,
-            "n": self.timing.n,
-        }
-
 
 @dataclass(frozen=True)
-class BatchCurve:
+class BatchCurve(JsonRecord):
     """Every batch size of one mode, smallest first, and where the curve flattens."""
+
+    json_extra = ("peak_samples_per_s", "knee_batch", "gain")
 
     mode: str
     points: tuple[BatchPoint, ...]
@@ -147,7 +139,7 @@ class BatchCurve:
 
 
 @dataclass(frozen=True)
-class BatchSweep:
+class BatchSweep(JsonRecord):
     """Samples/s by batch size of one model on one device, per mode (train, inference)."""
 
     model: str
@@ -163,13 +155,9 @@ class BatchSweep:
     out_of_memory_batch: int | None = None
 
     def curve(self, mode: str = "train") -> BatchCurve:
-        for c in self.curves:
-            if c.mode == mode:
-                return c
-        raise ValueError(
-            f"mode must be one of {', '.join(c.mode for c in self.curves)} (the modes "
-            f"measured), got {mode!r}"
-        )
+        """The curve of ``mode``, one of the modes measured."""
+        check_choice("mode", mode, [c.mode for c in self.curves])
+        return next(c for c in self.curves if c.mode == mode)
 
     @property
     def train(self) -> BatchCurve | None:
@@ -211,24 +199,10 @@ class BatchSweep:
         return lines
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "device": self.device,
-            "input_shape": list(self.input_shape),
-            "optimizer": self.optimizer,
-            "threads": self.threads,
-            "dropped": list(self.dropped),
-            "curves": {
-                c.mode: {
-                    "points": [p.to_dict() for p in c.points],
-                    "peak_samples_per_s": c.peak_samples_per_s,
-                    "peak_batch": c.peak.batch_size,
-                    "knee_batch": c.knee_batch,
-                    "gain_vs_smallest": c.gain,
-                }
-                for c in self.curves
-            },
-        }
+        """Every field, with the curves keyed by mode (``{"train": {...}, "inference": {...}}``)."""
+        data = super().to_dict()
+        data["curves"] = {curve.pop("mode"): curve for curve in data["curves"]}
+        return data
 
     def __str__(self) -> str:
         sizes = sorted({b for c in self.curves for b in c.batch_sizes})
@@ -262,55 +236,19 @@ class BatchSweep:
 # --------------------------------------------------------------------------- the sweep
 
 
-def _check_batches(batch_sizes: Any) -> list[int]:
-    if isinstance(batch_sizes, (str, bytes)) or not isinstance(batch_sizes, Iterable):
-        raise TypeError(
-            f"batch_sizes must be a sequence of positive ints, got {type(batch_sizes).__name__}"
-        )
-    sizes = list(batch_sizes)
-    if not sizes or any(
-        isinstance(b, bool) or not isinstance(b, numbers.Integral) or b < 1 for b in sizes
-    ):
-        raise ValueError(
-            f"batch_sizes must be a non-empty sequence of positive ints, got {sizes!r}"
-        )
-    return sorted({int(b) for b in sizes})
-
-
-def _check_model(model: Any) -> None:
-    """ "mlp", "cnn" or an nn.Module (which means torch is imported already), without importing torch."""
-    torch = sys.modules.get("torch")
-    if isinstance(model, str):
-        if model not in MODELS:
-            raise ValueError(
-                f"model must be one of {', '.join(map(repr, MODELS))} or an nn.Module, "
-                f"got {model!r}"
-            )
-    elif torch is None or not isinstance(model, torch.nn.Module):
-        raise TypeError(
-            f"model must be 'mlp', 'cnn' or a torch.nn.Module, got {type(model).__name__} instead"
-        )
-
-
-def _check_modes(modes: Any) -> tuple[str, ...]:
-    if isinstance(modes, str):
-        modes = (modes,)
-    if not isinstance(modes, Iterable):
-        raise TypeError(
-            f"modes must be a selection of {', '.join(map(repr, MODES))}, got {modes!r}"
-        )
-    checked = tuple(modes)
-    if not checked or any(m not in MODES for m in checked) or len(set(checked)) != len(checked):
+def _check_modes(modes: str | Sequence[str]) -> tuple[str, ...]:
+    checked = (modes,) if isinstance(modes, str) else tuple(modes)
+    if not checked or len(set(checked)) != len(checked):
         raise ValueError(
             f"modes must be a non-empty selection of {', '.join(map(repr, MODES))}, got {modes!r}"
         )
-    return checked
+    return tuple(check_choice("modes", m, MODES) for m in checked)
 
 
 def batch_sweep(
     model: Any = "mlp",
     *,
-    batch_sizes: Iterable[int] | None = None,
+    batch_sizes: Sequence[int] | None = None,
     input_shape: Sequence[int] | None = None,
     modes: Sequence[str] = MODES,
     device: Any = None,
@@ -355,14 +293,14 @@ def batch_sweep(
     from labkit.machine.report import resolve_torch_device
 
     # Every argument is checked before torch is imported or anything is measured.
-    _check_model(model)
+    if isinstance(model, str):
+        check_choice("model", model, tuple(MODELS))
     if input_shape is not None:
         check_shape(input_shape)
-    optimizer = check_optimizer(optimizer)
+    optimizer = check_choice("optimizer", optimizer, OPTIMIZERS)
     modes = _check_modes(modes)
     fraction = check_real("memory_fraction", memory_fraction, low=0, high=1, low_open=True)
-    if batch_sizes is not None:
-        _check_batches(batch_sizes)
+    sizes = None if batch_sizes is None else check_sizes(batch_sizes, "batch_sizes")
     check_ms("warmup_ms", warmup_ms, allow_zero=True)
     check_ms("rep_ms", rep_ms)
     min_reps = check_positive_int("min_reps", min_reps)
@@ -383,9 +321,8 @@ def batch_sweep(
 
     model_fn, description, shape = resolve_model(model, input_shape)
     dev = resolve_torch_device(device)
-    if batch_sizes is None:
-        batch_sizes = GPU_BATCHES if dev.type == "cuda" else CPU_BATCHES
-    sizes = _check_batches(batch_sizes)
+    if sizes is None:
+        sizes = GPU_BATCHES if dev.type == "cuda" else CPU_BATCHES
 
     # Memory: measure training steps from batch 1 up towards the sweep's largest batch (never
     # past half the budget), fit the line, keep the batches whose step fits the budget.
@@ -511,10 +448,6 @@ def latency_budget_batch(
     a request served in a batch waits for the whole batch. A service with a
     latency budget takes the largest batch that meets it, not the peak.
     """
-    if not isinstance(result, BatchSweep):
-        raise TypeError(
-            f"Expected an instance of BatchSweep as result, got {type(result).__name__} instead"
-        )
     from labkit.core.validate import check_ms
 
     max_latency_ms = check_ms("max_latency_ms", max_latency_ms)

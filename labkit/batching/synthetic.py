@@ -6,15 +6,15 @@ and what one sample costs (:func:`sample_cost`, :func:`thread_scaling`).
 
 from __future__ import annotations
 
-import numbers
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from labkit.core.results import JsonRecord
 from labkit.core.units import format_duration
-from labkit.core.validate import check_int, check_ms
+from labkit.core.validate import check_int, check_ms, check_seed
 from labkit.timing.bench import Timing
 
 _k = np.arange(8)
@@ -57,7 +57,7 @@ def decode_sample(
     io_ms = check_ms("io_ms", io_ms, allow_zero=True)
     python_ms = check_ms("python_ms", python_ms, allow_zero=True)
     num_classes = check_int("num_classes", num_classes, minimum=1)
-    seed = check_int("seed", seed, minimum=0)
+    seed = check_seed("seed", seed)
     if io_ms > 0:
         time.sleep(io_ms / 1e3)
     if python_ms > 0:
@@ -101,13 +101,11 @@ def augment_sample(
     Seeded by ``(seed, index, 1)``: deterministic here so runs repeat; a real
     pipeline draws new crops every epoch.
     """
-    if not isinstance(image, np.ndarray) or image.ndim != 3 or image.shape[0] != 3:
-        raise TypeError(f"image must be a 3×H×W numpy array, got {type(image).__name__}")
     index = check_int("index", index, minimum=0)
     side = image.shape[-1]
     if check_int("image_size", image_size, minimum=1) > side:
         raise ValueError(f"image_size must be at most the image's side ({side}), got {image_size}")
-    seed = check_int("seed", seed, minimum=0)
+    seed = check_seed("seed", seed)
     rng = np.random.default_rng((seed, index, 1))
     crop = max(image_size, side * 7 // 8)
     y0, x0 = (int(v) for v in rng.integers(0, side - crop + 1, size=2))
@@ -164,7 +162,7 @@ class SyntheticImages:
         self.io_ms = check_ms("io_ms", io_ms, allow_zero=True)
         self.python_ms = check_ms("python_ms", python_ms, allow_zero=True)
         self.num_classes = check_int("num_classes", num_classes, minimum=2)
-        self.seed = check_int("seed", seed, minimum=0)
+        self.seed = check_seed("seed", seed)
 
     def __len__(self) -> int:
         return self.n
@@ -183,8 +181,6 @@ class SyntheticImages:
         return augment_sample(image, index, image_size=self.image_size, seed=self.seed)
 
     def __getitem__(self, index: int) -> tuple[np.ndarray, int]:
-        if isinstance(index, bool) or not isinstance(index, numbers.Integral):
-            raise TypeError(f"index must be an int, got {type(index).__name__}")
         if not -self.n <= index < self.n:
             raise IndexError(f"index {index} is out of range for {self.n} samples")
         index = int(index) % self.n
@@ -232,8 +228,6 @@ def sample_cost(
     from labkit.timing.bench import bench
 
     dataset = SyntheticImages() if dataset is None else dataset
-    if not isinstance(dataset, SyntheticImages):
-        raise TypeError(f"dataset must be a SyntheticImages, got {type(dataset).__name__} instead")
     counter = iter(range(10**9))
 
     def one_sample() -> None:
@@ -245,13 +239,15 @@ def sample_cost(
 
 
 @dataclass(frozen=True)
-class ThreadScaling:
+class ThreadScaling(JsonRecord):
     """The same samples prepared by one thread and by ``threads`` threads of one process.
 
     A thread pool (tf.data's parallel map, or ``concurrent.futures``) can
     only speed up the parts of the preparation that release Python's GIL:
     numpy's loops and waiting on I/O do, Python bytecode does not.
     """
+
+    json_extra = ("speedup",)
 
     threads: int
     samples: int
@@ -262,16 +258,6 @@ class ThreadScaling:
     @property
     def speedup(self) -> float:
         return self.serial.median_ms / self.threaded.median_ms
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "threads": self.threads,
-            "samples": self.samples,
-            "speedup": self.speedup,
-            "serial_ms": self.serial.median_ms,
-            "threaded_ms": self.threaded.median_ms,
-            "dataset": self.dataset,
-        }
 
     def __str__(self) -> str:
         from labkit.accel.common import times
@@ -301,8 +287,6 @@ def thread_scaling(
     from labkit.timing.bench import bench
 
     dataset = SyntheticImages() if dataset is None else dataset
-    if not isinstance(dataset, SyntheticImages):
-        raise TypeError(f"dataset must be a SyntheticImages, got {type(dataset).__name__} instead")
     threads = check_int("threads", threads, minimum=2)
     samples = check_int("samples", samples, minimum=1)
     indices = [i % len(dataset) for i in range(samples)]

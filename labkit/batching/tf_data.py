@@ -20,7 +20,7 @@ from labkit.batching.loaders import (
 )
 from labkit.batching.synthetic import SyntheticImages
 from labkit.core.units import format_duration
-from labkit.core.validate import check_int
+from labkit.core.validate import check_choice, check_int
 from labkit.timing.bench import Timing
 
 #: The tf.data variants :func:`measure_tf_pipeline` builds, in order of adding one idea each.
@@ -42,11 +42,7 @@ DEFAULT_TF_VARIANTS: tuple[str, ...] = TF_VARIANTS[:5]
 
 def _check_variant(variant: Any) -> tuple[bool, bool, bool, bool]:
     """(parallel, cache, prefetch, tf.data's default optimizations) for a variant's name."""
-    if variant not in TF_VARIANTS:
-        raise ValueError(
-            f"variant must be one of {', '.join(map(repr, TF_VARIANTS))}, got {variant!r}"
-        )
-    parts = variant.split("+")
+    parts = check_choice("variant", variant, TF_VARIANTS).split("+")
     return parts[0] == "parallel", "cache" in parts, "prefetch" in parts, "defaults" in parts
 
 
@@ -68,10 +64,6 @@ def build_tf_pipeline(
     from labkit.core.optional import import_tensorflow
 
     parallel, cache, prefetch, defaults = _check_variant(variant)
-    if not isinstance(dataset, SyntheticImages):
-        raise TypeError(
-            f"dataset must be a labkit.batching.loaders.SyntheticImages, got {type(dataset).__name__}"
-        )
     batch_size = check_int("batch_size", batch_size, minimum=1)
     epoch_batches = check_int("epoch_batches", epoch_batches, minimum=1)
     tf = import_tensorflow("tf.data pipelines")
@@ -118,10 +110,11 @@ def _check_tf_args(
     steps: Any,
     warmup_steps: Any,
     step_ms: Any,
-    dataset: Any,
     epoch_batches: Any,
+    **_: Any,
 ) -> tuple[int, int, int, float, int]:
-    """:func:`measure_tf_pipeline`'s arguments, checked before TensorFlow is imported."""
+    """:func:`measure_tf_pipeline`'s arguments (all of them: ``**bound.arguments``), checked
+    before TensorFlow is imported."""
     _check_variant(variant)
     batch_size, steps, warmup_steps, step_value = loop_args(
         batch_size, steps, warmup_steps, step_ms
@@ -131,10 +124,6 @@ def _check_tf_args(
             "step_ms must be a number of milliseconds for tf.data: the step is a fixed wait"
         )
     epoch_batches = check_int("epoch_batches", epoch_batches, minimum=1)
-    if dataset is not None and not isinstance(dataset, SyntheticImages):
-        raise TypeError(
-            f"dataset must be a labkit.batching.loaders.SyntheticImages, got {type(dataset).__name__}"
-        )
     return batch_size, steps, warmup_steps, step_value, epoch_batches
 
 
@@ -170,7 +159,7 @@ def measure_tf_pipeline(
     from labkit.core.optional import import_tensorflow
 
     batch_size, steps, warmup_steps, step_value, epoch_batches = _check_tf_args(
-        variant, batch_size, steps, warmup_steps, step_ms, dataset, epoch_batches
+        variant, batch_size, steps, warmup_steps, step_ms, epoch_batches
     )
     dataset = SyntheticImages() if dataset is None else dataset
     # in the step, next, prefetched, and (cached variants) a whole epoch of decoded images
@@ -213,13 +202,10 @@ def compare_tf_pipelines(
     variants: Sequence[str] = DEFAULT_TF_VARIANTS, **common: Any
 ) -> LoaderComparison:
     """:func:`measure_tf_pipeline` for each variant, same samples and step."""
-    if isinstance(variants, str) or not isinstance(variants, Sequence) or not variants:
-        raise TypeError(
-            f"variants must be a non-empty list of names from {TF_VARIANTS}, got {variants!r}"
-        )
-    unknown = [v for v in variants if v not in TF_VARIANTS]
-    if unknown:
-        raise ValueError(f"variants must hold names from {TF_VARIANTS}, got {unknown!r}")
+    if not variants:
+        raise ValueError(f"variants must name at least one of {TF_VARIANTS}")
+    for v in variants:
+        check_choice("variants", v, TF_VARIANTS)
     signature = inspect.signature(measure_tf_pipeline)
     for v in variants:  # every run's arguments are checked before the first one starts
         bound = signature.bind(v, **common)

@@ -26,9 +26,6 @@ def knee(batch_sizes: Sequence[int], samples_per_s: Sequence[float], share: floa
     """The smallest batch whose throughput reaches ``share`` of the best one."""
     from labkit.core.validate import check_positive_int, check_real
 
-    for name, values in (("batch_sizes", batch_sizes), ("samples_per_s", samples_per_s)):
-        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
-            raise TypeError(f"{name} must be a list of numbers, got {type(values).__name__}")
     batch_sizes = [check_positive_int(f"batch_sizes[{i}]", b) for i, b in enumerate(batch_sizes)]
     samples_per_s = [
         check_real(f"samples_per_s[{i}]", s, low=0) for i, s in enumerate(samples_per_s)

@@ -36,20 +36,10 @@ class MissingPackageError(ImportError):
     """An optional package is not installed; the message says how to install it."""
 
     def __init__(self, package: str, purpose: str | None = None) -> None:
-        if not isinstance(package, str) or not package:
-            raise TypeError(f"package must be a package name, got {package!r}")
-        _check_purpose(purpose)
         self.package = package
         hint = INSTALL_HINTS.get(package, f"pip install {package}")
         what = f" for {purpose}" if purpose else ""
         super().__init__(f"{package} is not installed{what}. Install it with: {hint}")
-
-
-def _check_purpose(purpose: object) -> None:
-    if purpose is not None and not isinstance(purpose, str):
-        raise TypeError(
-            f"purpose must be a string saying what the package is for, or None, got {purpose!r}"
-        )
 
 
 def is_installed(name: str) -> bool:
@@ -58,8 +48,6 @@ def is_installed(name: str) -> bool:
     A module set to ``None`` in ``sys.modules`` counts as missing: that is how
     Python (and our tests) mark a module as unimportable.
     """
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"name must be a non-empty module name, got {name!r}")
     if name in sys.modules:
         return sys.modules[name] is not None
     try:
@@ -70,7 +58,6 @@ def is_installed(name: str) -> bool:
 
 def import_optional(name: str, purpose: str | None = None) -> ModuleType:
     """Import ``name`` or raise :class:`MissingPackageError` naming the install command."""
-    _check_purpose(purpose)
     if name == "tensorflow":
         return import_tensorflow(purpose)
     if not is_installed(name):
@@ -114,7 +101,6 @@ def import_tensorflow(purpose: str | None = None) -> ModuleType:
     fast CPU kernels, changing the very speed the course measures. So the
     import itself runs with the process's stderr pointed at /dev/null.
     """
-    _check_purpose(purpose)
     if "tensorflow" in sys.modules and sys.modules["tensorflow"] is not None:
         return sys.modules["tensorflow"]
     if not is_installed("tensorflow"):
@@ -139,9 +125,6 @@ def try_import(name: str, purpose: str | None = None) -> ModuleType | None:
     missing, so a notebook cell can write ``if (tf := try_import("tensorflow")):``
     and keep running on a machine without it.
     """
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"name must be a non-empty module name, got {name!r}")
-    _check_purpose(purpose)
     try:
         return import_optional(name, purpose)
     except MissingPackageError as exc:

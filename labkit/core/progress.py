@@ -29,23 +29,8 @@ def progress(
     """Iterate over ``items`` with a tqdm bar (a notebook widget where available).
 
     ``show=None`` follows :func:`enabled`; tqdm missing means no bar, never an error.
-    The arguments are checked when this is called, not at the first item: a
-    generator would only complain once the sweep's setup work was done.
     """
-    from labkit.core.validate import check_int, check_optional_bool
-
-    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
-        raise TypeError(f"items must be an iterable of work items, got {type(items).__name__}")
-    if not isinstance(desc, str) or not desc:
-        raise ValueError(f"desc must be a non-empty string naming the sweep, got {desc!r}")
-    if total is not None:
-        check_int("total", total, minimum=0)
-    show = check_optional_bool("show", show)
-    return _iterate(items, desc, total, enabled() if show is None else show)
-
-
-def _iterate(items: Iterable[T], desc: str, total: int | None, show: bool) -> Iterator[T]:
-    if not show:
+    if not (enabled() if show is None else show):
         yield from items
         return
     try:

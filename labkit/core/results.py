@@ -23,21 +23,19 @@ from typing import Any, ClassVar
 
 
 def to_json(value: Any) -> Any:
-    """``value`` as JSON-native data: dataclasses as dicts (fields + ``json_extra``), tuples as lists.
+    """``value`` as JSON-native data: results as dicts, tuples as lists, paths as text.
 
-    Non-finite floats are kept (a ratio can be infinite); :func:`json_safe`
-    replaces them when the text is written.
+    A value with its own ``to_dict`` (every :class:`JsonRecord`, and the few
+    results whose JSON is a different view) is asked for it; any other
+    dataclass gives :func:`dataclass_json`. Non-finite floats are kept (a
+    ratio can be infinite); :func:`json_safe` replaces them when the text
+    is written.
     """
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict) and not isinstance(value, type):
+        return to_dict()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        skip = getattr(value, "json_skip", ())
-        out = {
-            f.name: to_json(getattr(value, f.name))
-            for f in dataclasses.fields(value)
-            if f.name not in skip
-        }
-        for name in getattr(value, "json_extra", ()):
-            out[name] = to_json(getattr(value, name))
-        return out
+        return dataclass_json(value)
     if isinstance(value, dict):
         return {str(key): to_json(item) for key, item in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
@@ -47,20 +45,33 @@ def to_json(value: Any) -> Any:
     return value
 
 
+def dataclass_json(value: Any) -> dict[str, Any]:
+    """A dataclass's fields (less ``json_skip``) and then its ``json_extra`` properties, as JSON."""
+    skip = getattr(value, "json_skip", ())
+    out = {
+        f.name: to_json(getattr(value, f.name))
+        for f in dataclasses.fields(value)
+        if f.name not in skip
+    }
+    for name in getattr(value, "json_extra", ()):
+        out[name] = to_json(getattr(value, name))
+    return out
+
+
 class JsonRecord:
     """Mixin for a result dataclass: ``to_dict()`` is :func:`to_json` of it.
 
     ``json_extra`` names properties to add after the fields; ``json_skip``
-    names fields to leave out.
+    names fields to leave out. A class whose JSON needs one more key
+    overrides ``to_dict`` as ``{**dataclass_json(self), "key": ...}``.
     """
 
     json_extra: ClassVar[tuple[str, ...]] = ()
     json_skip: ClassVar[tuple[str, ...]] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """The result as JSON-native values (see :func:`to_json`)."""
-        data: dict[str, Any] = to_json(self)
-        return data
+        """The result as JSON-native values (see :func:`dataclass_json`)."""
+        return dataclass_json(self)
 
 
 def json_safe(value: Any) -> Any:
@@ -72,3 +83,9 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [json_safe(item) for item in value]
     return value
+
+
+def error_line(exc: BaseException) -> str:
+    """``"TypeName: first line of the message"``: how a result records a part that failed."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__

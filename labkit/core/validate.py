@@ -1,4 +1,15 @@
-"""Argument checks shared by labkit's measurement modules: each error names the argument."""
+"""The one set of argument checks: for the values a person types, each error naming the argument.
+
+What is checked: sizes, counts, durations in ms, fractions, seeds, names
+chosen from a list, and device spellings, at the top of the public function
+that takes them, before any work or framework import, so a slip in a
+notebook cell is one line that says what to type instead.
+
+What is not: types a type checker catches (a flag given as "yes", a label
+given as 5, a result object of the wrong class), labkit's own internal
+objects (results built by labkit are trusted), and inputs no one types
+(a byte count of 2**1000). Python's own error is clear enough there.
+"""
 
 from __future__ import annotations
 
@@ -36,6 +47,18 @@ def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
     return value
 
 
+def check_choices(
+    name: str, values: str | Sequence[str], choices: Sequence[str]
+) -> tuple[str, ...]:
+    """One name or several from ``choices``, in the order of ``choices``, without duplicates."""
+    chosen = (values,) if isinstance(values, str) else tuple(values)
+    if not chosen:
+        raise ValueError(f"{name} is empty: choose from {', '.join(map(repr, choices))}")
+    for value in chosen:
+        check_choice(name, value, choices)
+    return tuple(v for v in choices if v in chosen)
+
+
 def check_sizes(sizes: Any, name: str = "sizes") -> tuple[int, ...]:
     """Positive integer sizes, sorted, duplicates dropped."""
     if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence) or len(sizes) == 0:
@@ -52,13 +75,6 @@ MAX_SEED = 2**32 - 1
 
 #: The torch device strings labkit accepts (an index is allowed for cuda and xpu only).
 TORCH_DEVICES = ("cpu", "cuda", "cuda:N", "mps", "xpu", "xpu:N")
-
-
-def check_bool(name: str, value: Any) -> bool:
-    """``value`` if it is True or False: a flag given as 1, "yes" or None is a slip, not a choice."""
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, got {type(value).__name__} ({value!r})")
-    return value
 
 
 def check_int(name: str, value: Any, *, minimum: int = 0, maximum: int | None = None) -> int:
@@ -132,43 +148,6 @@ def check_torch_device(value: Any, name: str = "device", *, allow_none: bool = T
     return value
 
 
-# --------------------------------------------------------------------------- measurement modules' extras
-# (timing, bandwidth, sweeps, plots, the CLI: flags, names and paths)
-
-
-def check_optional_bool(name: str, value: Any) -> bool | None:
-    """True, False or None (None: follow a default such as ``LABKIT_PROGRESS``)."""
-    if value is not None and not isinstance(value, bool):
-        raise TypeError(
-            f"{name} must be True, False or None, got {type(value).__name__} ({value!r})"
-        )
-    return value
-
-
-def check_str(name: str, value: Any, *, allow_none: bool = False) -> str | None:
-    """A non-empty string (or None with ``allow_none``), else an error naming ``name``."""
-    if value is None and allow_none:
-        return None
-    if not isinstance(value, str):
-        none = " or None" if allow_none else ""
-        raise TypeError(f"{name} must be a string{none}, got {type(value).__name__} ({value!r})")
-    if not value.strip():
-        raise ValueError(f"{name} must be a non-empty string, got {value!r}")
-    return value
-
-
-def check_ax(ax: Any, name: str = "ax") -> Any:
-    """None (a new figure) or a matplotlib Axes: anything with ``plot`` and ``set_xlabel``."""
-    if ax is not None and not (
-        callable(getattr(ax, "plot", None)) and callable(getattr(ax, "set_xlabel", None))
-    ):
-        raise TypeError(
-            f"{name} must be None or a matplotlib Axes (e.g. from plt.subplots()), got "
-            f"{type(ax).__name__}"
-        )
-    return ax
-
-
 # --------------------------------------------------------------------------- TensorFlow devices
 
 #: A TensorFlow device: "/GPU:0", "/device:CPU:0", "gpu:1", "/job:localhost/replica:0/task:0/device:GPU:0".
@@ -192,9 +171,3 @@ def check_tf_device(value: Any, name: str = "device", *, allow_none: bool = Fals
             f"got {value!r}"
         )
     return value
-
-
-def check_flags(**flags: Any) -> None:
-    """Each keyword must be True or False (``check_flags(as_json=as_json, record=record)``)."""
-    for name, value in flags.items():
-        check_bool(name, value)

@@ -96,36 +96,21 @@ def _tune(
     )
 
 
-def _check_iterations(iterations: Any) -> int:
-
-    return check_int("iterations", iterations, minimum=1, maximum=1000)
-
-
 def _check_tune_args(
-    tune_params: Any, defaults: Mapping[str, Sequence[int]], cache_path: Any, quiet: Any
+    tune_params: Mapping[str, Sequence[int]] | None, defaults: Mapping[str, Sequence[int]]
 ) -> dict[str, list[int]]:
     """``tune_params`` as {name: [values]}, with the same names as ``defaults`` and int values."""
-
     params = defaults if tune_params is None else tune_params
-    if not isinstance(params, Mapping):
-        raise TypeError(f"tune_params must be a dict of parameter name to values, got {params!r}")
     if set(params) != set(defaults):
         raise ValueError(
             f"tune_params must give {', '.join(defaults)}, got {sorted(map(str, params))}"
         )
     checked = {}
     for key, values in params.items():
-        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
-            raise TypeError(
-                f"tune_params[{key!r}] must be a non-empty list of ints, got {values!r}"
-            )
-        checked[key] = [
-            check_int(f"tune_params[{key!r}]", v, minimum=1, maximum=4096) for v in values
-        ]
-    if cache_path is not None and not isinstance(cache_path, (str, os.PathLike)):
-        raise TypeError(f"cache_path must be a file path or None, got {type(cache_path).__name__}")
-    if not isinstance(quiet, bool):
-        raise TypeError(f"quiet must be True or False, got {type(quiet).__name__}")
+        name = f"tune_params[{key!r}]"
+        checked[key] = [check_int(name, v, minimum=1, maximum=4096) for v in values]
+        if not checked[key]:
+            raise ValueError(f"{name} must be a non-empty list of ints, got {values!r}")
     return checked
 
 
@@ -168,8 +153,8 @@ def tune_transpose(
     from labkit.kernels.cupy_run import require_cupy
 
     side = check_int("n", n, minimum=16, maximum=32768)
-    iterations = _check_iterations(iterations)
-    params = _check_tune_args(tune_params, TRANSPOSE_TUNE_PARAMS, cache_path, quiet)
+    iterations = check_int("iterations", iterations, minimum=1, maximum=1000)
+    params = _check_tune_args(tune_params, TRANSPOSE_TUNE_PARAMS)
     cupy = require_cupy("tuning the transpose")
     import numpy as np
 
@@ -213,8 +198,8 @@ def tune_sgemm(
     from labkit.kernels.cupy_run import SGEMM_RTOL, require_cupy
 
     side = check_int("n", n, minimum=64, maximum=16384)
-    iterations = _check_iterations(iterations)
-    params = _check_tune_args(tune_params, SGEMM_TUNE_PARAMS, cache_path, quiet)
+    iterations = check_int("iterations", iterations, minimum=1, maximum=1000)
+    params = _check_tune_args(tune_params, SGEMM_TUNE_PARAMS)
     for key in ("BM", "BN", "BK"):
         bad = [v for v in params[key] if side % v]
         if bad:

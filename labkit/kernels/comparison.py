@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from labkit.core.results import JsonRecord
 from labkit.core.units import format_duration, format_gb_per_s, format_gflop_per_s
 from labkit.kernels.cupy_run import SGEMM_RTOL, WrongResultError
 from labkit.timing.bench import Timing
@@ -88,8 +89,10 @@ def check_sum(kernel: str, got: Any, x: Any, *, exact: bool = False) -> float:
 
 
 @dataclass(frozen=True)
-class Ceiling:
+class Ceiling(JsonRecord):
     """The measured best the device does on this work: device copy or cuBLAS."""
+
+    json_extra = ("median_ms",)
 
     name: str
     rate: float
@@ -102,12 +105,14 @@ class Ceiling:
 
 
 @dataclass(frozen=True)
-class KernelRun:
+class KernelRun(JsonRecord):
     """One verified, timed kernel: its rate in the comparison's unit and as a fraction of the ceiling.
 
     ``param`` is the swept value (a stride, a block size) in a sweep.
     ``max_error`` is the verified error (0 for copies and transposes).
     """
+
+    json_extra = ("median_ms",)
 
     name: str
     label: str
@@ -128,7 +133,7 @@ def _format_rate(value: float, unit: str) -> str:
 
 
 @dataclass(frozen=True)
-class KernelComparison:
+class KernelComparison(JsonRecord):
     """Kernels timed side by side against one ceiling, on one GPU.
 
     ``counting`` says which bytes or FLOP the rates count; ``fraction`` of a
@@ -172,37 +177,6 @@ class KernelComparison:
             )
         lines += [f"  note: {note}" for note in self.notes]
         return lines
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "experiment": self.experiment,
-            "device": self.device,
-            "problem": self.problem,
-            "unit": self.unit,
-            "counting": self.counting,
-            "param_name": self.param_name,
-            "ceiling": {
-                "name": self.ceiling.name,
-                "rate": self.ceiling.rate,
-                "median_ms": self.ceiling.median_ms,
-            },
-            "runs": [
-                {
-                    "name": r.name,
-                    "label": r.label,
-                    "param": r.param,
-                    "rate": r.rate,
-                    "fraction": r.fraction,
-                    "median_ms": r.median_ms,
-                    "iqr_ms": r.timing.iqr_ms,
-                    "n": r.timing.n,
-                    "max_error": r.max_error,
-                    "settings": dict(r.settings),
-                }
-                for r in self.runs
-            ],
-            "notes": list(self.notes),
-        }
 
     def __str__(self) -> str:
         width = max([len("ceiling"), *(len(r.label) for r in self.runs)])

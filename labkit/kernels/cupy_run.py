@@ -25,13 +25,11 @@ without raising.
 from __future__ import annotations
 
 import math
-import numbers
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from labkit.core.validate import check_int
+from labkit.core.validate import check_choice, check_int, check_ms
 from labkit.kernels.sources import compile_options, kernel_source, kernel_spec
 
 TRANSPOSE_VERSIONS: tuple[str, ...] = ("naive", "tiled", "padded")
@@ -176,45 +174,25 @@ class Launch:
 # --------------------------------------------------------------------------- argument checks
 
 
-def _check_ms(name: str, value: Any, *, allow_zero: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number of milliseconds, got {type(value).__name__}")
-    value = float(value)
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be a finite number of milliseconds, got {value!r}")
-    return value
-
-
 def timing_budget(warmup_ms: Any, rep_ms: Any) -> dict[str, Any]:
     return {
-        "warmup_ms": _check_ms("warmup_ms", warmup_ms, allow_zero=True),
-        "rep_ms": _check_ms("rep_ms", rep_ms, allow_zero=False),
+        "warmup_ms": check_ms("warmup_ms", warmup_ms, allow_zero=True),
+        "rep_ms": check_ms("rep_ms", rep_ms),
     }
 
 
-def check_early(quick: Any, **sizes: tuple[Any, int]) -> None:
-    """The quick flag and the explicit sizes ({name: (value, largest)}), before CuPy is imported.
+def check_early(**sizes: tuple[Any, int]) -> None:
+    """The explicit sizes ({name: (value, largest)}), before CuPy is imported.
 
     Whether a size fits the GPU is checked once CuPy can read its free memory.
     """
-    from labkit.core.validate import check_bool
-
-    check_bool("quick", quick)
     for name, (value, high) in sizes.items():
         if value is not None:
             check_int(name, value, minimum=1, maximum=high)
 
 
-def check_versions(versions: Any, choices: Sequence[str]) -> list[str]:
-    if isinstance(versions, (str, bytes)) or not isinstance(versions, Iterable):
-        raise TypeError(f"versions must be a list of names from {choices}, got {versions!r}")
-    return [check_version("versions[...]", v, choices) for v in versions]
-
-
-def check_version(name: str, value: Any, versions: Sequence[str]) -> str:
-    if value not in versions:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, versions))}, got {value!r}")
-    return str(value)
+def check_versions(versions: Iterable[str], choices: Sequence[str]) -> list[str]:
+    return [check_choice("versions[...]", v, choices) for v in versions]
 
 
 def _check_array(name: str, x: Any, cupy: Any, *, ndim: int | None = None) -> Any:
@@ -237,18 +215,6 @@ def _check_array(name: str, x: Any, cupy: Any, *, ndim: int | None = None) -> An
     if not 1 <= x.size <= INT32_MAX:
         raise ValueError(f"{name} must have 1 to {INT32_MAX:,} elements, got {x.size:,}")
     return x
-
-
-def _check_on_gpu(name: str, x: Any) -> None:
-    """Before CuPy is imported: without CuPy loaded nothing is a CuPy array, so refuse ``x`` now.
-
-    Once CuPy is loaded, :func:`_check_array` checks ``x`` against it.
-    """
-    if sys.modules.get("cupy") is None:
-        raise TypeError(
-            f"{name} must be a CuPy array (cupy.ndarray) on the GPU, got {type(x).__name__}; "
-            "move a NumPy array there with cupy.asarray(x)"
-        )
 
 
 def _check_out(out: Any, cupy: Any, shape: tuple[int, ...], source: Any) -> Any:
@@ -289,13 +255,8 @@ def _i32(value: int) -> Any:
 # --------------------------------------------------------------------------- launchers
 
 
-def plan_strided_copy(
-    cupy: Any, x: Any, stride: Any, out: Any, block_size: Any, items_per_thread: Any
-) -> Launch:
+def plan_strided_copy(cupy: Any, x: Any, stride: int, out: Any, block: int, items: int) -> Launch:
     _check_array("x", x, cupy)
-    stride = check_int("stride", stride, minimum=1, maximum=65535)
-    block = check_int("block_size", block_size, minimum=1, maximum=1024)
-    items = check_int("items_per_thread", items_per_thread, minimum=1, maximum=64)
     n = int(x.size)
     if n % stride:
         raise ValueError(
@@ -326,12 +287,11 @@ def strided_copy(
     access pattern changes (see ``strided_copy.cu``). ``x.size`` must be a
     multiple of ``stride``. Returns ``out`` (launched, not yet finished).
     """
-    check_int("stride", stride, minimum=1, maximum=65535)
-    check_int("block_size", block_size, minimum=1, maximum=1024)
-    check_int("items_per_thread", items_per_thread, minimum=1, maximum=64)
-    _check_on_gpu("x", x)
+    stride = check_int("stride", stride, minimum=1, maximum=65535)
+    block = check_int("block_size", block_size, minimum=1, maximum=1024)
+    items = check_int("items_per_thread", items_per_thread, minimum=1, maximum=64)
     cupy = require_cupy("strided_copy")
-    launch = plan_strided_copy(cupy, x, stride, out, block_size, items_per_thread)
+    launch = plan_strided_copy(cupy, x, stride, out, block, items)
     launch()
     return launch.args[1]
 
@@ -358,11 +318,9 @@ def check_tile(tile_dim: Any, block_rows: Any) -> tuple[int, int]:
 
 
 def plan_transpose(
-    cupy: Any, x: Any, version: Any, out: Any, tile_dim: Any, block_rows: Any
+    cupy: Any, x: Any, version: str, out: Any, tile: int, rows_per_pass: int
 ) -> Launch:
-    version = check_version("version", version, (*TRANSPOSE_VERSIONS, "tiled_nosync"))
     _check_array("x", x, cupy, ndim=2)
-    tile, rows_per_pass = check_tile(tile_dim, block_rows)
     rows, cols = (int(d) for d in x.shape)
     grid = (math.ceil(cols / tile), math.ceil(rows / tile), 1)
     if grid[1] > 65535:
@@ -389,11 +347,10 @@ def transpose(
     "tiled_nosync": the exercise's kernel, **wrong on purpose** (no
     ``__syncthreads()``). Thread blocks are ``tile_dim x block_rows``.
     """
-    check_version("version", version, (*TRANSPOSE_VERSIONS, "tiled_nosync"))
-    check_tile(tile_dim, block_rows)
-    _check_on_gpu("x", x)
+    check_choice("version", version, (*TRANSPOSE_VERSIONS, "tiled_nosync"))
+    tile, rows = check_tile(tile_dim, block_rows)
     cupy = require_cupy(f"transpose (version={version!r})")
-    launch = plan_transpose(cupy, x, version, out, tile_dim, block_rows)
+    launch = plan_transpose(cupy, x, version, out, tile, rows)
     launch()
     return launch.args[1]
 
@@ -438,8 +395,7 @@ def sgemm_tiled_problems(**macros: int) -> list[str]:
     return problems
 
 
-def plan_sgemm(cupy: Any, a: Any, b: Any, version: Any, out: Any, macros: dict[str, Any]) -> Launch:
-    version = check_version("version", version, SGEMM_VERSIONS)
+def plan_sgemm(cupy: Any, a: Any, b: Any, version: str, out: Any, macros: dict[str, Any]) -> Launch:
     _check_array("a", a, cupy, ndim=2)
     _check_array("b", b, cupy, ndim=2)
     (m, k), (k2, n) = (tuple(int(d) for d in a.shape), tuple(int(d) for d in b.shape))
@@ -490,29 +446,30 @@ def sgemm(a: Any, b: Any, version: str = "tiled", *, out: Any = None, **macros: 
     ``BK``, ``TM``, ``TN`` for "tiled", which needs M, N, K multiples of BM,
     BN, BK). See ``sgemm.cu``.
     """
-    check_version("version", version, SGEMM_VERSIONS)
-    _check_on_gpu("a", a)
-    _check_on_gpu("b", b)
+    check_choice("version", version, SGEMM_VERSIONS)
     cupy = require_cupy(f"sgemm (version={version!r})")
     launch = plan_sgemm(cupy, a, b, version, out, macros)
     launch()
     return launch.args[2]
 
 
-def plan_reduce(cupy: Any, x: Any, version: Any, out: Any, block_size: Any) -> Launch:
-    version = check_version("version", version, REDUCE_VERSIONS)
+def check_reduce_block(version: str, block_size: Any) -> int:
+    """The block size ``reduce_<version>`` can run: "shared" a power of two, "warp_shuffle" whole warps."""
+    if version == "atomic":
+        return check_int("block_size", block_size, minimum=1, maximum=1024)
+    return check_block_size(block_size, power_of_two=version == "shared")
+
+
+def plan_reduce(cupy: Any, x: Any, version: str, out: Any, block: int) -> Launch:
     _check_array("x", x, cupy)
     out = _check_out(out, cupy, (1,), x)
     n = int(x.size)
     name = f"reduce_{version}"
     if version == "atomic":
-        block = check_int("block_size", block_size, minimum=1, maximum=1024)
         grid, settings = (math.ceil(n / block), 1, 1), {}
     elif version == "shared":
-        block = check_block_size(block_size, power_of_two=True)
         grid, settings = (math.ceil(n / (2 * block)), 1, 1), {"BLOCK_SIZE": block}
     else:
-        block = check_block_size(block_size)
         _check_aligned("x", x)
         resident = _attribute(cupy, "MultiProcessorCount", 1) * max(
             _attribute(cupy, "MaxThreadsPerMultiProcessor", 2048) // block, 1
@@ -538,10 +495,10 @@ def reduce_sum(
     Returns a 1-element float32 CuPy array (``float(result[0])`` reads it).
     "shared" needs a power-of-two ``block_size``; "warp_shuffle" a multiple of 32.
     """
-    check_version("version", version, REDUCE_VERSIONS)
-    _check_on_gpu("x", x)
+    check_choice("version", version, REDUCE_VERSIONS)
+    block = check_reduce_block(version, block_size)
     cupy = require_cupy(f"reduce_sum (version={version!r})")
-    launch = plan_reduce(cupy, x, version, out, block_size)
+    launch = plan_reduce(cupy, x, version, out, block)
     launch()
     return launch.args[1]
 

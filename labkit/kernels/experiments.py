@@ -9,10 +9,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from labkit.core.validate import check_int
+from labkit.core.validate import check_choice, check_int, check_sizes
 from labkit.kernels.comparison import (
     Ceiling,
     KernelComparison,
@@ -31,7 +31,6 @@ from labkit.kernels.cupy_run import (
     check_block_size,
     check_early,
     check_tile,
-    check_version,
     check_versions,
     gpu_name,
     plan_reduce,
@@ -67,11 +66,12 @@ def _free(cupy: Any) -> None:
 def _elements(requested: int | None, *, arrays: int, multiple: int, what: str, quick: bool) -> int:
     """float32 elements per array: the requested count (checked to fit), or the default shrunk to fit."""
     if requested is not None:
-        n = check_int("n_elements", requested, minimum=1, maximum=INT32_MAX)
-        _memory.check_fits(4 * n, device="cuda", arrays=arrays, what=what)
-        if n % multiple:
-            raise ValueError(f"n_elements must be a multiple of {multiple:,} here, got {n:,}")
-        return n
+        _memory.check_fits(4 * requested, device="cuda", arrays=arrays, what=what)
+        if requested % multiple:
+            raise ValueError(
+                f"n_elements must be a multiple of {multiple:,} here, got {requested:,}"
+            )
+        return requested
     target = (16 * 1024**2 if quick else DEFAULT_ARRAY_BYTES) // 4
     fits = _memory.fit_bytes(4 * target, device="cuda", arrays=arrays) // 4
     n = min(target, fits, INT32_MAX) // multiple * multiple
@@ -145,7 +145,7 @@ def _size_text(n: int) -> str:
 
 
 def stride_sweep(
-    strides: Iterable[int] = DEFAULT_STRIDES,
+    strides: Sequence[int] = DEFAULT_STRIDES,
     *,
     n_elements: int | None = None,
     block_size: int = 256,
@@ -159,14 +159,11 @@ def stride_sweep(
     neighbouring threads read changes. Expect ~100% of the copy at stride 1
     and a fall until stride 8, where every float costs a 32-byte sector.
     """
-    if isinstance(strides, (str, bytes)) or not isinstance(strides, Iterable):
-        raise TypeError(f"strides must be a sequence of integers, got {type(strides).__name__}")
-    values = sorted({check_int("strides[...]", s, minimum=1, maximum=65535) for s in strides})
-    if not values:
-        raise ValueError("strides is empty: give at least one stride, e.g. (1, 2, 4, 8)")
+    values = check_sizes(strides, "strides")
+    check_int("strides", values[-1], minimum=1, maximum=65535)
     block = check_int("block_size", block_size, minimum=1, maximum=1024)
     budget = timing_budget(warmup_ms, rep_ms)
-    check_early(quick, n_elements=(n_elements, INT32_MAX))
+    check_early(n_elements=(n_elements, INT32_MAX))
     cupy = require_cupy("the stride sweep")
     _free(cupy)  # blocks an earlier experiment left in CuPy's pool count as used
     n = _elements(
@@ -218,9 +215,8 @@ def _check_strided(out: Any, x: Any, stride: int) -> float:
 def _square_side(requested: int | None, *, arrays: int, quick: bool, what: str) -> int:
     """The side of the square matrices: as requested (checked to fit), or 1 GiB each shrunk to fit."""
     if requested is not None:
-        n = check_int("n", requested, minimum=1, maximum=46340)
-        _memory.check_fits(4 * n * n, device="cuda", arrays=arrays, what=what)
-        return n
+        _memory.check_fits(4 * requested * requested, device="cuda", arrays=arrays, what=what)
+        return requested
     target = (4 << 20) if quick else DEFAULT_ARRAY_BYTES
     side = math.isqrt(_memory.fit_bytes(target, device="cuda", arrays=arrays) // 4)
     side = side // 1024 * 1024 if side >= 1024 else side // 64 * 64
@@ -250,12 +246,12 @@ def transpose_versions(
     ``(tile_dim, block_rows)`` thread blocks, labelled "padded 64x16".
     """
     chosen = check_versions(versions, (*TRANSPOSE_VERSIONS, "tiled_nosync"))
-    extra = [check_tile(*_pair(c)) for c in padded_configs]
+    extra = [check_tile(tile, rows) for tile, rows in padded_configs]
     if not chosen and not extra:
         raise ValueError("nothing to run: versions and padded_configs are both empty")
     check_tile(tile_dim, block_rows)
     budget = timing_budget(warmup_ms, rep_ms)
-    check_early(quick, n=(n, 46340))
+    check_early(n=(n, 46340))
     cupy = require_cupy("the transpose comparison")
     _free(cupy)  # blocks an earlier experiment left in CuPy's pool count as used
     side = _square_side(n, arrays=3, quick=quick, what="the transpose comparison")
@@ -296,14 +292,6 @@ def transpose_versions(
     finally:
         del x, out
         _free(cupy)
-
-
-def _pair(config: Any) -> tuple[Any, Any]:
-    if not isinstance(config, (tuple, list)) or len(config) != 2:
-        raise TypeError(
-            f"padded_configs entries must be (tile_dim, block_rows) pairs, got {config!r}"
-        )
-    return config[0], config[1]
 
 
 @contextlib.contextmanager
@@ -452,7 +440,7 @@ def reduction_versions(
     atomic_n = check_int("atomic_elements", atomic_elements, minimum=1, maximum=INT32_MAX)
     block = check_block_size(block_size, power_of_two=True)
     budget = timing_budget(warmup_ms, rep_ms)
-    check_early(quick, n_elements=(n_elements, INT32_MAX))
+    check_early(n_elements=(n_elements, INT32_MAX))
     cupy = require_cupy("the reduction comparison")
     _free(cupy)  # blocks an earlier experiment left in CuPy's pool count as used
     n = _elements(n_elements, arrays=2, multiple=1024, what="the reduction comparison", quick=quick)
@@ -500,7 +488,7 @@ def reduction_versions(
 
 def block_size_sweep(
     kernel: str = "strided_copy",
-    block_sizes: Iterable[int] = DEFAULT_BLOCK_SIZES,
+    block_sizes: Sequence[int] = DEFAULT_BLOCK_SIZES,
     *,
     n_elements: int | None = None,
     warmup_ms: float = 25.0,
@@ -515,19 +503,13 @@ def block_size_sweep(
     "reduce_warp_shuffle". Small blocks leave an SM short of warps: an SM
     holds at most 32 blocks (Hopper), so 32-thread blocks fill half of it.
     """
-    kernel = check_version("kernel", kernel, BLOCK_SWEEP_KERNELS)
-    if isinstance(block_sizes, (str, bytes)) or not isinstance(block_sizes, Iterable):
-        raise TypeError(
-            f"block_sizes must be a sequence of integers, got {type(block_sizes).__name__}"
-        )
+    kernel = check_choice("kernel", kernel, BLOCK_SWEEP_KERNELS)
     power = kernel in ("transpose_padded", "reduce_shared")
-    sizes = sorted(
-        {check_block_size(b, power_of_two=power, name="block_sizes[...]") for b in block_sizes}
-    )
-    if not sizes:
-        raise ValueError("block_sizes is empty")
+    sizes = check_sizes(block_sizes, "block_sizes")
+    for b in sizes:
+        check_block_size(b, power_of_two=power, name="block_sizes[...]")
     budget = timing_budget(warmup_ms, rep_ms)
-    check_early(quick, n_elements=(n_elements, INT32_MAX))
+    check_early(n_elements=(n_elements, INT32_MAX))
     cupy = require_cupy(f"the block-size sweep of {kernel}")
     _free(cupy)  # blocks an earlier experiment left in CuPy's pool count as used
     if kernel == "transpose_padded":

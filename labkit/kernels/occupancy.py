@@ -28,9 +28,10 @@ barriers per block) is ignored.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass, field
 from typing import Any
+
+from labkit.core.validate import check_int, check_sizes
 
 #: The resources that can limit occupancy, in the order they are reported.
 LIMITERS: tuple[str, ...] = ("threads", "blocks", "registers", "shared memory")
@@ -93,8 +94,6 @@ def _key(name: str) -> str:
 
 def gpu_limits(gpu: str) -> tuple[str, ArchLimits]:
     """(display name, limits) for a GPU name ("H100", "rtx 4090") or an arch ("sm_90")."""
-    if not isinstance(gpu, str):
-        raise TypeError(f"gpu must be a GPU name such as 'H100', got {type(gpu).__name__} instead")
     if gpu in ARCHES:
         return gpu, ARCHES[gpu]
     for name, arch in GPUS.items():
@@ -112,16 +111,6 @@ def _and(words: tuple[str, ...]) -> str:
 
 def _round_up(value: int, unit: int) -> int:
     return -(-value // unit) * unit
-
-
-def _check_int(name: str, value: Any, low: int, high: int | None = None, what: str = "") -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} instead")
-    value = int(value)
-    if value < low or (high is not None and value > high):
-        bound = f"from {low} to {high}" if high is not None else f">= {low}"
-        raise ValueError(f"{name} must be {bound}{what}, got {value}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -191,15 +180,16 @@ def occupancy(
         shared_bytes_per_block: static plus dynamic shared memory per block, in bytes.
     """
     name, lim = gpu_limits(gpu)
-    threads = _check_int("threads_per_block", threads_per_block, 1, lim.max_threads_per_block)
-    regs = _check_int(
+    threads = check_int(
+        "threads_per_block", threads_per_block, minimum=1, maximum=lim.max_threads_per_block
+    )
+    regs = check_int(
         "registers_per_thread",
         registers_per_thread,
-        1,
-        lim.max_registers_per_thread,
-        " (ptxas never uses more than 255)",
+        minimum=1,
+        maximum=lim.max_registers_per_thread,  # ptxas never uses more than 255
     )
-    smem = _check_int("shared_bytes_per_block", shared_bytes_per_block, 0)
+    smem = check_int("shared_bytes_per_block", shared_bytes_per_block, minimum=0)
 
     warps = -(-threads // lim.warp_size)
     limits: dict[str, int | None] = {}
@@ -337,29 +327,17 @@ def occupancy_sweep(
     its static shared memory.
     """
     name, lim = gpu_limits(gpu)
-    regs = getattr(kernel_resources, "registers_per_thread", None)
-    static = getattr(kernel_resources, "shared_bytes", None)
-    if regs is None or static is None:
-        raise TypeError(
-            "kernel_resources must have registers_per_thread and shared_bytes (a KernelResources "
-            f"from labkit.kernels.resources.compile_resources), got {type(kernel_resources).__name__}"
-        )
+    regs = kernel_resources.registers_per_thread
+    static = kernel_resources.shared_bytes
     arch = getattr(kernel_resources, "arch", None)
     if isinstance(arch, str) and _arch_number(arch) != _arch_number(lim.arch):
         raise ValueError(
             f"kernel_resources was compiled for {arch} but {name} is {lim.arch}: register counts "
             f"differ between architectures; compile with arch={lim.arch!r}"
         )
-    if (
-        isinstance(block_sizes, (str, bytes))
-        or not isinstance(block_sizes, (tuple, list))
-        or not block_sizes
-    ):
-        raise TypeError(f"block_sizes must be a non-empty list of ints, got {block_sizes!r}")
-    extra = _check_int("dynamic_shared_bytes", dynamic_shared_bytes, 0)
-    sizes = sorted(
-        {_check_int("block_sizes", b, 1, lim.max_threads_per_block) for b in block_sizes}
-    )
+    extra = check_int("dynamic_shared_bytes", dynamic_shared_bytes, minimum=0)
+    sizes = check_sizes(block_sizes, "block_sizes")
+    check_int("block_sizes", sizes[-1], minimum=1, maximum=lim.max_threads_per_block)
     rows = tuple(
         occupancy(
             name if name in GPUS else lim.arch,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from labkit.core.validate import check_int
+from labkit.core.validate import check_int, check_positive_int
 from labkit.kernels.comparison import KernelComparison
 from labkit.kernels.occupancy import LIMITERS, OccupancySweep
 from labkit.kernels.tuning import TuningReplay
@@ -26,12 +26,9 @@ def plot_kernels(result: KernelComparison | Mapping[str, Any], ax: Any = None) -
     version comparisons are horizontal bars labelled with their fraction of
     the ceiling.
     """
-    from labkit.core.validate import check_ax
-
-    check_ax(ax)
     from labkit.plotting import pyplot, style_axes
 
-    data = _plot_data(result)
+    data = result.to_dict() if isinstance(result, KernelComparison) else dict(result)
     plt = pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4.5))
@@ -59,19 +56,6 @@ def plot_kernels(result: KernelComparison | Mapping[str, Any], ax: Any = None) -
     return style_axes(ax, xlabel=f"rate ({unit}; {data['counting']})", ylabel="kernel", title=title)
 
 
-def _plot_data(result: Any) -> dict[str, Any]:
-    if isinstance(result, KernelComparison):
-        return result.to_dict()
-    keys = ("experiment", "device", "unit", "counting", "ceiling", "runs")
-    if isinstance(result, Mapping) and all(k in result for k in keys) and result["runs"]:
-        return dict(result)
-    raise TypeError(
-        f"Expected an instance of KernelComparison (or its to_dict() from a recording) as result, got "
-        f"{type(result).__name__} instead; pass the result of stride_sweep(), transpose_versions(), "
-        "sgemm_vs_cublas(), reduction_versions() or block_size_sweep()"
-    )
-
-
 def plot_occupancy(
     sweep: OccupancySweep | list[OccupancySweep] | tuple[OccupancySweep, ...], ax: Any = None
 ) -> Any:
@@ -81,14 +65,7 @@ def plot_occupancy(
     kernels) to draw them on one axis; their points are then plain, with one
     line per sweep.
     """
-    from labkit.core.validate import check_ax
-
-    check_ax(ax)
     sweeps = list(sweep) if isinstance(sweep, (list, tuple)) else [sweep]
-    if not sweeps or not all(isinstance(s, OccupancySweep) for s in sweeps):
-        raise TypeError(
-            f"Expected an OccupancySweep (or a list of them) as sweep, got {sweep!r} instead."
-        )
     from labkit.plotting import pyplot, style_axes
 
     plt = pyplot()
@@ -139,12 +116,6 @@ def plot_race(demo: RaceDemo, *, runs: int = 3, ax: Any = None) -> Any:
     """
     import numpy as np
 
-    from labkit.kernels.sim_results import RaceDemo
-
-    if not isinstance(demo, RaceDemo):
-        raise TypeError(
-            f"Expected an instance of RaceDemo as demo, got {type(demo).__name__} instead."
-        )
     shown = check_int("runs", runs, minimum=1, maximum=demo.runs)
     from labkit.plotting import pyplot, style_axes
 
@@ -183,20 +154,10 @@ def plot_tuning(result: TuningReplay, ax: Any = None, *, top: int = 20) -> Any:
     The spread between the best and the worst bar is the point: the same
     kernel, only its compile-time parameters changed.
     """
-    from labkit.core.validate import check_ax
-
-    check_ax(ax)
     from labkit.core.units import duration_unit
     from labkit.plotting import pyplot, style_axes
 
-    if not isinstance(result, TuningReplay):
-        raise TypeError(
-            f"Expected an instance of TuningReplay as result, got {type(result).__name__} instead; pass the "
-            "result of labkit.kernels.tuning.replay() or tune_transpose()"
-        )
-    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
-        raise ValueError(f"top must be a positive integer, got {top!r}")
-    valid = result.valid[:top]
+    valid = result.valid[: check_positive_int("top", top)]
     if not valid:
         raise ValueError(f"no configuration of {result.kernel} ran successfully: nothing to plot")
     plt = pyplot()

@@ -17,8 +17,6 @@ notebook can print it instead of a traceback.
 from __future__ import annotations
 
 import functools
-import math
-import numbers
 import os
 import re
 import shutil
@@ -29,6 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from labkit.core.validate import check_int, check_real
 
 #: The course's kernel sources (labkit/kernels/<name>.cu), used when
 #: labkit.kernels.sources cannot say (it lists them in the notebook's order).
@@ -200,7 +200,7 @@ def find_compiler() -> str | None:
 
 def _require_compiler(nvcc: str | None) -> str:
     if nvcc is not None:
-        if not isinstance(nvcc, str) or not _executable(Path(nvcc)):
+        if not _executable(Path(nvcc)):
             raise ValueError(f"nvcc must be the path of an nvcc executable, got {nvcc!r}")
         return nvcc
     found = find_compiler()
@@ -229,10 +229,8 @@ def compiler_version(nvcc: str | None = None) -> str:
 # --------------------------------------------------------------------------- arguments
 
 
-def check_arch(arch: Any) -> str:
+def check_arch(arch: str) -> str:
     """``arch`` if it names a real-GPU architecture ("sm_80", "sm_90a"), else a clear error."""
-    if not isinstance(arch, str):
-        raise TypeError(f"arch must be a string such as 'sm_90', got {type(arch).__name__} instead")
     if not _ARCH.match(arch):
         raise ValueError(
             f"arch must look like 'sm_XX' (for example sm_80 for an A100, sm_90 for an H100), "
@@ -241,17 +239,13 @@ def check_arch(arch: Any) -> str:
     return arch
 
 
-def _check_defines(defines: Any) -> dict[str, str]:
+def _check_defines(defines: Mapping[str, int | str] | None) -> dict[str, str]:
     if defines is None:
         return {}
-    if not isinstance(defines, Mapping):
-        raise TypeError(f"defines must be a mapping such as {{'TILE_DIM': 32}}, got {defines!r}")
     out: dict[str, str] = {}
     for key, value in defines.items():
-        if not isinstance(key, str) or not _IDENT.match(key):
+        if not _IDENT.match(str(key)):
             raise ValueError(f"defines keys must be C macro names, got {key!r}")
-        if isinstance(value, bool) or not isinstance(value, (numbers.Integral, str)):
-            raise TypeError(f"defines[{key!r}] must be an int or a short string, got {value!r}")
         text = str(value)
         if not _DEFINE_VALUE.match(text):
             raise ValueError(f"defines[{key!r}] must be a number or a plain word, got {value!r}")
@@ -259,17 +253,12 @@ def _check_defines(defines: Any) -> dict[str, str]:
     return out
 
 
-def _source(source_or_path: Any) -> tuple[str | None, Path | None, str]:
+def _source(source_or_path: str | Path) -> tuple[str | None, Path | None, str]:
     """(source text, or None) and (path, or None), and a label for the rows."""
     if isinstance(source_or_path, Path):
         if not source_or_path.is_file():
             raise ValueError(f"source_or_path: no such file {str(source_or_path)!r}")
         return None, source_or_path, source_or_path.name
-    if not isinstance(source_or_path, str):
-        raise TypeError(
-            "source_or_path must be CUDA source text or the path of a .cu file, "
-            f"got {type(source_or_path).__name__} instead"
-        )
     if not source_or_path.strip():
         raise ValueError("source_or_path is empty: pass CUDA source text or a .cu file's path")
     if "__global__" in source_or_path or "\n" in source_or_path:
@@ -281,16 +270,6 @@ def _source(source_or_path: Any) -> tuple[str | None, Path | None, str]:
         f"source_or_path must be CUDA source text (with a __global__ kernel) or the path of a "
         f".cu file; {source_or_path!r} is neither"
     )
-
-
-def _check_timeout(timeout_s: Any) -> float:
-    if (
-        isinstance(timeout_s, bool)
-        or not isinstance(timeout_s, numbers.Real)
-        or not 0 < float(timeout_s) < math.inf
-    ):
-        raise ValueError(f"timeout_s must be a finite number of seconds > 0, got {timeout_s!r}")
-    return float(timeout_s)
 
 
 # --------------------------------------------------------------------------- parsing
@@ -327,8 +306,6 @@ def parse_resource_usage(
     Only entry functions (kernels) are returned; device functions compiled
     separately have properties but no "Compiling entry function" line.
     """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be ptxas output (str), got {type(text).__name__} instead")
     rows: list[KernelResources] = []
     current: dict[str, Any] | None = None
     for line in text.splitlines():
@@ -405,15 +382,9 @@ def compile_resources(
     """
     arch = check_arch(arch)
     defs = _check_defines(defines)
-    if max_registers is not None and (
-        isinstance(max_registers, bool)
-        or not isinstance(max_registers, numbers.Integral)
-        or not 16 <= max_registers <= 255
-    ):
-        raise ValueError(
-            f"max_registers must be an int from 16 to 255 or None, got {max_registers!r}"
-        )
-    timeout_s = _check_timeout(timeout_s)
+    if max_registers is not None:
+        max_registers = check_int("max_registers", max_registers, minimum=16, maximum=255)
+    timeout_s = check_real("timeout_s", timeout_s, low=0, low_open=True)
     text, path, label = _source(source_or_path)
     compiler = _require_compiler(nvcc)
     with tempfile.TemporaryDirectory(prefix="labkit-nvcc-") as tmp:
@@ -475,14 +446,14 @@ def resources_table(
     text to tabulate others. The nvcc version is part of the table, because
     register counts change between compiler versions.
     """
-    if isinstance(arches, str) or not isinstance(arches, Sequence) or not arches:
-        raise TypeError(
+    if not arches:
+        raise ValueError(
             f"arches must be a non-empty list such as ['sm_80', 'sm_90'], got {arches!r}"
         )
     try:
         arch_list = tuple(check_arch(a) for a in arches)
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"arches: {exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"arches: {exc}") from None
     defs = _check_defines(defines)
     compiler = _require_compiler(nvcc)
     missing: list[str] = []

@@ -350,15 +350,13 @@ def _execute(job: dict[str, Any], kernels_by_tile: dict[int, dict[str, Any]]) ->
         kernels_by_tile[block] = {k: cuda.jit(f) for k, f in _kernels(block).items()}
     fn = kernels_by_tile[block][job.get("variant", kernel)]
     inputs = _inputs(kernel, n, job["seed"])
-    outputs, seconds, expected = [], 0.0, None
-    for _ in range(job.get("repeat", 1)):
+    outputs, seconds = [], 0.0
+    for _ in range(job.get("repeat", 1)):  # race_demo repeats; its runs are at least 2
         cfg, args, out, expected = _launch(kernel, n, block, stride, inputs)
         start = time.perf_counter()  # the cost of one simulation, not a benchmark
         fn[cfg](*args)
         seconds += time.perf_counter() - start
         outputs.append(out.tolist())
-    if expected is None:  # repeat < 1: nothing ran
-        raise ValueError(f"job {job!r} ran no launch (repeat must be at least 1)")
     return {
         "simulated": True,
         "outputs": outputs,

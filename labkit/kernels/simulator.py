@@ -34,8 +34,6 @@ rounding.
 from __future__ import annotations
 
 import json
-import math
-import numbers
 import os
 import subprocess
 import sys
@@ -45,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from labkit.core.optional import MissingPackageError, is_installed
+from labkit.core.validate import check_choice, check_int, check_real, check_seed
 from labkit.kernels.sim_results import (
     SGEMM_TILED,
     RaceDemo,
@@ -106,43 +105,13 @@ class SimulatorUnsupported(NotImplementedError):
 # --------------------------------------------------------------------------- arguments
 
 
-def _check_kernel(kernel: Any) -> str:
-    if not isinstance(kernel, str):
-        raise TypeError(f"kernel must be a kernel name (str), got {type(kernel).__name__} instead")
-    if kernel not in KERNELS:
-        raise ValueError(f"kernel must be one of {', '.join(KERNELS)}; got {kernel!r}")
-    return kernel
-
-
-def _check_int(name: str, value: Any, *, low: int, high: int | None = None, why: str = "") -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} instead")
-    value = int(value)
-    if value < low or (high is not None and value > high):
-        bound = f"from {low} to {high}" if high is not None else f">= {low}"
-        raise ValueError(f"{name} must be {bound}{why}, got {value}")
-    return value
-
-
-def _check_n(n: Any) -> int:
-    return _check_int(
-        "n",
-        n,
-        low=1,
-        high=MAX_N,
-        why=" (the simulator runs one Python thread per CUDA thread: a 64×64 shared-memory "
-        "matmul already takes over 10 s on a 2-core machine)",
-    )
-
-
 def _check_block(block: Any) -> int:
-    block = _check_int("block", block, low=2, high=32)
-    if block not in BLOCK_SIDES:
+    if check_int("block", block, minimum=2, maximum=32) not in BLOCK_SIDES:
         raise ValueError(
             f"block must be a power of two from 2 to 32 (the tile side: a block has "
             f"block×block threads, at most 1024), got {block}"
         )
-    return block
+    return int(block)
 
 
 # --------------------------------------------------------------------------- running
@@ -288,7 +257,7 @@ def simulate(
     job = _job(kernel, n, seed=seed, block=block, stride=stride)
     if why := _unmet(job):
         raise ValueError(why)
-    timeout_s = _check_timeout(timeout_s)
+    timeout_s = check_real("timeout_s", timeout_s, low=0, low_open=True)
     (answer,) = _run_worker([job], timeout_s)
     run = _run_from_answer(job, answer)
     if not run.simulated:
@@ -296,20 +265,12 @@ def simulate(
     return run
 
 
-def _check_timeout(timeout_s: Any) -> float:
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real):
-        raise TypeError(f"timeout_s must be a number of seconds, got {type(timeout_s).__name__}")
-    if not (math.isfinite(timeout_s) and float(timeout_s) > 0):
-        raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
-    return float(timeout_s)
-
-
 def _job(kernel: Any, n: Any, *, seed: Any, block: Any, stride: Any = 2, **extra: Any) -> dict:
-    kernel = _check_kernel(kernel)
-    n = _check_n(n)
-    seed = _check_int("seed", seed, low=0)
+    kernel = check_choice("kernel", kernel, KERNELS)
+    n = check_int("n", n, minimum=1, maximum=MAX_N)
+    seed = check_seed("seed", seed)
     block = _check_block(block)
-    stride = _check_int("stride", stride, low=1, high=n * n)
+    stride = check_int("stride", stride, minimum=1, maximum=n * n)
     return {"kernel": kernel, "n": n, "seed": seed, "block": block, "stride": stride, **extra}
 
 
@@ -341,17 +302,12 @@ def verify_all(
     lesson. ``reduce_warp_shuffle`` is listed as not simulated where the
     simulator has no warp shuffle. ``print()`` the result for the table.
     """
-    names = KERNELS if kernels is None else kernels
-    if isinstance(names, str) or not isinstance(names, (tuple, list)) or not names:
-        raise TypeError(
-            f"kernels must be a non-empty list of kernel names or None, got {kernels!r}"
-        )
-    unknown = [k for k in names if not isinstance(k, str) or k not in KERNELS]
-    if unknown:
-        raise ValueError(f"kernels must hold names from {', '.join(KERNELS)}; got {unknown!r}")
-    n = _check_n(n)
+    names = KERNELS if kernels is None else [check_choice("kernels", k, KERNELS) for k in kernels]
+    if not names:
+        raise ValueError("kernels must name at least one kernel, or be None for all of them")
+    n = check_int("n", n, minimum=1, maximum=MAX_N)
     jobs = [_job(k, n, seed=seed, block=block, stride=2 if n % 2 == 0 else 1) for k in names]
-    timeout_s = _check_timeout(timeout_s)
+    timeout_s = check_real("timeout_s", timeout_s, low=0, low_open=True)
     runnable = [job for job in jobs if not _unmet(job)]
     answers = iter(_run_worker(runnable, timeout_s) if runnable else [])
     runs = tuple(
@@ -395,9 +351,7 @@ def race_demo(
     from run 1). The stale values read are leftovers of the previous block's
     tile, or uninitialised memory for the first block.
     """
-    runs = _check_int("runs", runs, low=2, high=50, why=" (the runs are compared with run 1)")
-    if not isinstance(start_together, bool):
-        raise TypeError(f"start_together must be True or False, got {start_together!r}")
+    runs = check_int("runs", runs, minimum=2, maximum=50)  # each run is compared with run 1
     kernel = "transpose_tiled_nosync"
     job = _job(
         kernel,
@@ -407,7 +361,8 @@ def race_demo(
         repeat=runs,
         variant="transpose_tiled_nosync_together" if start_together else kernel,
     )
-    (answer,) = _run_worker([job], _check_timeout(timeout_s))
+    timeout_s = check_real("timeout_s", timeout_s, low=0, low_open=True)
+    (answer,) = _run_worker([job], timeout_s)
     expected = np.asarray(answer["expected"], dtype=np.float32)
     outputs = [np.asarray(o, dtype=np.float32) for o in answer["outputs"]]
     wrong_masks = [~(o == expected) for o in outputs]

@@ -18,12 +18,13 @@ same way in a source checkout and in an installed wheel.
 from __future__ import annotations
 
 import importlib.resources
-import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+
+from labkit.core.validate import check_int
 
 _PACKAGE = "labkit.kernels"
 
@@ -148,8 +149,6 @@ def kernel_files() -> tuple[str, ...]:
 
 def kernel_spec(name: str) -> KernelSpec:
     """The registry entry for ``name``; a ValueError lists the kernels there are."""
-    if not isinstance(name, str):
-        raise TypeError(f"name must be a kernel name (a string), got {type(name).__name__}")
     try:
         return KERNELS[name]
     except KeyError:
@@ -161,14 +160,10 @@ def kernel_spec(name: str) -> KernelSpec:
 
 def _file_for(name: str) -> str:
     """A kernel's file, or the file itself when ``name`` is a file name or stem ("transpose")."""
-    if isinstance(name, str):
-        if name in KERNELS:
-            return KERNELS[name].file
-        file = name if name.endswith(".cu") else f"{name}.cu"
-        if file in kernel_files():
-            return file
-    kernel_spec(name)  # raises the TypeError or the ValueError listing the names
-    raise AssertionError("unreachable")  # pragma: no cover
+    file = name if name.endswith(".cu") else f"{name}.cu"
+    if name not in KERNELS and file in kernel_files():
+        return file
+    return kernel_spec(name).file  # a ValueError listing the names for an unknown one
 
 
 def kernel_path(name: str) -> Path:
@@ -211,11 +206,7 @@ def macros_for(name: str, **overrides: Any) -> dict[str, int]:
         if key not in spec.macros:
             takes = ", ".join(spec.macros) if spec.macros else "no macros"
             raise ValueError(f"kernel {name!r} takes {takes}; got {key}={value!r}")
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise TypeError(f"{key} must be an integer, got {type(value).__name__} instead")
-        if not 1 <= int(value) <= _MACRO_MAX:
-            raise ValueError(f"{key} must be between 1 and {_MACRO_MAX}, got {value!r}")
-        values[key] = int(value)
+        values[key] = check_int(key, value, minimum=1, maximum=_MACRO_MAX)
     return values
 
 

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labkit.core.results import JsonRecord
 from labkit.core.units import format_duration
 
 #: The file name a recorded cache gets in the reference directory.
@@ -122,7 +123,7 @@ class TunedConfig:
 
 
 @dataclass(frozen=True)
-class TuningReplay:
+class TuningReplay(JsonRecord):
     """Every configuration of one Kernel Tuner search, read back from its cache.
 
     ``method`` says how: Kernel Tuner's simulation mode (a real replay of the
@@ -186,19 +187,6 @@ class TuningReplay:
             )
         return lines
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kernel": self.kernel,
-            "device": self.device,
-            "problem_size": list(self.problem_size),
-            "method": self.method,
-            "recorded": self.recorded,
-            "configs": [
-                {"params": dict(c.params), "time_ms": c.time_ms, "error": c.error}
-                for c in self.configs
-            ],
-        }
-
     def __str__(self) -> str:
         lines = [self._head(), f"  ({self.method})"]
         valid = self.valid
@@ -234,8 +222,6 @@ def _check_kernel_name(kernel: Any) -> str:
     """A recording's kernel name ("transpose", "sgemm"): letters, digits, "_" and "-" only."""
     from labkit.machine.reference import check_name
 
-    if not isinstance(kernel, str):
-        raise TypeError(f"kernel must be a name such as 'transpose', got {type(kernel).__name__}")
     try:
         return check_name(kernel)
     except ValueError:
@@ -337,13 +323,7 @@ def replay(
     """
     from labkit.core.optional import import_optional, is_installed
 
-    if cache_path is not None and not isinstance(cache_path, (str, os.PathLike)):
-        raise TypeError(f"cache_path must be a file path or None, got {type(cache_path).__name__}")
     _check_kernel_name(kernel)
-    if use_kernel_tuner is not None and not isinstance(use_kernel_tuner, bool):
-        raise TypeError(
-            f"use_kernel_tuner must be True, False or None, got {type(use_kernel_tuner).__name__}"
-        )
     path = Path(cache_path) if cache_path is not None else recorded_cache_path(kernel)
     if not path.is_file():
         hint = (
@@ -390,10 +370,6 @@ def best_configuration(
     source: TuningReplay | str | os.PathLike[str] | None = None, *, kernel: str = "transpose"
 ) -> dict[str, Any]:
     """The parameters of the fastest verified configuration (of a replay, a cache file, or the recording)."""
-    if source is not None and not isinstance(source, (TuningReplay, str, os.PathLike)):
-        raise TypeError(
-            f"source must be a TuningReplay, a cache file path or None, got {type(source).__name__}"
-        )
     result = (
         source
         if isinstance(source, TuningReplay)

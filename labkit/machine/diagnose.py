@@ -40,20 +40,9 @@ class Finding:
     message: str
     fix: str
 
-    def __post_init__(self) -> None:
-        for name in ("code", "message", "fix"):
-            if not isinstance(getattr(self, name), str):
-                raise TypeError(f"{name} must be a string, got {getattr(self, name)!r}")
-        if not isinstance(self.severity, str) or self.severity not in SEVERITIES:
-            raise ValueError(f"severity must be one of {SEVERITIES}, got {self.severity!r}")
-
 
 def min_driver_text(cuda_major: int, system: str) -> str:
     """The driver a CUDA major version needs, as a fix can state it."""
-    if isinstance(cuda_major, bool) or not isinstance(cuda_major, int) or cuda_major < 1:
-        raise ValueError(f"cuda_major must be a CUDA major version such as 12, got {cuda_major!r}")
-    if not isinstance(system, str):
-        raise TypeError(f"system must be platform.system()'s text, got {system!r}")
     if system == "Linux" and cuda_major in MIN_LINUX_DRIVER:
         return f"NVIDIA driver >= {MIN_LINUX_DRIVER[cuda_major]}"
     if cuda_major in MIN_DRIVER_BRANCH:
@@ -457,22 +446,6 @@ def diagnose(
     the environment variables that matter (CUDA_VISIBLE_DEVICES,
     TF_FORCE_GPU_ALLOW_GROWTH); ``wsl`` whether Linux runs under WSL2.
     """
-    if not isinstance(nvidia, NvidiaInfo):
-        raise TypeError(
-            f"nvidia must be an NvidiaInfo (labkit.machine.nvidia.nvidia_info()), got {nvidia!r}"
-        )
-    if (
-        isinstance(frameworks, (str, bytes))
-        or not isinstance(frameworks, Sequence)
-        or not all(isinstance(fw, FrameworkInfo) for fw in frameworks)
-    ):
-        raise TypeError(f"frameworks must be a sequence of FrameworkInfo, got {frameworks!r:.80}")
-    if not isinstance(system, str):
-        raise TypeError(f"system must be platform.system()'s text, got {system!r}")
-    if not isinstance(env, Mapping):
-        raise TypeError(f"env must be a mapping of environment variables, got {env!r}")
-    if not isinstance(wsl, bool):
-        raise TypeError(f"wsl must be True or False, got {wsl!r}")
     by_name = {fw.name: fw for fw in frameworks}
     cuda_wheels = [fw for fw in frameworks if fw.usable and fw.built_with_cuda and fw.cuda_major]
     findings = [

@@ -22,6 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from labkit.core.optional import MissingPackageError, import_optional, is_installed
+from labkit.core.validate import check_choice
 from labkit.machine.nvidia import (
     DriverGpu,
     NvidiaInfo,
@@ -110,18 +111,12 @@ def clear_distribution_cache() -> None:
 
 def distributions_of(module: str) -> tuple[str, ...]:
     """The pip distributions that install ``module`` ("cupy" -> ("cupy-cuda12x",)), normalised."""
-    if not isinstance(module, str):
-        raise TypeError(f"module must be a module name such as 'cupy', got {module!r}")
     names = _all_distributions().get(module, [])
     return tuple(sorted({re.sub(r"[-_.]+", "-", n).lower() for n in names}))
 
 
 def cupy_wheel_cuda_major(distribution: str) -> int | None:
     """The CUDA major version a CuPy wheel targets: cupy-cuda12x -> 12, cupy-cuda117 -> 11."""
-    if not isinstance(distribution, str):
-        raise TypeError(
-            f"distribution must be a pip name such as 'cupy-cuda12x', got {distribution!r}"
-        )
     match = re.fullmatch(r"cupy-cuda(\d+)x", distribution)
     if match:
         return int(match.group(1))
@@ -131,8 +126,6 @@ def cupy_wheel_cuda_major(distribution: str) -> int | None:
 
 def cudnn_version_text(version: int) -> str:
     """cuDNN's integer version as text: 90100 -> "9.1.0" (cuDNN 9), 8902 -> "8.9.2" (cuDNN 8)."""
-    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-        raise ValueError(f"version must be a non-negative integer such as 90100, got {version!r}")
     if version >= 90000:
         return f"{version // 10000}.{(version % 10000) // 100}.{version % 100}"
     return f"{version // 1000}.{(version % 1000) // 100}.{version % 100}"
@@ -176,10 +169,6 @@ def _match_driver(device: GpuDevice, driver: NvidiaInfo | None) -> DriverGpu | N
 
 def fill_from_driver(device: GpuDevice, driver: NvidiaInfo | None) -> GpuDevice:
     """Fill the fields a framework leaves empty (often bandwidth) from the driver probe."""
-    if not isinstance(device, GpuDevice):
-        raise TypeError(f"device must be a GpuDevice, got {type(device).__name__}")
-    if driver is not None and not isinstance(driver, NvidiaInfo):
-        raise TypeError(f"driver must be an NvidiaInfo or None, got {type(driver).__name__}")
     match = _match_driver(device, driver)
     if match is None:
         return device
@@ -360,12 +349,7 @@ def probe_framework(
     ``importer`` is the import step, replaceable so tests can simulate a
     broken install without breaking the real one.
     """
-    if not isinstance(name, str) or name not in _PROBES:
-        raise ValueError(f"name must be one of {', '.join(FRAMEWORKS)}; got {name!r}")
-    if driver is not None and not isinstance(driver, NvidiaInfo):
-        raise TypeError(f"driver must be an NvidiaInfo or None, got {type(driver).__name__}")
-    if not callable(importer):
-        raise TypeError(f"importer must be callable like import_optional, got {importer!r}")
+    check_choice("name", name, FRAMEWORKS)
     dists = distributions_of(name)
     if not is_installed(name):
         return FrameworkInfo(name=name, installed=False)

@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import numbers
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from labkit.core.units import format_bytes
+from labkit.core.validate import check_int, check_positive_int, check_real, check_torch_device
 from labkit.machine import profile as _profile
 from labkit.machine.container import ContainerMemory, container_memory
 
@@ -61,7 +61,6 @@ __all__ = [
     "is_out_of_memory",
     "memory_device",
     "out_of_memory_message",
-    "parse_device",
     "release_memory",
     "total_bytes",
 ]
@@ -78,37 +77,25 @@ class MemoryBudgetWarning(UserWarning):
 # --------------------------------------------------------------------------- devices
 
 
-def parse_device(device: Any) -> tuple[str, int | None]:
-    """``"cpu"`` -> ("cpu", None), ``"cuda"`` -> ("cuda", None), ``"cuda:1"`` -> ("cuda", 1).
-
-    Memory budgets exist for the host and for CUDA GPUs; anything else is an
-    error that names the accepted spellings.
-    """
-    if not isinstance(device, str):
-        raise TypeError(
-            f"device must be a string such as 'cpu', 'cuda' or 'cuda:0', "
-            f"got {type(device).__name__} instead"
-        )
-    text = device.strip().lower()
-    kind, _, index = text.partition(":")
-    if kind == "cpu" and not index:
-        return "cpu", None
-    if kind == "cuda" and (not index or index.isdigit()):
-        return "cuda", int(index) if index else None
-    raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+def _pool(device: Any) -> tuple[str, int | None]:
+    """``memory_device(device)`` split: ("cpu", None), ("cuda", None) or ("cuda", N)."""
+    kind, _, index = memory_device(device).partition(":")
+    return kind, int(index) if index else None
 
 
 def memory_device(device: Any) -> str:
     """The memory a framework device allocates from: "cuda:N" for a CUDA GPU, else "cpu".
 
-    Accepts strings and ``torch.device``. Apple's "mps" and any other
-    accelerator without a CUDA memory query share the host's memory (or
-    cannot say how much is free), so they are budgeted as host memory.
+    Accepts the spellings of :func:`labkit.core.validate.check_torch_device`
+    and ``torch.device``. Apple's "mps" and Intel's "xpu" have no CUDA memory
+    query and share the host's memory (or cannot say how much is free), so
+    they are budgeted as host memory.
     """
-    text = str(device).strip().lower()
-    kind, _, index = text.partition(":")
+    text = device.strip().lower() if isinstance(device, str) else device
+    check_torch_device(text, allow_none=False)
+    kind, _, index = str(text).partition(":")
     if kind == "cuda":
-        return f"cuda:{index}" if index.isdigit() else "cuda"
+        return f"cuda:{index}" if index else "cuda"
     return "cpu"
 
 
@@ -185,7 +172,7 @@ def available_bytes(device: str = "cpu") -> int:
     same on every machine; :func:`budget_bytes` still refuses a budget the
     machine cannot really hold.
     """
-    kind, index = parse_device(device)
+    kind, index = _pool(device)
     if kind != "cpu":
         return _cuda_free_bytes(index)
     profile = _profile.active()
@@ -221,7 +208,7 @@ def total_bytes(device: str = "cpu") -> int:
     CUDA: the GPU's memory. A size over this is a mistake in the request
     (wrong units, an extra zero), not a machine that is a little short.
     """
-    kind, index = parse_device(device)
+    kind, index = _pool(device)
     return _host_total_bytes() if kind == "cpu" else _cuda_total_bytes(index)
 
 
@@ -229,23 +216,8 @@ def total_bytes(device: str = "cpu") -> int:
 
 
 def check_fraction(fraction: Any) -> float:
-    if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real):
-        raise TypeError(f"fraction must be a number, got {type(fraction).__name__} instead")
-    value = float(fraction)
-    if not 0.0 < value <= 1.0:
-        raise ValueError(
-            f"fraction must be the share of free memory a probe may use, above 0 and at most 1 "
-            f"(default {DEFAULT_FRACTION}), got {fraction!r}"
-        )
-    return value
-
-
-def _check_count(name: str, value: Any, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} instead")
-    if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value!r}")
-    return int(value)
+    """The share of free memory a probe may use: a number above 0 and at most 1."""
+    return check_real("fraction", fraction, low=0, high=1, low_open=True)
 
 
 def budget_bytes(*, device: str = "cpu", fraction: float = DEFAULT_FRACTION) -> int:
@@ -253,7 +225,7 @@ def budget_bytes(*, device: str = "cpu", fraction: float = DEFAULT_FRACTION) -> 
     fraction = check_fraction(fraction)
     budget = int(available_bytes(device) * fraction)
     profile = _profile.active()
-    if profile is not None and parse_device(device)[0] == "cpu":
+    if profile is not None and _pool(device)[0] == "cpu":
         # The profile's budget is fixed; what is really free is not. At most half of it may
         # go to one probe, leaving the rest to the framework, the kernel and the notebook.
         real = _host_available_bytes()
@@ -283,9 +255,9 @@ def fit_bytes(
     answer may be smaller than asked, or 0 when not even ``extra_bytes``
     fits; callers that must not shrink use :func:`check_fits` instead.
     """
-    requested_bytes = _check_count("requested_bytes", requested_bytes, minimum=1)
-    arrays = _check_count("arrays", arrays, minimum=1)
-    extra_bytes = _check_count("extra_bytes", extra_bytes, minimum=0)
+    requested_bytes = check_positive_int("requested_bytes", requested_bytes)
+    arrays = check_positive_int("arrays", arrays)
+    extra_bytes = check_int("extra_bytes", extra_bytes)
     budget = budget_bytes(device=device, fraction=fraction)
     return max(0, min(requested_bytes, (budget - extra_bytes) // arrays))
 
@@ -310,7 +282,7 @@ def _budget_message(
     if extra_bytes:
         parts += f" + {format_bytes(extra_bytes)}"
     largest = max(0, (budget - extra_bytes) // arrays)
-    where = "host" if parse_device(device)[0] == "cpu" else device
+    where = "host" if _pool(device)[0] == "cpu" else device
     smaller = f"a smaller {name}" if name else "a smaller size"
     limit = (
         f"at most {format_bytes(largest)} per array here" if largest > 0 else "nothing fits here"
@@ -341,12 +313,10 @@ def check_fits(
     ``name`` is the argument the size came from ("n_elements"), which the
     message tells the user to make smaller.
     """
-    requested_bytes = _check_count("requested_bytes", requested_bytes, minimum=1)
-    arrays = _check_count("arrays", arrays, minimum=1)
-    extra_bytes = _check_count("extra_bytes", extra_bytes, minimum=0)
+    requested_bytes = check_positive_int("requested_bytes", requested_bytes)
+    arrays = check_positive_int("arrays", arrays)
+    extra_bytes = check_int("extra_bytes", extra_bytes)
     fraction = check_fraction(fraction)
-    if not isinstance(what, str) or not what:
-        raise TypeError(f"what must be a non-empty description, got {what!r}")
     if requested_bytes * arrays + extra_bytes > budget_bytes(device=device, fraction=fraction):
         raise MemoryBudgetError(
             _budget_message(what, requested_bytes, arrays, extra_bytes, device, fraction, name)
@@ -375,13 +345,9 @@ def fit_sizes(
     of which nothing fits. Other sizes over the budget are dropped, as for
     default sizes, so a notebook still runs on a smaller machine.
     """
-    if isinstance(sizes_bytes, (str, bytes)) or not isinstance(sizes_bytes, Iterable):
-        raise TypeError(
-            f"sizes_bytes must be a sequence of sizes in bytes, got {type(sizes_bytes).__name__}"
-        )
-    sizes = sorted({_check_count("sizes_bytes[...]", s, minimum=1) for s in sizes_bytes})
-    arrays = _check_count("arrays", arrays, minimum=1)
-    extra_bytes = _check_count("extra_bytes", extra_bytes, minimum=0)
+    sizes = sorted({check_positive_int(f"sizes_bytes[{i}]", s) for i, s in enumerate(sizes_bytes)})
+    arrays = check_positive_int("arrays", arrays)
+    extra_bytes = check_int("extra_bytes", extra_bytes)
     budget = budget_bytes(device=device, fraction=fraction)
     kept = tuple(s for s in sizes if s * arrays + extra_bytes <= budget)
     dropped = tuple(s for s in sizes if s * arrays + extra_bytes > budget)
@@ -506,8 +472,6 @@ def allocate_shrinking(
     :class:`MemoryBudgetError` if even the smallest size fails.
     """
     remaining = sorted(sizes)
-    if not remaining:
-        raise ValueError(f"{what}: sizes is empty, so there is nothing to allocate")
     failed: list[int] = []
     error = ""
     while remaining:

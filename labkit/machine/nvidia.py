@@ -13,7 +13,6 @@ apart, this module asks three independent witnesses:
 from __future__ import annotations
 
 import ctypes
-import numbers
 import platform
 import shutil
 import subprocess
@@ -21,6 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from labkit.core.results import JsonRecord
 from labkit.machine import profile as _profile
 
 NVIDIA_PCI_VENDOR = "0x10de"
@@ -68,7 +68,7 @@ class PciGpu:
 
 
 @dataclass(frozen=True)
-class NvidiaInfo:
+class NvidiaInfo(JsonRecord):
     """Everything known about NVIDIA hardware and its driver on this machine.
 
     ``cuda_driver_version`` is the newest CUDA version the installed driver
@@ -86,6 +86,8 @@ class NvidiaInfo:
     smi_gpus: tuple[SmiGpu, ...]
     smi_error: str | None
     pci_gpus: tuple[PciGpu, ...]
+
+    json_extra = ("hardware_present",)
 
     @property
     def hardware_present(self) -> bool:
@@ -109,11 +111,6 @@ def theoretical_bandwidth_gb_per_s(
     ``2 x clock x bus width / 8`` bytes/s. Check: an H100 SXM reports 2619 MHz
     and a 5120-bit bus, giving 3352 GB/s, NVIDIA's 3.35 TB/s.
     """
-    for name, value in (("memory_clock_khz", memory_clock_khz), ("bus_width_bits", bus_width_bits)):
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, numbers.Integral)
-        ):
-            raise TypeError(f"{name} must be an integer or None, got {type(value).__name__}")
     if not memory_clock_khz or not bus_width_bits or memory_clock_khz < 0 or bus_width_bits < 0:
         return None
     return 2 * memory_clock_khz * 1e3 * bus_width_bits / 8 / 1e9
@@ -121,16 +118,12 @@ def theoretical_bandwidth_gb_per_s(
 
 def format_uuid(raw: bytes) -> str:
     """16 raw UUID bytes as the 8-4-4-4-12 hex text torch and nvidia-smi use (without "GPU-")."""
-    if not isinstance(raw, (bytes, bytearray)) or len(raw) != 16:
-        raise ValueError(f"raw must be the 16 bytes of a UUID, got {raw!r:.80}")
     h = raw.hex()
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
 def normalize_uuid(text: str | None) -> str | None:
     """Lower-case a GPU UUID and drop nvidia-smi's "GPU-" prefix so sources can be matched."""
-    if text is not None and not isinstance(text, str):
-        raise TypeError(f"text must be a UUID string or None, got {type(text).__name__}")
     if not text:
         return None
     text = str(text).strip().lower()
@@ -139,10 +132,6 @@ def normalize_uuid(text: str | None) -> str | None:
 
 def cuda_version_text(version: int) -> str:
     """CUDA's integer versions (12040) as text ("12.4")."""
-    if isinstance(version, bool) or not isinstance(version, numbers.Integral):
-        raise TypeError(f"version must be an integer such as 12040, got {version!r}")
-    if version < 0:
-        raise ValueError(f"version must be >= 0, got {version!r}")
     return f"{version // 1000}.{(version % 1000) // 10}"
 
 
@@ -249,8 +238,6 @@ def _probe_device(lib: ctypes.CDLL, index: int) -> DriverGpu:
 
 def parse_smi_output(text: str) -> tuple[SmiGpu, ...]:
     """Parse ``nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader``."""
-    if not isinstance(text, str):
-        raise TypeError(f"text must be nvidia-smi's output as a string, got {type(text).__name__}")
     gpus = []
     for line in text.splitlines():
         parts = [part.strip() for part in line.split(",")]

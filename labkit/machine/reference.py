@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.core.optional import import_optional
+from labkit.core.results import JsonRecord
 
 #: Set this to a directory to read and write recordings there instead of in the package.
 ENV_VAR = "LABKIT_REFERENCE_DIR"
@@ -45,8 +46,11 @@ RECORD_COMMANDS: dict[str, str] = {
 
 
 @dataclass(frozen=True)
-class Reference:
-    """One recording: where and when it was measured, and what was measured."""
+class Reference(JsonRecord):
+    """One recording: where and when it was measured, and what was measured.
+
+    ``to_dict()`` is the JSON object stored on disk (without the path).
+    """
 
     name: str
     gpu: str
@@ -58,18 +62,7 @@ class Reference:
     torch: str | None = None
     path: Path | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON object stored on disk (without the path)."""
-        return {
-            "name": self.name,
-            "gpu": self.gpu,
-            "recorded": self.recorded,
-            "labkit_version": self.labkit_version,
-            "driver": self.driver,
-            "cuda": self.cuda,
-            "torch": self.torch,
-            "results": self.results,
-        }
+    json_skip = ("path",)
 
 
 def reference_dir(directory: str | os.PathLike[str] | None = None) -> Path:
@@ -79,10 +72,6 @@ def reference_dir(directory: str | os.PathLike[str] | None = None) -> Path:
     variable at a directory of their own, so nothing writes into site-packages.
     """
     if directory is not None:
-        if not isinstance(directory, (str, os.PathLike)):
-            raise TypeError(
-                f"directory must be a path or None, got {type(directory).__name__} instead"
-            )
         return Path(directory)
     env = os.environ.get(ENV_VAR, "").strip()
     if env:
@@ -92,9 +81,7 @@ def reference_dir(directory: str | os.PathLike[str] | None = None) -> Path:
 
 def check_name(name: Any) -> str:
     """Return ``name`` if it is a valid recording name, else raise a ValueError that says why."""
-    if not isinstance(name, str):
-        raise TypeError(f"name must be a string, got {type(name).__name__} instead")
-    if not _NAME.fullmatch(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ValueError(
             f"name={name!r} is not a valid recording name: use letters, digits, '_' and '-' "
             "only (no path separators, dots or spaces), e.g. 'naive_timing'"
@@ -128,20 +115,8 @@ def record(
     from labkit import __version__
 
     check_name(name)
-    if not isinstance(results, dict):
-        raise TypeError(f"results must be a dict, got {type(results).__name__} instead")
-    if not isinstance(gpu_name, str) or not gpu_name.strip():
-        raise ValueError(
-            f"gpu_name must name the GPU that made the measurement (e.g. 'NVIDIA H200'), "
-            f"got {gpu_name!r}"
-        )
-    for key, value in (("driver", driver), ("cuda", cuda), ("torch", torch)):
-        if value is not None and not isinstance(value, str):
-            raise TypeError(f"{key} must be a version string or None, got {type(value).__name__}")
     if recorded is None:
         recorded = datetime.datetime.now(datetime.timezone.utc).date()
-    if not isinstance(recorded, datetime.date):
-        raise TypeError(f"recorded must be a datetime.date, got {type(recorded).__name__}")
     reference = Reference(
         name=name,
         gpu=gpu_name.strip(),
@@ -253,10 +228,6 @@ def available(directory: str | os.PathLike[str] | None = None) -> list[str]:
 
 def describe(reference: Reference) -> str:
     """A one-line provenance label: "recorded on NVIDIA H200 on 2026-11-30"."""
-    if not isinstance(reference, Reference):
-        raise TypeError(
-            f"Expected an instance of Reference for reference, got {type(reference).__name__} instead"
-        )
     return f"recorded on {reference.gpu} on {reference.recorded}"
 
 

@@ -8,7 +8,6 @@ without an error, because "no GPU" is the normal case on a student laptop.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import platform
 import sys
@@ -22,8 +21,9 @@ from labkit.core.optional import (
     import_optional,
     import_tensorflow,
 )
+from labkit.core.results import JsonRecord
 from labkit.core.units import format_bytes
-from labkit.core.validate import check_bool, check_optional_bool, check_torch_device
+from labkit.core.validate import check_choice, check_torch_device
 from labkit.machine.cpu import CpuInfo, cpu_info
 from labkit.machine.diagnose import Finding, diagnose
 from labkit.machine.frameworks import (
@@ -54,14 +54,19 @@ class SystemInfo:
 
 
 @dataclass(frozen=True)
-class DeviceReport:
-    """Everything ``labkit doctor`` knows about this machine; ``print(report)`` shows it as text."""
+class DeviceReport(JsonRecord):
+    """Everything ``labkit doctor`` knows about this machine; ``print(report)`` shows it as text.
+
+    ``to_dict()`` is the report as JSON-native values (``labkit doctor --json``).
+    """
 
     system: SystemInfo
     cpu: CpuInfo
     nvidia: NvidiaInfo
     frameworks: tuple[FrameworkInfo, ...]
     findings: tuple[Finding, ...]
+
+    json_extra = ("has_gpu",)
 
     def framework(self, name: str) -> FrameworkInfo | None:
         """The probe of ``name`` ("torch", "tensorflow", "cupy"), or None if it was not probed."""
@@ -76,27 +81,12 @@ class DeviceReport:
     def has_gpu(self) -> bool:
         return any(fw.gpu_available for fw in self.frameworks)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The report as JSON-native values (dicts, lists, str, int, float, bool, None)."""
-        data = _json_native(dataclasses.asdict(self))
-        data["nvidia"]["hardware_present"] = self.nvidia.hardware_present
-        data["has_gpu"] = self.has_gpu
-        return data
-
     def __str__(self) -> str:
         return format_report(self, color=False)
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         """A notebook cell ending in ``report`` shows the text table, not the dataclass repr."""
         printer.text(str(self))
-
-
-def _json_native(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _json_native(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_native(v) for v in value]
-    return value
 
 
 def _is_wsl() -> bool:
@@ -124,17 +114,8 @@ def device_report(frameworks: Sequence[str] = FRAMEWORKS) -> DeviceReport:
     ``frameworks=("torch",)`` to skip the others. Never raises because a
     framework is missing or broken: that becomes a field and a finding.
     """
-    if (
-        isinstance(frameworks, (str, bytes))
-        or not isinstance(frameworks, Sequence)
-        or not all(isinstance(f, str) for f in frameworks)
-    ):
-        raise TypeError(
-            f"frameworks must be a sequence of names such as ('torch',), got {frameworks!r}"
-        )
-    unknown = [f for f in frameworks if f not in FRAMEWORKS]
-    if unknown:
-        raise ValueError(f"frameworks must be chosen from {', '.join(FRAMEWORKS)}; got {unknown}")
+    for i, name in enumerate(frameworks):
+        check_choice(f"frameworks[{i}]", name, FRAMEWORKS)
     clear_distribution_cache()  # a %pip install since the last report must show up
     system = system_info()
     cpu = cpu_info()
@@ -162,10 +143,7 @@ def pick_device(framework: str = "torch") -> Any:
     Raises ``MissingPackageError`` (with the install command) if the framework
     is not installed, and ``ValueError`` for an unknown framework.
     """
-    if not isinstance(framework, str) or framework not in PICKABLE:
-        raise ValueError(
-            f"framework must be one of {', '.join(repr(p) for p in PICKABLE)}; got {framework!r}"
-        )
+    check_choice("framework", framework, PICKABLE)
     purpose = "pick_device"
     try:
         if framework == "torch":
@@ -198,34 +176,80 @@ def pick_device(framework: str = "torch") -> Any:
         ) from exc
 
 
-def resolve_torch_device(value: Any, name: str = "device") -> Any:
-    """``value`` as a ``torch.device`` that exists here (None: :func:`labkit.pick_device`'s choice).
+#: The devices labkit's CUDA-or-host measurements accept (CUDA events, CUDA memory queries).
+CPU_OR_CUDA: tuple[str, ...] = ("cpu", "cuda")
 
-    A GPU that is not there is an error naming the argument, not a CUDA
-    assertion from deep inside torch.
+
+def resolve_device(
+    value: Any = None, name: str = "device", *, kinds: Sequence[str] = ("cpu", "cuda", "mps", "xpu")
+) -> str:
+    """``value`` as a device that exists here: "cpu", "cuda:N", "mps" or "xpu:N".
+
+    The one device resolver: every labkit function that takes a device calls
+    it (or :func:`resolve_torch_device`). It accepts the spellings of
+    :func:`labkit.core.validate.check_torch_device` and ``torch.device``;
+    None picks the best of ``kinds`` here (a CUDA GPU when one is usable,
+    see :func:`labkit.machine.gpu.has_gpu`, else "cpu"). A kind the function
+    cannot measure, or a GPU that is not there, is an error naming the
+    argument, not a CUDA assertion from deep inside torch. "cpu" never
+    imports torch.
     """
-    check_torch_device(value, name)
-    torch = import_optional("torch", f"the {name} argument")
+    from labkit.machine.gpu import has_gpu
+
+    spellings = [*kinds, *(f"{kind}:N" for kind in kinds if kind in ("cuda", "xpu"))]
+    wrong = (
+        f"{name} must be one of {', '.join(map(repr, spellings))} (or None for the best device "
+        f"here), got {value!r}"
+    )
+    try:
+        check_torch_device(value, name)
+    except ValueError:
+        raise ValueError(wrong) from None
     if value is None:
-        return pick_device("torch")
-    device = torch.device(value)
-    if device.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if device.index is not None and device.index >= count or count == 0:
-            have = f"{count} CUDA GPU{'s' if count != 1 else ''}" if count else "no CUDA GPU"
-            raise ValueError(
-                f"{name}={str(value)!r}, but torch sees {have} here; use None (the best device "
-                "here) or 'cpu'"
-            )
-    elif device.type in ("mps", "xpu"):
-        backend = getattr(torch.backends, "mps", None) if device.type == "mps" else None
-        backend = backend or getattr(torch, device.type, None)
-        if backend is None or not backend.is_available():
-            raise ValueError(
-                f"{name}={str(value)!r}, but torch has no usable {device.type} device here; use "
-                "None (the best device here) or 'cpu'"
-            )
-    return device
+        if "cuda" in kinds and has_gpu():
+            return _cuda_index(name, "cuda")
+        if any(kind in kinds for kind in ("mps", "xpu")):
+            best = str(pick_device("torch"))
+            if best.partition(":")[0] in kinds and not best.startswith("cuda"):
+                return best  # under a profile that hides the GPU, cuda is not "best"
+        return "cpu"
+    text = str(value)
+    kind = text.partition(":")[0]
+    if kind not in kinds:
+        raise ValueError(wrong)
+    if kind == "cpu":
+        return "cpu"
+    if kind == "cuda":
+        return _cuda_index(name, text)
+    torch = import_optional("torch", f"the {name} argument")
+    backend = getattr(torch.backends, "mps", None) if kind == "mps" else None
+    backend = backend or getattr(torch, kind, None)
+    if backend is None or not backend.is_available():
+        raise ValueError(
+            f"{name}={text!r}, but torch has no usable {kind} device here; use "
+            "None (the best device here) or 'cpu'"
+        )
+    return text
+
+
+def _cuda_index(name: str, text: str) -> str:
+    """ "cuda" or "cuda:N" as "cuda:N" for a GPU torch can use, else an error naming ``name``."""
+    torch = import_optional("torch", f"the {name} argument")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = text.partition(":")[2]
+    if count == 0 or (index and int(index) >= count):
+        have = f"{count} CUDA GPU{'s' if count != 1 else ''}" if count else "no CUDA GPU"
+        raise ValueError(
+            f"{name}={text!r}, but torch sees {have} here; use None (the best device here) "
+            "or 'cpu' (`labkit doctor` explains why no GPU is visible)"
+        )
+    return f"cuda:{index or torch.cuda.current_device()}"
+
+
+def resolve_torch_device(value: Any, name: str = "device") -> Any:
+    """:func:`resolve_device` as a ``torch.device`` (None: :func:`labkit.pick_device`'s choice)."""
+    torch = import_optional("torch", f"the {name} argument")
+    return torch.device(resolve_device(value, name))
 
 
 # --------------------------------------------------------------------------- as text
@@ -244,9 +268,6 @@ def _paint(text: str, style: str, color: bool) -> str:
 
 def use_color(color: bool | None, stream: TextIO, env: Mapping[str, str]) -> bool:
     """Explicit choice wins; otherwise colour only on a terminal with NO_COLOR unset or empty."""
-    check_optional_bool("color", color)
-    if not isinstance(env, Mapping):
-        raise TypeError(f"env must be a mapping such as os.environ, got {type(env).__name__}")
     if color is not None:
         return color
     if env.get("NO_COLOR"):
@@ -406,11 +427,6 @@ def _finding_rows(table: _Table, report: DeviceReport) -> None:
 
 def format_report(report: DeviceReport, color: bool = False) -> str:
     """The report as aligned text in sections: CPU, NVIDIA driver, each framework, findings."""
-    if not isinstance(report, DeviceReport):
-        raise TypeError(
-            f"report must be a DeviceReport from labkit.device_report(), got {type(report).__name__}"
-        )
-    check_bool("color", color)
     table = _Table(color)
     s = report.system
     wsl = " (WSL2)" if s.wsl else ""

@@ -15,6 +15,7 @@ torch the import is a ``MissingPackageError`` naming the install command.
 from __future__ import annotations
 
 from labkit.core.optional import import_optional
+from labkit.core.validate import check_positive_int
 
 import_optional(
     "torch", "labkit.models.cnn"
@@ -28,15 +29,7 @@ SEED_FLAT_FEATURES = 32 * 32 * 32
 
 def count_params(model: nn.Module) -> int:
     """Number of trainable parameters (a LazyLinear must have run one forward pass first)."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__} instead")
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-
-def _check_classes(num_classes: object) -> int:
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-        raise ValueError(f"num_classes must be a positive int, got {num_classes!r}")
-    return num_classes
 
 
 class _SeedLayers(nn.Module):
@@ -92,7 +85,7 @@ class CNN64(_SeedLayers):
 
     def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
-        self.fc1 = nn.Linear(SEED_FLAT_FEATURES, _check_classes(num_classes))
+        self.fc1 = nn.Linear(SEED_FLAT_FEATURES, check_positive_int("num_classes", num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc1(torch.flatten(self.features(x), 1))
@@ -109,7 +102,7 @@ class CNN224(_SeedLayers):
 
     def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
-        self.fc1 = nn.Linear(32 * 112 * 112, _check_classes(num_classes))
+        self.fc1 = nn.Linear(32 * 112 * 112, check_positive_int("num_classes", num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc1(torch.flatten(self.features(x), 1))
@@ -126,7 +119,7 @@ class CNN(_SeedLayers):
 
     def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
-        _check_classes(num_classes)
+        check_positive_int("num_classes", num_classes)
         self.avgpool = nn.AdaptiveAvgPool2d((4, 4))
         self.flatten = nn.Flatten()
         self.fc1 = nn.Linear(32 * 4 * 4, num_classes)
@@ -147,7 +140,7 @@ class LazyCNN(_SeedLayers):
     def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
         self.flatten = nn.Flatten()
-        self.fc1 = nn.LazyLinear(_check_classes(num_classes))
+        self.fc1 = nn.LazyLinear(check_positive_int("num_classes", num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc1(self.flatten(self.features(x)))

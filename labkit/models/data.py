@@ -14,14 +14,8 @@ from typing import Any
 import numpy as np
 
 from labkit.core.optional import import_optional
-from labkit.core.validate import check_real, check_seed
+from labkit.core.validate import check_int, check_real, check_seed
 from labkit.machine.memory import check_memory_fits
-
-
-def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def synthetic_images(
@@ -38,9 +32,9 @@ def synthetic_images(
 
     Returns ``(x, y)``: x float32 (n, 3, size, size), y int64 (n,).
     """
-    n = _positive_int("n", n)
-    size = _positive_int("size", size, 2)
-    num_classes = _positive_int("num_classes", num_classes, 2)
+    n = check_int("n", n, minimum=1)
+    size = check_int("size", size, minimum=2)
+    num_classes = check_int("num_classes", num_classes, minimum=2)
     seed = check_seed("seed", seed)
     noise = check_real("noise", noise, low=0)
     check_memory_fits(
@@ -72,7 +66,7 @@ def digits_images(
     Returns ``((x_train, y_train), (x_test, y_test))`` as torch tensors
     (float32 (n, 3, size, size) and int64 (n,)).
     """
-    size = _positive_int("size", size, 2)
+    size = check_int("size", size, minimum=2)
     seed = check_seed("seed", seed)
     check_real("test_fraction", test_fraction, low=0, high=1, low_open=True, high_open=True)
     check_memory_fits(4 * 3 * size * size * 1797, arrays=3, what=f"digits_images(size={size})")
@@ -103,9 +97,9 @@ def sequence_task(
     Returns numpy arrays (both frameworks take them): x float32 (n, steps,
     features) and y int64 (n,) in {0, 1}, about half of each.
     """
-    n = _positive_int("n", n)
-    steps = _positive_int("steps", steps)
-    features = _positive_int("features", features)
+    n = check_int("n", n, minimum=1)
+    steps = check_int("steps", steps, minimum=1)
+    features = check_int("features", features, minimum=1)
     seed = check_seed("seed", seed)
     check_memory_fits(
         4 * n * steps * features,
@@ -122,11 +116,6 @@ def train_test_split(
     x: Any, y: Any, *, test_fraction: float = 0.25, seed: int = 0
 ) -> tuple[tuple[Any, Any], tuple[Any, Any]]:
     """Shuffle ``(x, y)`` with ``seed`` and split off ``test_fraction`` (numpy arrays or tensors)."""
-    for name, value in (("x", x), ("y", y)):
-        if not hasattr(value, "shape") or not hasattr(value, "__len__"):
-            raise TypeError(
-                f"{name} must be a numpy array or a torch tensor, got {type(value).__name__}"
-            )
     if len(x) != len(y):
         raise ValueError(f"x and y must have the same length, got {len(x)} and {len(y)}")
     check_real("test_fraction", test_fraction, low=0, high=1, low_open=True, high_open=True)

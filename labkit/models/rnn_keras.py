@@ -19,7 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.core.optional import import_tensorflow
-from labkit.core.validate import check_bool, check_ms, check_seed, check_tf_device
+from labkit.core.validate import (
+    check_choice,
+    check_ms,
+    check_positive_int,
+    check_seed,
+    check_tf_device,
+)
 from labkit.machine.memory import check_memory_fits
 
 #: The layer kinds :func:`keras_rnn` builds. Only LSTM and GRU have a cuDNN path.
@@ -95,8 +101,6 @@ def keras_rnn(
       for a like-for-like comparison.
     """
     _check_layer(kind, units)
-    check_bool("return_sequences", return_sequences)
-    check_bool("return_state", return_state)
     import_tensorflow("keras_rnn")
     import keras
 
@@ -111,10 +115,8 @@ def keras_rnn(
 
 
 def _check_layer(kind: Any, units: Any) -> None:
-    if kind not in KERAS_RNN_KINDS:
-        raise ValueError(f"kind must be one of {', '.join(KERAS_RNN_KINDS)}; got {kind!r}")
-    if isinstance(units, bool) or not isinstance(units, int) or units < 1:
-        raise ValueError(f"units must be a positive int, got {units!r}")
+    check_choice("kind", kind, KERAS_RNN_KINDS)
+    check_positive_int("units", units)
 
 
 @dataclass(frozen=True)
@@ -159,16 +161,12 @@ def time_keras_rnns(
     work per step) is fastest.
     """
     for name, value in (("batch", batch), ("steps", steps), ("features", features)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if isinstance(kinds, str) or not isinstance(kinds, (tuple, list)) or not kinds:
-        raise TypeError(f"kinds must be a non-empty list of {KERAS_RNN_KINDS}, got {kinds!r}")
-    unknown = [k for k in kinds if k not in KERAS_RNN_KINDS]
-    if unknown:
-        raise ValueError(
-            f"kinds must hold names from {', '.join(KERAS_RNN_KINDS)}; got {unknown!r}"
-        )
-    _check_layer(kinds[0], units)
+        check_positive_int(name, value)
+    if not kinds:
+        raise ValueError(f"kinds must be a non-empty list drawn from {KERAS_RNN_KINDS}")
+    for kind in kinds:
+        check_choice("kinds", kind, KERAS_RNN_KINDS)
+    check_positive_int("units", units)
     check_tf_device(device, allow_none=True)
     check_ms("warmup_ms", warmup_ms, allow_zero=True)
     check_ms("rep_ms", rep_ms)

@@ -19,6 +19,7 @@ keeps two bias vectors (``bias_ih`` and ``bias_hh``), Keras one.
 from __future__ import annotations
 
 from labkit.core.optional import import_optional
+from labkit.core.validate import check_positive_int
 
 import_optional(
     "torch", "labkit.models.rnn_torch"
@@ -46,15 +47,10 @@ class TorchRNN(nn.Module):
         batch_first: bool = True,
     ) -> None:
         super().__init__()
-        for name, value in (("input_size", input_size), ("hidden_size", hidden_size)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if num_classes is not None and (
-            isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1
-        ):
-            raise ValueError(f"num_classes must be None or a positive int, got {num_classes!r}")
-        if not isinstance(batch_first, bool):
-            raise TypeError(f"batch_first must be True or False, got {type(batch_first).__name__}")
+        check_positive_int("input_size", input_size)
+        check_positive_int("hidden_size", hidden_size)
+        if num_classes is not None:
+            check_positive_int("num_classes", num_classes)
         self.batch_first = batch_first
         self.rnn = nn.RNN(input_size, hidden_size, batch_first=batch_first)
         self.head = nn.Linear(hidden_size, num_classes) if num_classes is not None else None

@@ -18,9 +18,8 @@ Two switches that notebook 04 turns on, both also usable on the CPU:
 from __future__ import annotations
 
 import contextlib
-import sys
 import warnings
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +55,7 @@ class BatchThroughput:
 
 def throughput_by_batch(
     model: Any,
-    batch_sizes: Iterable[int],
+    batch_sizes: Sequence[int],
     image_size: int,
     *,
     device: Any = None,
@@ -80,7 +79,13 @@ def throughput_by_batch(
     memory are skipped with a warning. The model is moved to the device (and
     to channels_last) in place.
     """
-    from labkit.core.validate import check_bool, check_ms, check_real, check_torch_device
+    from labkit.core.validate import (
+        check_int,
+        check_ms,
+        check_real,
+        check_sizes,
+        check_torch_device,
+    )
     from labkit.machine.memory import (
         MemoryBudgetError,
         MemoryBudgetWarning,
@@ -94,26 +99,14 @@ def throughput_by_batch(
     )
     from labkit.machine.report import resolve_torch_device
 
-    torch = sys.modules.get("torch")  # an nn.Module means torch is imported already
-    if torch is None or not isinstance(model, torch.nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__} instead")
-    if isinstance(batch_sizes, (str, bytes)) or not isinstance(batch_sizes, Iterable):
-        raise TypeError(f"batch_sizes must be a list of positive ints, got {batch_sizes!r}")
-    sizes = list(batch_sizes)
-    if not sizes or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in sizes):
-        raise ValueError(f"batch_sizes must be a non-empty list of positive ints, got {sizes!r}")
-    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 2:
-        raise ValueError(f"image_size must be an int >= 2 (pixels per side), got {image_size!r}")
-    check_bool("channels_last", channels_last)
-    check_bool("inference", inference)
+    sizes = list(check_sizes(batch_sizes, "batch_sizes"))
+    image_size = check_int("image_size", image_size, minimum=2)  # pixels per side
     check_ms("warmup_ms", warmup_ms, allow_zero=True)
     check_ms("rep_ms", rep_ms)
     check_real("memory_fraction", memory_fraction, low=0, high=1, low_open=True)
     check_torch_device(device)
     torch = import_optional("torch", "throughput_by_batch")
     device = resolve_torch_device(device)
-    if amp_dtype is not None and not isinstance(amp_dtype, torch.dtype):
-        raise TypeError(f"amp_dtype must be a torch.dtype (e.g. torch.bfloat16), got {amp_dtype!r}")
 
     def autocast() -> Any:
         if amp_dtype is None:

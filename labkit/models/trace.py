@@ -101,10 +101,6 @@ def trace_shapes(model: Any, x: Any) -> ShapeTrace:
     removed afterwards, whatever happened.
     """
     torch = import_optional("torch", "trace_shapes")
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__} instead")
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__} instead")
 
     rows: list[LayerShape] = []
     running: list[str] = []
@@ -170,10 +166,6 @@ def _fmt_shape(shape: Any) -> str:
 
 def format_trace(trace: ShapeTrace) -> str:
     """The trace as a plain-text table, with a last line saying how the forward pass ended."""
-    if not isinstance(trace, ShapeTrace):
-        raise TypeError(
-            f"Expected a ShapeTrace (from trace_shapes) as trace, got {type(trace).__name__}"
-        )
     header = ("layer", "type", "input", "output", "params")
     rows = [
         (r.name, r.type, _fmt_shape(r.input_shape), _fmt_shape(r.output_shape), f"{r.params:,}")

@@ -11,9 +11,7 @@ timed honestly: an epoch's time is read only after the device has finished
 from __future__ import annotations
 
 import math
-import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,14 +51,9 @@ class TrainingResult:
         )
 
 
-def check_split(name: str, split: Any) -> tuple[Any, Any]:
-    if isinstance(split, (str, bytes)) or not isinstance(split, Sequence) or len(split) != 2:
-        raise TypeError(
-            f"{name} must be a pair (x, y) of arrays or tensors, got {type(split).__name__}"
-        )
+def check_split(name: str, split: tuple[Any, Any]) -> tuple[Any, Any]:
+    """``split`` as (x, y), when x and y are non-empty and as long as each other."""
     x, y = split
-    if any(isinstance(v, (str, bytes)) or not hasattr(v, "__len__") for v in (x, y)):
-        raise TypeError(f"{name} must be a pair (x, y) of arrays or tensors, got {split!r}")
     if len(x) != len(y) or len(x) == 0:
         raise ValueError(
             f"{name}: x and y must be non-empty and the same length, got {len(x)} and {len(y)}"
@@ -69,17 +62,14 @@ def check_split(name: str, split: Any) -> tuple[Any, Any]:
 
 
 def check_hyper(epochs: Any, batch_size: Any, lr: Any) -> None:
-    for name, value in (("epochs", epochs), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    check_positive_int("epochs", epochs)
+    check_positive_int("batch_size", batch_size)
     check_real("lr", lr, low=0, low_open=True)
 
 
 def accuracy(model: Any, x: Any, y: Any, batch_size: int = 512) -> float:
     """Fraction of ``x`` that ``model`` classifies as ``y`` (eval mode, no gradients)."""
     torch = import_optional("torch", "accuracy")
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__} instead")
     check_positive_int("batch_size", batch_size)
     if len(x) != len(y) or len(x) == 0:
         raise ValueError(
@@ -120,13 +110,11 @@ def train_classifier(
     A model with lazy layers (``LazyLinear``) gets one dry forward pass before
     the optimizer is built, so the optimizer sees the real parameters.
     """
-    torch = sys.modules.get("torch")  # an nn.Module means torch is imported already
-    if torch is None or not isinstance(model, torch.nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__} instead")
     check_hyper(epochs, batch_size, lr)
     seed = check_seed("seed", seed)
     x_train, y_train = check_split("train", train)
     x_test, y_test = check_split("test", test)
+    torch = import_optional("torch", "train_classifier")
     device = resolve_torch_device(device)
 
     def to_device(x: Any, dtype: Any) -> Any:

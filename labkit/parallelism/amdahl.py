@@ -17,13 +17,12 @@ matmul, so f is visibly above zero. The formulas are pure functions.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from labkit.core.optional import import_optional
-from labkit.core.validate import check_ms, check_optional_bool, check_positive_int
+from labkit.core.validate import check_choice, check_ms, check_positive_int, check_real, check_sizes
 from labkit.machine.memory import check_memory_fits
 from labkit.parallelism.threads import cpu_threads, torch_threads
 from labkit.timing.bench import Timing, bench
@@ -38,26 +37,14 @@ WORKLOADS: dict[str, str] = {
 # --------------------------------------------------------------------------- formulas
 
 
-def _check_real(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__} ({value!r})")
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return float(value)
-
-
 def amdahl_speedup(serial_fraction: float, n: float) -> float:
     """Amdahl's law: the speedup on ``n`` workers when ``serial_fraction`` of the work is serial.
 
     S(n) = 1 / (f + (1 − f) / n). With f = 0.1: S(2) = 1/0.55 ≈ 1.82,
     S(10) = 1/0.19 ≈ 5.26, and S(n) never exceeds 1/f = 10.
     """
-    f = _check_real("serial_fraction", serial_fraction)
-    if not 0.0 <= f <= 1.0:
-        raise ValueError(f"serial_fraction must be between 0 and 1, got {serial_fraction!r}")
-    workers = _check_real("n", n)
-    if workers < 1:
-        raise ValueError(f"n must be a number of workers >= 1, got {n!r}")
+    f = check_real("serial_fraction", serial_fraction, low=0.0, high=1.0)
+    workers = check_real("n", n, low=1.0)
     return 1.0 / (f + (1.0 - f) / workers)
 
 
@@ -69,14 +56,8 @@ def karp_flatt(speedup: float, n: float) -> float:
     perfect speedup (S = n) gives 0; no speedup at all (S = 1) gives 1; a
     super-linear one (S > n, e.g. the data now fits in the caches) gives e < 0.
     """
-    s = _check_real("speedup", speedup)
-    if s <= 0:
-        raise ValueError(f"speedup must be > 0 (time on 1 / time on n), got {speedup!r}")
-    workers = _check_real("n", n)
-    if workers <= 1:
-        raise ValueError(
-            f"n must be > 1: with one worker there is no parallel part to measure, got {n!r}"
-        )
+    s = check_real("speedup", speedup, low=0.0, low_open=True)
+    workers = check_real("n", n, low=1.0, low_open=True)  # one worker has no parallel part
     return (1.0 / s - 1.0 / workers) / (1.0 - 1.0 / workers)
 
 
@@ -90,10 +71,6 @@ def fit_serial_fraction(threads: Sequence[float], speedups: Sequence[float]) -> 
     are ignored. A negative fit (super-linear speedup) is clamped to 0, since
     Amdahl's law has no negative serial part.
     """
-    if isinstance(threads, (str, bytes)) or not isinstance(threads, Sequence):
-        raise TypeError(f"threads must be a sequence of thread counts, got {threads!r}")
-    if isinstance(speedups, (str, bytes)) or not isinstance(speedups, Sequence):
-        raise TypeError(f"speedups must be a sequence of speedups, got {speedups!r}")
     if len(threads) != len(speedups):
         raise ValueError(
             f"threads and speedups must have the same length, got {len(threads)} and "
@@ -101,12 +78,8 @@ def fit_serial_fraction(threads: Sequence[float], speedups: Sequence[float]) -> 
         )
     numerator = denominator = 0.0
     for i, (n_raw, s_raw) in enumerate(zip(threads, speedups, strict=True)):
-        n = _check_real(f"threads[{i}]", n_raw)
-        s = _check_real(f"speedups[{i}]", s_raw)
-        if n < 1 or s <= 0:
-            raise ValueError(
-                f"threads[{i}] must be >= 1 and speedups[{i}] > 0, got {n_raw}, {s_raw}"
-            )
+        n = check_real(f"threads[{i}]", n_raw, low=1.0)
+        s = check_real(f"speedups[{i}]", s_raw, low=0.0, low_open=True)
         if n == 1:
             continue
         x = 1.0 - 1.0 / n
@@ -223,18 +196,14 @@ def measure_thread_scaling(
     """
     from labkit.core.progress import progress
 
-    if not (callable(workload) or (isinstance(workload, str) and workload in WORKLOADS)):
-        raise ValueError(
-            f"workload must be a callable or one of {', '.join(map(repr, WORKLOADS))}, "
-            f"got {workload!r}"
-        )
+    if not callable(workload):
+        check_choice("workload", workload, tuple(WORKLOADS))
     counts = default_thread_counts() if threads is None else _check_threads(threads)
     rounds = check_positive_int("rounds", rounds)
     warmup = check_ms("warmup_ms", warmup_ms, allow_zero=True)
     rep = check_ms("rep_ms", rep_ms)
-    check_positive_int("matmul_size", matmul_size)
-    check_positive_int("python_steps", python_steps)
-    check_optional_bool("show_progress", show_progress)
+    matmul_size = check_positive_int("matmul_size", matmul_size)
+    python_steps = check_positive_int("python_steps", python_steps)
     if not callable(workload):  # a, b and c of the built-in workloads' matmul, float32
         check_memory_fits(3 * 4 * matmul_size**2, what=f"matmul_size={matmul_size}")
     name, fn = _workload(workload, matmul_size, python_steps)
@@ -274,15 +243,13 @@ def measure_thread_scaling(
     return ThreadScaling(workload=name, points=tuple(points), serial_fraction=f)
 
 
-def _check_threads(threads: Any) -> tuple[int, ...]:
-    if isinstance(threads, (str, bytes)) or not isinstance(threads, Sequence) or not threads:
-        raise ValueError(f"threads must be a non-empty list of thread counts, got {threads!r}")
-    counts = sorted({check_positive_int(f"threads[{i}]", n) for i, n in enumerate(threads)})
+def _check_threads(threads: Sequence[int]) -> tuple[int, ...]:
+    counts = check_sizes(threads, "threads")
     if counts[0] != 1:
         raise ValueError(
             f"threads must include 1: speedups are measured against one thread, got {threads!r}"
         )
-    return tuple(counts)
+    return counts
 
 
 def _workload(
@@ -290,13 +257,7 @@ def _workload(
 ) -> tuple[str, Callable[[], Any]]:
     if callable(workload):
         return getattr(workload, "__name__", "workload"), workload
-    if workload not in WORKLOADS:
-        raise ValueError(
-            f"workload must be a callable or one of {', '.join(map(repr, WORKLOADS))}, "
-            f"got {workload!r}"
-        )
-    n = check_positive_int("matmul_size", matmul_size)
-    steps = check_positive_int("python_steps", python_steps)
+    n, steps = matmul_size, python_steps
     torch = import_optional("torch", "measuring thread scaling")
     generator = torch.Generator().manual_seed(0)
     a = torch.randn(n, n, generator=generator)

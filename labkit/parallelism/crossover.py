@@ -11,15 +11,13 @@ tested on made-up data; the launch overhead needs a CUDA GPU.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from labkit.core.optional import import_optional
 from labkit.core.units import format_duration
-from labkit.core.validate import check_ms
-from labkit.machine.memory import parse_device
+from labkit.core.validate import check_ms, check_real, check_torch_device
 from labkit.timing.bench import Timing, bench
 
 
@@ -55,26 +53,24 @@ def crossover_size(
 
 
 def _check_crossover_args(
-    sizes: Any, slow_ms: Any, fast_ms: Any
+    sizes: Sequence[float], slow_ms: Sequence[float], fast_ms: Sequence[float]
 ) -> list[tuple[float, float, float]]:
     columns = {"sizes": sizes, "slow_ms": slow_ms, "fast_ms": fast_ms}
-    for name, values in columns.items():
-        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
-            raise ValueError(f"{name} must be a non-empty sequence of numbers, got {values!r}")
+    if len(sizes) == 0:
+        raise ValueError(f"sizes must be a non-empty sequence of numbers, got {sizes!r}")
     if not len(sizes) == len(slow_ms) == len(fast_ms):
         raise ValueError(
             "sizes, slow_ms and fast_ms must have the same length (one time per size per "
             f"backend), got {len(sizes)}, {len(slow_ms)} and {len(fast_ms)}"
         )
-    for name, values in columns.items():
-        for i, value in enumerate(values):
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                raise TypeError(f"{name}[{i}] must be a number, got {type(value).__name__}")
-            if not math.isfinite(value) or value <= 0:
-                raise ValueError(f"{name}[{i}] must be a finite number > 0, got {value!r}")
-    if any(b <= a for a, b in zip(sizes[:-1], sizes[1:], strict=True)):
+    checked = {
+        name: [check_real(f"{name}[{i}]", v, low=0.0, low_open=True) for i, v in enumerate(values)]
+        for name, values in columns.items()
+    }
+    xs = checked["sizes"]
+    if any(b <= a for a, b in zip(xs[:-1], xs[1:], strict=True)):
         raise ValueError(f"sizes must be strictly increasing, got {list(sizes)!r}")
-    return [(float(s), float(a), float(b)) for s, a, b in zip(sizes, slow_ms, fast_ms, strict=True)]
+    return list(zip(xs, checked["slow_ms"], checked["fast_ms"], strict=True))
 
 
 @dataclass(frozen=True)
@@ -126,8 +122,8 @@ def launch_overhead(
     """
     from labkit.machine.gpu import has_gpu
 
-    kind, _index = parse_device(device)  # TypeError for a non-string, naming device
-    if kind != "cuda":
+    check_torch_device(device, allow_none=False)
+    if not str(device).startswith("cuda"):
         raise ValueError(f"device must be 'cuda' or 'cuda:N', got {device!r}")
     warmup = check_ms("warmup_ms", warmup_ms, allow_zero=True)
     rep = check_ms("rep_ms", rep_ms)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from labkit.core.validate import check_ax, check_str
+from labkit.core.validate import check_int
 from labkit.plotting import device_name, plain_log_ticks, pyplot, style_axes
+
+if TYPE_CHECKING:
+    from labkit.parallelism.amdahl import ThreadScaling
+    from labkit.parallelism.sweep import SizeSweep
 
 
 def plot_size_sweep(
-    sweep: Any, *, ax: Any = None, slow: str = "torch-all-threads", fast: str = "torch-cuda"
+    sweep: SizeSweep, *, ax: Any = None, slow: str = "torch-all-threads", fast: str = "torch-cuda"
 ) -> Any:
     """Throughput against problem size, one line per backend (log-log), with the GPU crossover.
 
@@ -20,16 +24,7 @@ def plot_size_sweep(
     and CUDA), a dashed line marks the size from which ``fast`` stays faster.
     """
     from labkit.core.units import round3
-    from labkit.parallelism.sweep import SizeSweep
 
-    if not isinstance(sweep, SizeSweep):
-        raise TypeError(
-            f"Expected an instance of SizeSweep for sweep, got {type(sweep).__name__} instead; pass the "
-            "result of labkit.parallelism.sweep.sweep_add() or sweep_matmul()"
-        )
-    check_ax(ax)
-    check_str("slow", slow)
-    check_str("fast", fast)
     plt = pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4.5))
@@ -58,27 +53,16 @@ def plot_size_sweep(
     )
 
 
-def plot_amdahl(scaling: Any, *, ax: Any = None, max_threads: int = 64) -> Any:
+def plot_amdahl(scaling: ThreadScaling, *, ax: Any = None, max_threads: int = 64) -> Any:
     """Measured speedups, Amdahl's curve for the measured serial fraction, and the ideal line.
 
     The curve extends the few thread counts a laptop has to ``max_threads``:
     with a serial fraction f the speedup flattens towards 1/f (the dashed
     line) long before the ideal S(n) = n, which is the lesson of the law.
     """
-    from labkit.parallelism.amdahl import ThreadScaling, amdahl_speedup
+    from labkit.parallelism.amdahl import amdahl_speedup
 
-    if not isinstance(scaling, ThreadScaling):
-        raise TypeError(
-            f"Expected an instance of ThreadScaling for scaling, got {type(scaling).__name__} "
-            "instead; pass the result of labkit.parallelism.amdahl.measure_thread_scaling()"
-        )
-    if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 2:
-        raise ValueError(f"max_threads must be an integer >= 2, got {max_threads!r}")
-    if max_threads > 2**20:
-        raise ValueError(
-            f"max_threads must be at most {2**20} to draw a curve, got {max_threads!r}"
-        )
-    check_ax(ax)
+    max_threads = check_int("max_threads", max_threads, minimum=2)
     plt = pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(6.5, 4.5))

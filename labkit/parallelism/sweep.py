@@ -27,7 +27,7 @@ from typing import Any
 
 from labkit.core.optional import import_optional
 from labkit.core.units import format_gflop_per_s, format_rate, round3
-from labkit.core.validate import check_ms, check_optional_bool, check_positive_int, check_sizes
+from labkit.core.validate import check_choice, check_ms, check_positive_int, check_sizes
 from labkit.machine import memory as _memory
 from labkit.parallelism.crossover import crossover_size
 from labkit.parallelism.threads import cpu_threads, torch_threads
@@ -129,13 +129,8 @@ class SizeSweep:
 
     def backend(self, key: str) -> BackendSweep:
         """The results of one backend, by key ("numpy", "torch-cuda", ...)."""
-        for result in self.backends:
-            if result.backend == key:
-                return result
-        raise ValueError(
-            f"backend={key!r} is not in this sweep; it has "
-            f"{', '.join(repr(b.backend) for b in self.backends)}"
-        )
+        keys = [b.backend for b in self.backends]
+        return self.backends[keys.index(check_choice("backend", key, keys))]
 
     def crossover(self, slow: str = "torch-all-threads", fast: str = "torch-cuda") -> float | None:
         """The size from which ``fast`` stays faster than ``slow`` (see :func:`crossover_size`)."""
@@ -199,11 +194,7 @@ def backend_label(backend: str) -> str:
         "torch-all-threads": f"torch, {threads} thread{'s' if threads > 1 else ''}",
         "torch-cuda": "torch, CUDA",
     }
-    if not isinstance(backend, str) or backend not in labels:
-        raise ValueError(
-            f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}"
-        )
-    return labels[backend]
+    return labels[check_choice("backend", backend, BACKENDS)]
 
 
 def sweep_add(
@@ -293,13 +284,10 @@ def sweep(
     """
     from labkit.core.progress import progress
 
-    if not isinstance(op, str) or op not in OPS:
-        raise ValueError(f"op must be one of {', '.join(map(repr, OPS))}, got {op!r}")
-    check_optional_bool("show_progress", show_progress)
+    check_choice("op", op, OPS)
     sizes_t = check_sizes(DEFAULT_SIZES[op] if sizes is None else sizes)
     keys = _check_backends(available_backends() if backends is None else backends)
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(map(repr, _DTYPES))}, got {dtype!r}")
+    check_choice("dtype", dtype, _DTYPES)
     warmup = check_ms("warmup_ms", warmup_ms, allow_zero=True)
     rep = check_ms("rep_ms", rep_ms)
     py_max = PYTHON_MAX_SIZE[op] if python_max_size is None else python_max_size
@@ -438,17 +426,14 @@ def _over_budget(
     return over
 
 
-def _check_backends(backends: Any) -> tuple[str, ...]:
-    if isinstance(backends, str) or not isinstance(backends, Sequence) or not backends:
+def _check_backends(backends: Sequence[str]) -> tuple[str, ...]:
+    if len(backends) == 0:
         raise ValueError(
             f"backends must be a non-empty list of backend names ({', '.join(BACKENDS)}), "
             f"got {backends!r}"
         )
-    for key in backends:
-        if key not in BACKENDS:
-            raise ValueError(
-                f"backends contains {key!r}, which is not a backend; use {', '.join(BACKENDS)}"
-            )
+    for i, key in enumerate(backends):
+        check_choice(f"backends[{i}]", key, BACKENDS)
     if "torch-cuda" in backends:
         from labkit.machine.gpu import has_gpu
 

@@ -1,44 +1,14 @@
-"""Argument checks, output folders and the stderr capture that the profiling modules share."""
+"""Output folders, the stderr capture and the interval union that the profiling modules share."""
 
 from __future__ import annotations
 
 import contextlib
-import math
-import numbers
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
-
-
-def check_positive_int(name: str, value: Any, *, minimum: int = 1) -> int:
-    """``value`` as an int if it is an integer >= ``minimum``; else an error naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(
-            f"{name} must be an integer >= {minimum}, got {type(value).__name__} instead"
-        )
-    if value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def check_ms(name: str, value: Any, *, allow_zero: bool = False) -> float:
-    """``value`` as a float number of milliseconds (> 0, or >= 0 with ``allow_zero``)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number of milliseconds, got {type(value).__name__}")
-    ms = float(value)
-    bound = ">= 0" if allow_zero else "> 0"
-    if not math.isfinite(ms) or ms < 0 or (ms == 0 and not allow_zero):
-        raise ValueError(f"{name} must be a finite number of milliseconds {bound}, got {value!r}")
-    return ms
-
-
-def check_bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, got {type(value).__name__} instead")
-    return value
 
 
 def output_dir(path: Any, *, name: str, prefix: str) -> Path:
@@ -50,11 +20,6 @@ def output_dir(path: Any, *, name: str, prefix: str) -> Path:
     """
     if path is None:
         return Path(tempfile.mkdtemp(prefix=prefix))
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(
-            f"{name} must be a folder path (str or os.PathLike) or None for a new temporary "
-            f"folder, got {type(path).__name__} instead"
-        )
     folder = Path(path)
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"{name}={str(folder)!r} exists and is not a folder")
@@ -102,7 +67,7 @@ def captured_output_fds(lines: list[str]) -> Iterator[None]:
             lines.extend(line for line in text.splitlines() if line.strip())
 
 
-def union_ms(intervals: list[tuple[float, float]]) -> float:
+def union_ms(intervals: Sequence[tuple[float, float]]) -> float:
     """Total length covered by at least one (start, end) interval: their union, not their sum."""
     total, end = 0.0, float("-inf")
     for start, stop in sorted(intervals):

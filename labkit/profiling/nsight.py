@@ -18,7 +18,6 @@ as root or allow non-admin profiling in the driver settings).
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil
@@ -31,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labkit.core.validate import check_real
-from labkit.profiling.common import check_positive_int
+from labkit.core.results import JsonRecord
+from labkit.core.validate import check_int, check_positive_int, check_real
 
 #: Where to get the tools when they are missing.
 NSYS_HINT = (
@@ -70,12 +69,6 @@ def find_nsight() -> NsightTools:
     return NsightTools(nsys=shutil.which("nsys"), ncu=shutil.which("ncu"))
 
 
-def _check_text(name: str, value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{name} must be a non-empty string, got {value!r}")
-    return value.strip()
-
-
 def nsight_commands(
     script: str = "train.py",
     *,
@@ -96,15 +89,7 @@ def nsight_commands(
     ``script`` may be ``"-m labkit.profiling.nsys_target"`` to profile the
     course CNN's training steps.
     """
-    script = _check_text("script", script)
-    kernel_regex = _check_text("kernel_regex", kernel_regex)
-    output = _check_text("output", output)
-    python = _check_text("python", python)
-    if (
-        isinstance(args, str)
-        or not isinstance(args, Sequence)
-        or not all(isinstance(a, str) for a in args)
-    ):
+    if isinstance(args, str):  # a str is a Sequence[str] to a type checker: each letter an arg
         raise TypeError(
             f"args must be a sequence of strings such as ('--steps', '20'), got {args!r}"
         )
@@ -138,7 +123,7 @@ def nsight_commands(
 
 
 @dataclass(frozen=True)
-class NsysRun:
+class NsysRun(JsonRecord):
     """What one ``nsys profile --stats=true`` run did: the command, its outcome, its tables."""
 
     command: str
@@ -160,17 +145,6 @@ class NsysRun:
 
     def __str__(self) -> str:
         return "\n".join(self.summary())
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "command": self.command,
-            "ok": self.ok,
-            "returncode": self.returncode,
-            "seconds": self.seconds,
-            "report_files": list(self.report_files),
-            "stats": {k: list(v) for k, v in self.stats.items()},
-            "error": self.error,
-        }
 
 
 def parse_stats(text: str, *, rows: int = 12) -> dict[str, list[str]]:
@@ -222,12 +196,8 @@ def run_nsys(
     """
     steps = check_positive_int("steps", steps)
     batch = check_positive_int("batch", batch)
-    image_size = check_positive_int("image_size", image_size, minimum=2)
+    image_size = check_int("image_size", image_size, minimum=2)
     check_real("timeout_s", timeout_s, low=0, low_open=True)
-    if out_dir is not None and not isinstance(out_dir, (str, os.PathLike)):
-        raise TypeError(f"out_dir must be a folder path or None, got {type(out_dir).__name__}")
-    if nsys is not None and (not isinstance(nsys, str) or not nsys.strip()):
-        raise TypeError(f"nsys must be the path of the nsys program or None, got {nsys!r}")
     exe = nsys or find_nsight().nsys
     if exe is None:
         return NsysRun("nsys profile ...", False, None, 0.0, error=f"nsys not found ({NSYS_HINT})")

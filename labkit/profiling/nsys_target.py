@@ -36,15 +36,15 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
 
     from labkit.core.optional import import_optional
+    from labkit.machine.report import resolve_torch_device
     from labkit.profiling.torch_profile import (
         Trainer,
         check_memory,
         phase_labels,
-        resolve_device,
     )
 
     torch = import_optional("torch", "the Nsight target")
-    dev = resolve_device(torch, args.device)
+    dev = resolve_torch_device(args.device)
     check_memory(dev, args.batch, args.image_size, "nsys_target")
     trainer = Trainer(torch, dev, args.batch, args.image_size)
     label = phase_labels(torch, dev)

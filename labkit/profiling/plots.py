@@ -14,17 +14,8 @@ def plot_phases(*profiles: TorchProfile, ax: Any = None) -> Any:
     GPU the "logging" bar of the ``.item()`` loop is the host waiting for the
     device; on a CPU the two look alike, because nothing waits.
     """
-    from labkit.core.validate import check_ax
-
-    check_ax(ax)
     if not profiles:
         raise ValueError("plot_phases needs at least one TorchProfile")
-    for i, p in enumerate(profiles):
-        if not isinstance(p, TorchProfile):
-            raise TypeError(
-                f"profiles[{i}]: expected a TorchProfile (from profile_training), got "
-                f"{type(p).__name__} instead"
-            )
     from labkit.plotting import plain_log_ticks, pyplot, style_axes
 
     plt = pyplot()

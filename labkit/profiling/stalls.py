@@ -23,16 +23,22 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from labkit.core.results import JsonRecord
 from labkit.core.units import format_duration
-from labkit.core.validate import check_seed, check_torch_device
-from labkit.profiling.common import check_ms, check_positive_int
+from labkit.core.validate import (
+    check_int,
+    check_ms,
+    check_positive_int,
+    check_seed,
+    check_torch_device,
+)
+from labkit.machine.report import resolve_torch_device
 from labkit.profiling.torch_profile import (
     PURPOSE,
     Trainer,
     check_memory,
     phase_at,
     phase_intervals,
-    resolve_device,
 )
 from labkit.profiling.torch_results import TorchProfile
 from labkit.profiling.trace import complete_events, read_trace
@@ -56,7 +62,7 @@ OUTSIDE = "(outside the labelled phases)"
 
 
 @dataclass(frozen=True)
-class SyncPoint:
+class SyncPoint(JsonRecord):
     """One kind of sync call in one phase: how often, and the host time spent in it."""
 
     name: str
@@ -71,7 +77,7 @@ class SyncPoint:
 
 
 @dataclass(frozen=True)
-class SyncReport:
+class SyncReport(JsonRecord):
     """The sync points of one trace. Falsy when there are none; iterate for the rows.
 
     Only the outermost call of each nest is counted: an ``aten::item`` that
@@ -87,6 +93,8 @@ class SyncReport:
     points: tuple[SyncPoint, ...]
     device_to_host_copies: int = 0
     device_to_host_ms: float = 0.0
+
+    json_extra = ("calls", "host_ms")
 
     def __len__(self) -> int:
         return len(self.points)
@@ -136,21 +144,6 @@ class SyncReport:
             )
         return "\n".join(lines)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "trace_path": self.trace_path,
-            "steps": self.steps,
-            "on_gpu": self.on_gpu,
-            "calls": self.calls,
-            "host_ms": self.host_ms,
-            "device_to_host_copies": self.device_to_host_copies,
-            "device_to_host_ms": self.device_to_host_ms,
-            "points": [
-                {"name": p.name, "phase": p.phase, "calls": p.calls, "host_ms": p.host_ms}
-                for p in self.points
-            ],
-        }
-
 
 def find_sync_points(source: TorchProfile | str | os.PathLike[str]) -> SyncReport:
     """Scan a torch Chrome trace for calls that make the host wait for the device.
@@ -159,15 +152,7 @@ def find_sync_points(source: TorchProfile | str | os.PathLike[str]) -> SyncRepor
     path of any torch trace, a learner's own included. Each sync call is
     charged to the labelled phase (data, forward, ...) whose range contains it.
     """
-    if isinstance(source, TorchProfile):
-        path: Any = source.trace_path
-    elif isinstance(source, (str, os.PathLike)):
-        path = source
-    else:
-        raise TypeError(
-            "source must be a TorchProfile (from profile_training) or the path of a Chrome "
-            f"trace file, got {type(source).__name__} instead"
-        )
+    path = source.trace_path if isinstance(source, TorchProfile) else source
     events = complete_events(read_trace(path))
     intervals = phase_intervals(events)
     steps = sum(1 for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
@@ -209,7 +194,7 @@ def find_sync_points(source: TorchProfile | str | os.PathLike[str]) -> SyncRepor
 
 
 @dataclass(frozen=True)
-class SyncStallTiming:
+class SyncStallTiming(JsonRecord):
     """The same ``steps`` training steps, timed with one sync at the end and with one per step.
 
     Each Timing is for a whole loop of ``steps`` steps (one call of the loop),
@@ -223,6 +208,8 @@ class SyncStallTiming:
     image_size: int
     sync_once: Timing
     item_every_step: Timing
+
+    json_extra = ("ms_per_step_sync_once", "ms_per_step_item", "stall_ms_per_step", "ratio")
 
     @property
     def ms_per_step_sync_once(self) -> float:
@@ -267,22 +254,6 @@ class SyncStallTiming:
             )
         return "\n".join(lines)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "device": self.device,
-            "steps": self.steps,
-            "batch": self.batch,
-            "image_size": self.image_size,
-            "sync_once_median_ms": self.sync_once.median_ms,
-            "item_every_step_median_ms": self.item_every_step.median_ms,
-            "ms_per_step_sync_once": self.ms_per_step_sync_once,
-            "ms_per_step_item": self.ms_per_step_item,
-            "stall_ms_per_step": self.stall_ms_per_step,
-            "ratio": self.ratio,
-            "sync_once": self.sync_once.to_dict(),
-            "item_every_step": self.item_every_step.to_dict(),
-        }
-
 
 def time_sync_stall(
     steps: int = 10,
@@ -307,7 +278,7 @@ def time_sync_stall(
 
     steps = check_positive_int("steps", steps)
     batch = check_positive_int("batch", batch)
-    image_size = check_positive_int("image_size", image_size, minimum=2)
+    image_size = check_int("image_size", image_size, minimum=2)
     min_reps = check_positive_int("min_reps", min_reps)
     seed = check_seed("seed", seed)
     check_torch_device(device)
@@ -316,7 +287,7 @@ def time_sync_stall(
     from labkit.core.optional import import_optional
 
     torch = import_optional("torch", PURPOSE)
-    dev = resolve_device(torch, device)
+    dev = resolve_torch_device(device)
     check_memory(dev, batch, image_size, "time_sync_stall")
     trainer = Trainer(torch, dev, batch, image_size, seed)
     options: dict[str, Any] = {

@@ -25,7 +25,6 @@ notices are captured off the notebook (``profiler_messages``).
 from __future__ import annotations
 
 import importlib
-import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -33,14 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from labkit.core.optional import import_tensorflow
+from labkit.core.results import JsonRecord
 from labkit.core.units import format_bytes, format_duration
-from labkit.core.validate import check_seed
-from labkit.profiling.common import (
-    captured_output_fds,
-    check_positive_int,
-    output_dir,
-    union_ms,
-)
+from labkit.core.validate import check_int, check_positive_int, check_seed
+from labkit.profiling.common import captured_output_fds, output_dir, union_ms
 
 PURPOSE = "profiling a Keras training step"
 
@@ -62,7 +57,7 @@ _OP_EVENT = re.compile(r"^[^\s:]+:([A-Za-z_][\w]*)$")
 
 
 @dataclass(frozen=True)
-class TfOpStat:
+class TfOpStat(JsonRecord):
     """All events of one TensorFlow op type (or one GPU kernel): how many, and their total time."""
 
     name: str
@@ -71,7 +66,7 @@ class TfOpStat:
 
 
 @dataclass(frozen=True)
-class XPlaneSummary:
+class XPlaneSummary(JsonRecord):
     """What an ``.xplane.pb`` holds: its planes, and the time of its ops and kernels.
 
     ``host_ops`` totals TensorFlow ops by type on the host planes (on a CPU
@@ -88,23 +83,9 @@ class XPlaneSummary:
     host_op_ms: float
     device_busy_ms: float
 
-    def to_dict(self) -> dict[str, Any]:
-        def rows(stats: tuple[TfOpStat, ...]) -> list[dict[str, Any]]:
-            return [{"name": s.name, "calls": s.calls, "total_ms": s.total_ms} for s in stats]
-
-        return {
-            "path": self.path,
-            "planes": list(self.planes),
-            "n_events": self.n_events,
-            "host_ops": rows(self.host_ops),
-            "device_kernels": rows(self.device_kernels),
-            "host_op_ms": self.host_op_ms,
-            "device_busy_ms": self.device_busy_ms,
-        }
-
 
 @dataclass(frozen=True)
-class TfProfile:
+class TfProfile(JsonRecord):
     """The files one TensorFlow profiler session wrote, and what could be read from them.
 
     ``files`` are (path, size in bytes) of every ``.xplane.pb`` of this
@@ -170,19 +151,6 @@ class TfProfile:
         lines.append(f"  to browse it: {self.open_hint()}")
         return "\n".join(lines)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "device": self.device,
-            "steps": self.steps,
-            "batch": self.batch,
-            "image_size": self.image_size,
-            "logdir": self.logdir,
-            "files": [{"path": p, "size_bytes": n} for p, n in self.files],
-            "xplane": None if self.xplane is None else self.xplane.to_dict(),
-            "note": self.note,
-            "profiler_messages": list(self.profiler_messages),
-        }
-
 
 def _short(name: str, limit: int = 60) -> str:
     return name if len(name) <= limit else name[: limit - 1] + "…"
@@ -211,11 +179,6 @@ def read_xplane(path: Any) -> XPlaneSummary:
     :class:`MissingPackageError` without TensorFlow and RuntimeError when this
     TensorFlow ships no XSpace reader.
     """
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(
-            f"path must be the path of an .xplane.pb file (str or os.PathLike), got "
-            f"{type(path).__name__} instead"
-        )
     import_tensorflow("reading a TensorFlow profile")
     module = xplane_module()
     if module is None:
@@ -283,7 +246,7 @@ def keras_cnn(num_classes: int = 10, image_size: int = 32) -> Any:
     gives exactly 4×4, like ``AdaptiveAvgPool2d((4, 4))``).
     """
     num_classes = check_positive_int("num_classes", num_classes)
-    image_size = check_positive_int("image_size", image_size, minimum=8)
+    image_size = check_int("image_size", image_size, minimum=8)
     if image_size % 8:
         raise ValueError(
             f"image_size must be a multiple of 8 (pooling to 4×4 must be exact), got {image_size}"
@@ -330,18 +293,13 @@ def profile_keras_training(
     """
     steps = check_positive_int("steps", steps)
     batch = check_positive_int("batch", batch)
-    image_size = check_positive_int("image_size", image_size, minimum=8)
+    image_size = check_int("image_size", image_size, minimum=8)
     warmup_steps = check_positive_int("warmup_steps", warmup_steps)
-    top = check_positive_int("top", top, minimum=0)
+    top = check_int("top", top)
     seed = check_seed("seed", seed)
     if image_size % 8:
         raise ValueError(
             f"image_size must be a multiple of 8 (pooling to 4×4 must be exact), got {image_size}"
-        )
-    if logdir is not None and not isinstance(logdir, (str, os.PathLike)):
-        raise TypeError(
-            f"logdir must be a folder path or None for a new temporary folder, got "
-            f"{type(logdir).__name__} instead"
         )
     from labkit.machine.memory import check_fits
 

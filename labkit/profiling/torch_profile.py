@@ -22,20 +22,14 @@ Numbers come from torch (2.4+): ``key_averages()`` rows with
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from labkit.core.optional import import_optional
-from labkit.core.validate import check_seed, check_torch_device
-from labkit.profiling.common import (
-    captured_output_fds,
-    check_bool,
-    check_positive_int,
-    output_dir,
-    union_ms,
-)
+from labkit.core.validate import check_int, check_positive_int, check_seed, check_torch_device
+from labkit.machine.report import resolve_torch_device
+from labkit.profiling.common import captured_output_fds, output_dir, union_ms
 from labkit.profiling.torch_results import PHASES, OpStat, PhaseStat, TorchProfile
 from labkit.profiling.trace import (
     DEVICE_CATEGORIES,
@@ -136,13 +130,6 @@ def phase_labels(torch: Any, device: Any) -> Callable[[str], Any]:
     return label
 
 
-def resolve_device(torch: Any, device: Any) -> Any:
-    """``device`` as a torch.device that exists here; None picks the best one."""
-    from labkit.machine.report import resolve_torch_device
-
-    return resolve_torch_device(device)
-
-
 def check_memory(
     device: Any, batch: int, image_size: int, what: str, name: str = "batch or image_size"
 ) -> None:
@@ -195,19 +182,11 @@ def profile_training(
     """
     steps = check_positive_int("steps", steps)
     batch = check_positive_int("batch", batch)
-    image_size = check_positive_int("image_size", image_size, minimum=2)
-    sync_every_step = check_bool("sync_every_step", sync_every_step)
-    record_shapes = check_bool("record_shapes", record_shapes)
-    profile_memory = check_bool("profile_memory", profile_memory)
+    image_size = check_int("image_size", image_size, minimum=2)
     seed = check_seed("seed", seed)
     check_torch_device(device)
-    if trace_dir is not None and not isinstance(trace_dir, (str, os.PathLike)):
-        raise TypeError(
-            f"trace_dir must be a folder path or None for a new temporary folder, got "
-            f"{type(trace_dir).__name__} instead"
-        )
     torch = import_optional("torch", PURPOSE)
-    dev = resolve_device(torch, device)
+    dev = resolve_torch_device(device)
     check_memory(dev, batch, image_size, "profile_training")
     folder = output_dir(trace_dir, name="trace_dir", prefix="labkit-profile-")
     mode = "item_every_step" if sync_every_step else "sync_once"

@@ -6,13 +6,10 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from labkit.core.results import JsonRecord
 from labkit.core.units import format_duration
-from labkit.profiling.common import (
-    check_positive_int,
-)
-from labkit.profiling.trace import (
-    VIEWERS,
-)
+from labkit.core.validate import check_choice, check_positive_int
+from labkit.profiling.trace import VIEWERS
 
 #: The labelled phases of every step, in order. "logging" reads or accumulates the loss.
 PHASES: tuple[str, ...] = ("data", "forward", "backward", "optimizer", "logging")
@@ -45,7 +42,7 @@ SORT_KEYS: tuple[str, ...] = ("self_cpu_ms", "total_cpu_ms", "self_device_ms", "
 
 
 @dataclass(frozen=True)
-class OpStat:
+class OpStat(JsonRecord):
     """One row of the operator table: every call of one operator, summed over the profiled steps.
 
     ``self_cpu_ms`` is host time spent in the operator itself, ``total_cpu_ms``
@@ -63,7 +60,7 @@ class OpStat:
 
 
 @dataclass(frozen=True)
-class PhaseStat:
+class PhaseStat(JsonRecord):
     """Host (CPU) and device time per step of one labelled phase, in ms."""
 
     name: str
@@ -72,7 +69,7 @@ class PhaseStat:
 
 
 @dataclass(frozen=True)
-class TorchProfile:
+class TorchProfile(JsonRecord):
     """What ``torch.profiler`` recorded over ``steps`` training steps, as data.
 
     - ``ops``: every operator (the labelled phases and ``ProfilerStep#N``
@@ -109,6 +106,8 @@ class TorchProfile:
     trace_path: str
     profiler_messages: tuple[str, ...] = field(default=(), repr=False)
 
+    json_extra = ("median_step_ms", "device_idle_fraction")
+
     # ------------------------------------------------------------------ derived
 
     @property
@@ -139,8 +138,7 @@ class TorchProfile:
         return next((o for o in self.ops if o.name == name), None)
 
     def phase(self, name: str) -> PhaseStat:
-        if name not in PHASES:
-            raise ValueError(f"name must be one of {', '.join(PHASES)}, got {name!r}")
+        check_choice("name", name, PHASES)
         return next(p for p in self.phases if p.name == name)
 
     def top_ops(self, n: int = 10, sort_by: str = "self_cpu_ms") -> tuple[OpStat, ...]:
@@ -149,8 +147,7 @@ class TorchProfile:
         The order of close rows can change from run to run: measure, don't memorise.
         """
         n = check_positive_int("n", n)
-        if sort_by not in SORT_KEYS:
-            raise ValueError(f"sort_by must be one of {', '.join(SORT_KEYS)}, got {sort_by!r}")
+        check_choice("sort_by", sort_by, SORT_KEYS)
         rows = [o for o in self.ops if getattr(o, sort_by) > 0]
         return tuple(sorted(rows, key=lambda o: (-getattr(o, sort_by), o.name))[:n])
 
@@ -264,52 +261,19 @@ class TorchProfile:
         return lines
 
     def to_dict(self, top: int | None = None) -> dict[str, Any]:
-        """JSON-ready fields; ``top`` keeps only the largest rows by self CPU and by device time."""
-        if top is None:
-            ops = list(self.ops)
-        else:
+        """Every field (:class:`JsonRecord`); ``top`` keeps only the largest op rows.
+
+        The rows kept are the ``top`` largest by self CPU time and by self
+        device time, and :data:`STABLE_OPS`.
+        """
+        data = super().to_dict()
+        if top is not None:
             keep = {o.name for o in self.top_ops(top, "self_cpu_ms")}
             if self.device_timeline:
                 keep |= {o.name for o in self.top_ops(top, "self_device_ms")}
             keep |= set(STABLE_OPS)
-            ops = [o for o in self.ops if o.name in keep]
-        return {
-            "device": self.device,
-            "model": self.model,
-            "batch": self.batch,
-            "image_size": self.image_size,
-            "steps": self.steps,
-            "sync_every_step": self.sync_every_step,
-            "median_step_ms": self.median_step_ms,
-            "step_ms": list(self.step_ms),
-            "self_cpu_total_ms": self.self_cpu_total_ms,
-            "device_timeline": self.device_timeline,
-            "device_total_ms": self.device_total_ms,
-            "device_busy_ms": self.device_busy_ms,
-            "span_ms": self.span_ms,
-            "device_idle_fraction": self.device_idle_fraction,
-            "phases": [
-                {
-                    "name": p.name,
-                    "cpu_ms_per_step": p.cpu_ms_per_step,
-                    "device_ms_per_step": p.device_ms_per_step,
-                }
-                for p in self.phases
-            ],
-            "ops": [
-                {
-                    "name": o.name,
-                    "calls": o.calls,
-                    "self_cpu_ms": o.self_cpu_ms,
-                    "total_cpu_ms": o.total_cpu_ms,
-                    "self_device_ms": o.self_device_ms,
-                    "on_device": o.on_device,
-                }
-                for o in ops
-            ],
-            "trace_path": self.trace_path,
-            "profiler_messages": list(self.profiler_messages),
-        }
+            data["ops"] = [row for row in data["ops"] if row["name"] in keep]
+        return data
 
 
 def _short(name: str, limit: int = 50) -> str:

@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from labkit.core.results import JsonRecord
 from labkit.core.units import format_bytes, format_duration
-from labkit.profiling.common import check_positive_int, union_ms
+from labkit.core.validate import check_int
+from labkit.profiling.common import union_ms
 
 #: Where a learner opens the file (both read the Chrome trace format; Perfetto also reads .gz).
 VIEWERS = "https://ui.perfetto.dev or chrome://tracing"
@@ -35,7 +36,7 @@ _STEP = re.compile(r"^ProfilerStep#\d+$")
 
 
 @dataclass(frozen=True)
-class TraceEventStat:
+class TraceEventStat(JsonRecord):
     """All complete events of one name and category: how many, and their summed duration."""
 
     name: str
@@ -45,7 +46,7 @@ class TraceEventStat:
 
 
 @dataclass(frozen=True)
-class TraceSummary:
+class TraceSummary(JsonRecord):
     """What a Chrome trace file holds: its size, its events by category, the longest events.
 
     ``categories`` counts every event by its ``cat`` field (``"(none)"`` for
@@ -92,22 +93,6 @@ class TraceSummary:
                 )
         return "\n".join(lines)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "size_bytes": self.size_bytes,
-            "n_events": self.n_events,
-            "categories": dict(self.categories),
-            "steps": self.steps,
-            "span_ms": self.span_ms,
-            "device_events": self.device_events,
-            "device_busy_ms": self.device_busy_ms,
-            "top_events": [
-                {"name": e.name, "category": e.category, "count": e.count, "total_ms": e.total_ms}
-                for e in self.top_events
-            ],
-        }
-
 
 def _short(name: str, limit: int = 60) -> str:
     """Kernel names run to hundreds of characters (templates); tables show the start."""
@@ -121,11 +106,6 @@ def read_trace(path: Any) -> dict[str, Any]:
     ``{"traceEvents": [...]}``. Raises FileNotFoundError for a missing file
     and ValueError, naming the file, for one that is not a trace.
     """
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(
-            f"path must be the path of a trace file (str or os.PathLike), got "
-            f"{type(path).__name__} instead"
-        )
     file = Path(path)
     if not file.is_file():
         raise FileNotFoundError(f"no trace file at {str(file)!r}")
@@ -180,8 +160,8 @@ def summarize_trace(path: Any, top: int = 10) -> TraceSummary:
     out the longest-events table, whose order may change between runs, so
     the printed summary is the same on every run of the same code.
     """
-    top = check_positive_int("top", top, minimum=0)
-    file = Path(path) if isinstance(path, (str, os.PathLike)) else path
+    top = check_int("top", top)
+    file = Path(path)
     data = read_trace(file)
     raw = data["traceEvents"]
     categories = Counter(

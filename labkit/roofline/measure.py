@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.core.optional import import_optional
-from labkit.core.validate import check_bool, check_ms, check_optional_bool, check_sizes
+from labkit.core.validate import check_choice, check_ms, check_sizes
 from labkit.machine import memory as _memory
+from labkit.machine.report import CPU_OR_CUDA, resolve_device
 from labkit.roofline.model import DTYPE_BYTES, OpCost, Roofline
 from labkit.timing.bench import Timing, bench
 
@@ -45,29 +46,6 @@ _TOLERANCE = {"float64": 1e-10, "float32": 1e-4, "tf32": 1e-2, "float16": 1e-2, 
 # --------------------------------------------------------------------------- devices and modes
 
 
-def resolve_device(device: Any = None) -> str:
-    """ "cpu", "cuda" or "cuda:N": None picks the GPU where one exists (torch devices accepted)."""
-    from labkit.machine.gpu import has_gpu
-
-    if device is None:
-        return "cuda" if has_gpu() else "cpu"
-    if not isinstance(device, str) and type(device).__module__.startswith("torch"):
-        device = str(device)
-    if not isinstance(device, str):
-        raise TypeError(f"device must be None, 'cpu', 'cuda' or 'cuda:N', got {device!r}")
-    kind, _, index = device.partition(":")
-    if device == "cpu":
-        return device
-    if kind == "cuda" and (index == "" or index.isdigit()):
-        if not has_gpu():
-            raise ValueError(
-                f"device={device!r} but this machine has no CUDA GPU that torch can use; use "
-                "device='cpu' or None (`labkit doctor` explains why no GPU is visible)"
-            )
-        return device
-    raise ValueError(f"device must be None, 'cpu', 'cuda' or 'cuda:N', got {device!r}")
-
-
 def _has_new_precision_api(torch: Any) -> bool:
     """torch >= 2.9 controls TF32 with ``fp32_precision``; mixing it with the old flags errors."""
     try:
@@ -78,7 +56,8 @@ def _has_new_precision_api(torch: Any) -> bool:
     return True
 
 
-def tf32_mode(enabled: bool) -> contextlib.AbstractContextManager[None]:
+@contextlib.contextmanager
+def tf32_mode(enabled: bool) -> Iterator[None]:
     """Allow (or forbid) TF32 tensor cores for float32 matmuls and convolutions, then restore.
 
     PyTorch's defaults differ by op (matmul: off, cuDNN convolutions: on), so
@@ -86,13 +65,6 @@ def tf32_mode(enabled: bool) -> contextlib.AbstractContextManager[None]:
     ``fp32_precision`` settings where torch has them (2.9+), else the older
     ``allow_tf32`` flags, never both: torch raises when the two are mixed.
     """
-    if not isinstance(enabled, bool):  # checked on the call, before the ``with``
-        raise TypeError(f"enabled must be True or False, got {type(enabled).__name__}")
-    return _tf32_mode(enabled)
-
-
-@contextlib.contextmanager
-def _tf32_mode(enabled: bool) -> Iterator[None]:
     torch = import_optional("torch", "switching TF32")
     if _has_new_precision_api(torch):
         matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
@@ -177,15 +149,12 @@ def measure_peak_compute(
     warmup = check_ms("warmup_ms", warmup_ms, allow_zero=True)
     rep = check_ms("rep_ms", rep_ms)
     cap_ms = check_ms("max_call_ms", max_call_ms)
-    check_optional_bool("show_progress", show_progress)
-    if sizes is not None:
-        check_sizes(sizes)
-    dev = resolve_device(device)
+    tried = None if sizes is None else check_sizes(sizes)
+    dev = resolve_device(device, kinds=CPU_OR_CUDA)
     on_gpu = dev != "cpu"
     chosen = _check_dtypes(dtypes, on_gpu)
-    tried = check_sizes(
-        sizes if sizes is not None else (GPU_PEAK_SIZES if on_gpu else CPU_PEAK_SIZES)
-    )
+    if tried is None:
+        tried = GPU_PEAK_SIZES if on_gpu else CPU_PEAK_SIZES
     torch = import_optional("torch", "measuring peak FLOP/s")
 
     over = _peak_sizes_over_budget(chosen, tried, dev, named=sizes is not None)
@@ -313,16 +282,14 @@ def _peak_sizes_over_budget(
     return over
 
 
-def _check_dtypes(dtypes: Any, on_gpu: bool) -> tuple[str, ...]:
+def _check_dtypes(dtypes: Sequence[str] | None, on_gpu: bool) -> tuple[str, ...]:
     if dtypes is None:
         return GPU_DTYPES if on_gpu else CPU_DTYPES
-    if isinstance(dtypes, str) or not isinstance(dtypes, Sequence) or not dtypes:
+    # a str is a Sequence[str] too, so a type checker lets "float32" through: say so here
+    if isinstance(dtypes, str) or not dtypes:
         raise ValueError(f"dtypes must be a non-empty list such as ['float32'], got {dtypes!r}")
     for dtype in dtypes:
-        if not isinstance(dtype, str) or dtype not in COMPUTE_DTYPES:
-            raise ValueError(
-                f"dtypes contains {dtype!r}; use {', '.join(map(repr, COMPUTE_DTYPES))}"
-            )
+        check_choice("dtypes", dtype, COMPUTE_DTYPES)
         if dtype == "tf32" and not on_gpu:
             raise ValueError(
                 "dtypes contains 'tf32', a mode of NVIDIA tensor cores; on a CPU measure "
@@ -367,7 +334,7 @@ def measure_roofline(
     """
     from labkit.bandwidth.stream import peak_bandwidth
 
-    dev = resolve_device(device)
+    dev = resolve_device(device, kinds=CPU_OR_CUDA)
     peaks = measure_peak_compute(dev, dtypes, **options)
     memory = peak_bandwidth(dev)
     return Roofline(
@@ -434,16 +401,9 @@ def measure_op(
             ``flush_l2``). Without it, an op whose operands fit in cache can
             beat the DRAM roof: use sizes well above the last-level cache.
     """
-    if not isinstance(op, OpCost):
-        raise TypeError(
-            f"Expected an instance of OpCost for op, got {type(op).__name__} instead; build one with "
-            "labkit.roofline.model.matmul_cost(...) or a sibling"
-        )
-    check_bool("tf32", tf32)
-    check_bool("flush_cache", flush_cache)
     warmup = check_ms("warmup_ms", warmup_ms, allow_zero=True)
     rep = check_ms("rep_ms", rep_ms)
-    dev = resolve_device(device)
+    dev = resolve_device(device, kinds=CPU_OR_CUDA)
     if tf32 and dev == "cpu":
         raise ValueError("tf32=True needs a GPU: TF32 is a mode of NVIDIA tensor cores")
     torch = import_optional("torch", "measuring an operation")

@@ -22,14 +22,13 @@ alone.
 
 from __future__ import annotations
 
-import math
-import numbers
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from labkit.core.units import format_count, three_digits
+from labkit.core.validate import check_choice, check_int, check_real
 
 #: Bytes per element of each storage dtype the course uses.
 DTYPE_BYTES: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
@@ -51,27 +50,12 @@ def dtype_bytes(dtype: Any) -> int:
 
 
 def _dtype_name(dtype: Any) -> str:
+    """The storage dtype's name ("float32"), from a name or a torch/numpy dtype.
+
+    TF32 is not one: it is a GPU compute mode, and its tensors are float32.
+    """
     text = dtype if isinstance(dtype, str) else str(dtype)
-    name = text.removeprefix("torch.").strip().lower()
-    if name not in DTYPE_BYTES:
-        raise ValueError(
-            f"dtype must be one of {', '.join(map(repr, DTYPE_BYTES))}, got {dtype!r} "
-            "(TF32 is a GPU compute mode, not a storage type: its tensors are float32)"
-        )
-    return name
-
-
-def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} ({value!r})")
-    if value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def _check_name(name: Any) -> None:
-    if name is not None and (not isinstance(name, str) or not name):
-        raise TypeError(f"name must be a non-empty string or None, got {name!r}")
+    return check_choice("dtype", text.removeprefix("torch.").strip().lower(), tuple(DTYPE_BYTES))
 
 
 # --------------------------------------------------------------------------- op costs
@@ -93,23 +77,6 @@ class OpCost:
     dtype: str
     kind: str
     dims: tuple[tuple[str, int], ...] = field(default=())
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise TypeError(f"name must be a non-empty string, got {self.name!r}")
-        if not isinstance(self.kind, str) or self.kind not in OP_KINDS:
-            raise ValueError(
-                f"kind must be one of {', '.join(map(repr, OP_KINDS))}, got {self.kind!r}"
-            )
-        _dtype_name(self.dtype)
-        _positive_int("flops", self.flops, minimum=0)
-        _positive_int("bytes", self.bytes)
-        if not isinstance(self.dims, tuple) or not all(
-            isinstance(d, tuple) and len(d) == 2 and isinstance(d[0], str) for d in self.dims
-        ):
-            raise TypeError(f"dims must be a tuple of (name, size) pairs, got {self.dims!r}")
-        for key, value in self.dims:
-            _positive_int(f"dims[{key!r}]", value, minimum=0)
 
     @property
     def arithmetic_intensity(self) -> float:
@@ -139,9 +106,8 @@ def add_cost(n: int, dtype: str = "float32", *, name: str | None = None) -> OpCo
     float32, n = 1,000,000: 1e6 FLOPs and 12e6 bytes, so AI = 1/12 ≈ 0.083
     FLOP/byte, far below any ridge point: memory-bound everywhere.
     """
-    n = _positive_int("n", n)
+    n = check_int("n", n, minimum=1)
     size = dtype_bytes(dtype)
-    _check_name(name)
     return OpCost(
         name=name or f"add {n:,}",
         flops=n,
@@ -162,9 +128,8 @@ def matmul_cost(
     12.6e6 bytes, AI = 2·1024/12 ≈ 171 FLOP/byte. AI grows with the size,
     which is why big matmuls are compute-bound.
     """
-    m, n, k = _positive_int("m", m), _positive_int("n", n), _positive_int("k", k)
+    m, n, k = (check_int(arg, v, minimum=1) for arg, v in (("m", m), ("n", n), ("k", k)))
     size = dtype_bytes(dtype)
-    _check_name(name)
     return OpCost(
         name=name or f"matmul {m}×{k} @ {k}×{n}",
         flops=2 * m * n * k,
@@ -184,10 +149,11 @@ def conv2d_output_size(
     Example: H = W = 224, a 7×7 filter, stride 2, padding 3 gives
     (224 + 6 − 7) // 2 + 1 = 112.
     """
-    H, W = _positive_int("H", H), _positive_int("W", W)
-    R, S = _positive_int("R", R), _positive_int("S", S)
-    stride = _positive_int("stride", stride)
-    padding = _positive_int("padding", padding, minimum=0)
+    H, W, R, S, stride = (
+        check_int(arg, v, minimum=1)
+        for arg, v in (("H", H), ("W", W), ("R", R), ("S", S), ("stride", stride))
+    )
+    padding = check_int("padding", padding, minimum=0)
     if R > H + 2 * padding or S > W + 2 * padding:
         raise ValueError(
             f"R={R}, S={S}: the filter is larger than the padded {H + 2 * padding}×"
@@ -220,10 +186,9 @@ def conv2d_cost(
     231,211,008 FLOPs and (200,704 + 36,864 + 200,704)·4 = 1,753,088 bytes:
     AI ≈ 132 FLOP/byte.
     """
-    N, C, K = _positive_int("N", N), _positive_int("C", C), _positive_int("K", K)
+    N, C, K = (check_int(arg, v, minimum=1) for arg, v in (("N", N), ("C", C), ("K", K)))
     Ho, Wo = conv2d_output_size(H, W, R, S, stride, padding)
     size = dtype_bytes(dtype)
-    _check_name(name)
     elements = N * C * H * W + K * C * R * S + N * K * Ho * Wo
     label = f"conv2d {N}×{C}×{H}×{W} * {K}×{C}×{R}×{S}"
     if stride != 1 or padding != 0:
@@ -255,9 +220,8 @@ def sum_cost(n: int, dtype: str = "float32", *, name: str | None = None) -> OpCo
     the difference vanishes for the sizes worth measuring.) float32, n =
     1,000,000: 1e6 FLOPs, 4,000,004 bytes, AI ≈ 0.25 FLOP/byte.
     """
-    n = _positive_int("n", n)
+    n = check_int("n", n, minimum=1)
     size = dtype_bytes(dtype)
-    _check_name(name)
     return OpCost(
         name=name or f"sum {n:,}",
         flops=n,
@@ -285,26 +249,9 @@ class Roofline:
     peak_gflop_per_s: Mapping[str, float]
     peak_gb_per_s: float
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.device, str) or not self.device:
-            raise TypeError(f"device must be a non-empty string such as 'cpu', got {self.device!r}")
-        if not isinstance(self.peak_gflop_per_s, Mapping) or not self.peak_gflop_per_s:
-            raise ValueError(
-                "peak_gflop_per_s must be a non-empty mapping of dtype to GFLOP/s, e.g. "
-                f"{{'float32': 180.0}}, got {self.peak_gflop_per_s!r}"
-            )
-        peaks = {}
-        for dtype, value in self.peak_gflop_per_s.items():
-            if dtype not in (*DTYPE_BYTES, "tf32"):
-                raise ValueError(
-                    f"peak_gflop_per_s has an unknown dtype {dtype!r}; use "
-                    f"{', '.join(map(repr, (*DTYPE_BYTES, 'tf32')))}"
-                )
-            peaks[dtype] = _positive_real(f"peak_gflop_per_s[{dtype!r}]", value)
-        object.__setattr__(self, "peak_gflop_per_s", types.MappingProxyType(peaks))
-        object.__setattr__(
-            self, "peak_gb_per_s", _positive_real("peak_gb_per_s", self.peak_gb_per_s)
-        )
+    def __post_init__(self) -> None:  # a read-only copy: the roofs cannot change afterwards
+        peaks = types.MappingProxyType(dict(self.peak_gflop_per_s))
+        object.__setattr__(self, "peak_gflop_per_s", peaks)
 
     @property
     def dtypes(self) -> tuple[str, ...]:
@@ -317,12 +264,7 @@ class Roofline:
     def peak(self, dtype: str | None = None) -> float:
         """The compute roof of ``dtype`` in GFLOP/s."""
         key = self.default_dtype if dtype is None else dtype
-        if not isinstance(key, str) or key not in self.peak_gflop_per_s:
-            raise ValueError(
-                f"dtype={key!r} has no measured peak on this roofline; it has "
-                f"{', '.join(map(repr, self.dtypes))}"
-            )
-        return self.peak_gflop_per_s[key]
+        return self.peak_gflop_per_s[check_choice("dtype", key, self.dtypes)]
 
     def ridge_point(self, dtype: str | None = None) -> float:
         """The intensity (FLOP/byte) where the memory roof meets the compute roof: peak / bandwidth.
@@ -334,7 +276,7 @@ class Roofline:
 
     def attainable_gflop_per_s(self, ai: float, dtype: str | None = None) -> float:
         """The best rate an op of intensity ``ai`` (FLOP/byte) can reach: min(peak, ai × GB/s)."""
-        intensity = _positive_real("ai", ai)
+        intensity = check_real("ai", ai, low=0, low_open=True)
         return min(self.peak(dtype), intensity * self.peak_gb_per_s)
 
     def bound(self, op: OpCost, dtype: str | None = None) -> str:
@@ -343,11 +285,6 @@ class Roofline:
         ``dtype`` picks the compute roof; by default the op's own dtype
         (pass "tf32" to ask about a float32 op on tensor cores).
         """
-        if not isinstance(op, OpCost):
-            raise TypeError(
-                f"Expected an instance of OpCost for op, got {type(op).__name__} instead; build one with "
-                "labkit.roofline.model.matmul_cost(...) or a sibling"
-            )
         key = op.dtype if dtype is None else dtype
         if op.arithmetic_intensity < self.ridge_point(key):
             return MEMORY_BOUND
@@ -365,27 +302,10 @@ class Roofline:
         return "\n".join(lines)
 
 
-def _positive_real(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__} ({value!r})")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
-
-
 def predict_bound(op_cost: OpCost, roofline: Roofline, dtype: str | None = None) -> str:
     """Which roof limits ``op_cost`` on ``roofline``: "memory-bound" or "compute-bound".
 
     The exercise's reference answer: compare the op's arithmetic intensity
     with the ridge point of the roof for its dtype (or ``dtype``).
     """
-    if not isinstance(roofline, Roofline):
-        raise TypeError(
-            f"Expected an instance of Roofline for roofline, got {type(roofline).__name__} instead"
-        )
-    if not isinstance(op_cost, OpCost):
-        raise TypeError(
-            f"Expected an instance of OpCost for op_cost, got {type(op_cost).__name__} instead; "
-            "build one with labkit.roofline.model.matmul_cost(...) or a sibling"
-        )
     return roofline.bound(op_cost, dtype)

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
-from labkit.core.validate import check_ax
+from labkit.core.validate import check_real
 from labkit.plotting import pyplot, style_axes
 
+if TYPE_CHECKING:
+    from labkit.roofline.measure import OpMeasurement
+    from labkit.roofline.model import Roofline
 
-def plot_roofline(roofline: Any, points: Any = (), *, ax: Any = None) -> Any:
+
+def plot_roofline(
+    roofline: Roofline,
+    points: Iterable[OpMeasurement | tuple[str, float, float]] = (),
+    *,
+    ax: Any = None,
+) -> Any:
     """The roofline (log-log): the memory roof, one compute roof per dtype, and measured ops.
 
     ``points`` are :class:`labkit.roofline.measure.OpMeasurement` results or
@@ -17,16 +27,8 @@ def plot_roofline(roofline: Any, points: Any = (), *, ax: Any = None) -> Any:
     below its roof is what the kernel leaves on the table.
     """
     from labkit.core.units import format_gflop_per_s, three_digits
-    from labkit.roofline.model import Roofline
 
-    if not isinstance(roofline, Roofline):
-        raise TypeError(
-            f"Expected an instance of Roofline for roofline, got {type(roofline).__name__} "
-            "instead; build one with labkit.roofline.measure.measure_roofline() or "
-            "Roofline(device, peaks, gb_per_s)"
-        )
     marks = _roofline_points(points)
-    check_ax(ax)
     plt = pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(7.5, 5))
@@ -81,30 +83,19 @@ def plot_roofline(roofline: Any, points: Any = (), *, ax: Any = None) -> Any:
     )
 
 
-def _roofline_points(points: Any) -> list[tuple[str, float, float]]:
-    """Normalise OpMeasurements and (label, FLOP/byte, GFLOP/s) tuples; both numbers > 0."""
-    import math
-    import numbers
-
+def _roofline_points(
+    points: Iterable[OpMeasurement | tuple[str, float, float]],
+) -> list[tuple[str, float, float]]:
+    """(label, FLOP/byte, GFLOP/s) of each OpMeasurement or tuple; both numbers > 0 (a log axis)."""
     from labkit.roofline.measure import OpMeasurement
 
-    if isinstance(points, (str, bytes)) or not hasattr(points, "__iter__"):
-        raise TypeError(f"points must be a list of measurements, got {type(points).__name__}")
     marks = []
     for i, point in enumerate(points):
         if isinstance(point, OpMeasurement):
-            mark = (point.label, point.arithmetic_intensity, point.gflop_per_s)
-        elif isinstance(point, tuple) and len(point) == 3 and isinstance(point[0], str):
-            mark = point
+            label, ai, rate = point.label, point.arithmetic_intensity, point.gflop_per_s
         else:
-            raise TypeError(
-                f"points[{i}] must be an OpMeasurement (labkit.roofline.measure.measure_op) or a "
-                f"(label, FLOP/byte, GFLOP/s) tuple, got {point!r}"
-            )
-        for what, value in (("FLOP/byte", mark[1]), ("GFLOP/s", mark[2])):
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                raise TypeError(f"points[{i}]: {what} must be a number, got {value!r}")
-            if not math.isfinite(value) or value <= 0:
-                raise ValueError(f"points[{i}]: {what} must be > 0 on a log axis, got {value!r}")
-        marks.append((mark[0], float(mark[1]), float(mark[2])))
+            label, ai, rate = point
+        ai = check_real(f"points[{i}] (FLOP/byte)", ai, low=0, low_open=True)
+        rate = check_real(f"points[{i}] (GFLOP/s)", rate, low=0, low_open=True)
+        marks.append((label, ai, rate))
     return marks

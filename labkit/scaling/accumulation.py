@@ -26,8 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from labkit.core.results import JsonRecord
 from labkit.core.units import format_duration
 from labkit.core.validate import (
+    check_choice,
     check_ms,
     check_positive_int,
     check_real,
@@ -42,7 +44,7 @@ TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
 
 
 @dataclass(frozen=True)
-class Accumulation:
+class Accumulation(JsonRecord):
     """k micro-batches with loss/k and one step, against one batch of k·b: errors and times."""
 
     micro_batch: int
@@ -58,6 +60,8 @@ class Accumulation:
     tolerance: float
     accumulated: Timing  # k micro-batches + one optimizer step
     direct: Timing  # one batch of k·b + one optimizer step
+
+    json_extra = ("effective_batch", "equivalent")
 
     @property
     def effective_batch(self) -> int:
@@ -95,25 +99,6 @@ class Accumulation:
         ]
         return "\n".join(lines)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "micro_batch": self.micro_batch,
-            "accum_steps": self.accum_steps,
-            "effective_batch": self.effective_batch,
-            "width": self.width,
-            "parameter_count": self.parameter_count,
-            "dtype": self.dtype,
-            "batch_norm": self.batch_norm,
-            "device": self.device,
-            "max_abs_grad_diff": self.max_abs_grad_diff,
-            "max_rel_grad_diff": self.max_rel_grad_diff,
-            "max_param_diff": self.max_param_diff,
-            "tolerance": self.tolerance,
-            "equivalent": self.equivalent,
-            "accumulated": self.accumulated.to_dict(),
-            "direct": self.direct.to_dict(),
-        }
-
 
 def _grads(model: Any) -> list[Any]:
     return [p.grad.detach().clone() for p in model.parameters()]
@@ -146,20 +131,15 @@ def accumulate_equivalence(
     accum_steps = check_positive_int("accum_steps", accum_steps)
     width = check_positive_int("width", width)
     min_reps = check_positive_int("min_reps", min_reps)
-    if not isinstance(batch_norm, bool):
-        raise TypeError(f"batch_norm must be True or False, got {type(batch_norm).__name__}")
     if batch_norm and micro_batch < 2:
         raise ValueError(
             "micro_batch must be >= 2 with batch_norm=True (BatchNorm needs 2 samples)"
         )
-    if not isinstance(dtype, str) or dtype not in TOLERANCE:
-        raise ValueError(f"dtype must be one of {', '.join(TOLERANCE)}, got {dtype!r}")
+    check_choice("dtype", dtype, tuple(TOLERANCE))
     seed = check_seed("seed", seed)
     lr = check_real("lr", lr, low=0, low_open=True)
     check_ms("warmup_ms", warmup_ms, allow_zero=True)
     check_ms("rep_ms", rep_ms)
-    if device is not None and not isinstance(device, str):
-        raise TypeError(f"device must be a string such as 'cpu' or 'cuda', or None, got {device!r}")
     check_torch_device(device)
     from labkit.core.optional import import_optional
     from labkit.machine.report import pick_device

@@ -39,9 +39,14 @@ import re
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-from labkit.core.validate import check_positive_int, check_real
+from labkit.core.validate import (
+    check_choice,
+    check_int,
+    check_positive_int,
+    check_real,
+    check_sizes,
+)
 from labkit.scaling.process import (
     GRACE_S,
     DistRunError,
@@ -124,23 +129,19 @@ def launch_command(
     """
     nnodes = check_positive_int("nnodes", nnodes)
     if isinstance(nproc_per_node, str):
-        if nproc_per_node not in ("gpu", "cpu", "auto", "xpu"):
-            raise ValueError(
-                "nproc_per_node must be a positive integer or one of 'gpu', 'cpu', 'auto', "
-                f"'xpu', got {nproc_per_node!r}"
-            )
+        check_choice("nproc_per_node", nproc_per_node, ("gpu", "cpu", "auto", "xpu"))
     else:
         nproc_per_node = check_positive_int("nproc_per_node", nproc_per_node)
-    if not isinstance(rdzv_endpoint, str) or not _ENDPOINT.match(rdzv_endpoint):
+    match = _ENDPOINT.match(rdzv_endpoint)
+    if match is None:
         raise ValueError(
             "rdzv_endpoint must be 'host:port' (the port is optional, torchrun's default is "
             f"29400), e.g. 'node001:29500', got {rdzv_endpoint!r}"
         )
-    match = _ENDPOINT.match(rdzv_endpoint)
-    if match and match.group(3) is not None and int(match.group(3)) > 65535:
+    if match.group(3) is not None and int(match.group(3)) > 65535:
         raise ValueError(f"rdzv_endpoint's port must be 0..65535, got {rdzv_endpoint!r}")
     for name, value in (("rdzv_id", rdzv_id), ("rdzv_backend", rdzv_backend), ("module", module)):
-        if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        if not value or any(c.isspace() for c in value):
             raise ValueError(f"{name} must be a non-empty string without spaces, got {value!r}")
     return [
         python_executable(python),
@@ -155,12 +156,6 @@ def launch_command(
         module,
         *check_script_args(script_args),
     ]
-
-
-def _check_backend(backend: Any) -> str:
-    if backend not in _BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(_BACKENDS)}, got {backend!r}")
-    return backend
 
 
 def _ddp_bytes_per_proc(width: int, depth: int, batch_per_rank: int) -> int:
@@ -202,9 +197,8 @@ def run_ddp(
     accum_steps = check_positive_int("accum_steps", accum_steps)
     allreduce_reps = check_positive_int("allreduce_reps", allreduce_reps)
     threads_per_proc = check_positive_int("threads_per_proc", threads_per_proc)
-    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-        raise ValueError(f"warmup_steps must be an integer >= 0, got {warmup_steps!r}")
-    backend = _check_backend(backend)
+    warmup_steps = check_int("warmup_steps", warmup_steps)
+    backend = check_choice("backend", backend, _BACKENDS)
     check_real("timeout_s", timeout_s, low=0, low_open=True)
     from labkit.machine.memory import check_fits
 
@@ -263,8 +257,6 @@ def scaling_efficiency(
     Each process has ``threads_per_proc`` threads, so the machine's cores
     are shared the same way in every run (see the module docstring).
     """
-    from labkit.core.validate import check_sizes
-
     counts = check_sizes(nprocs, "nprocs")
     runs = [
         run_ddp(
@@ -302,7 +294,6 @@ def allreduce_cost(
     network) can carry. Sizes that do not fit the memory budget are skipped
     and listed.
     """
-    from labkit.core.validate import check_sizes
     from labkit.machine.memory import fit_sizes
 
     sizes = check_sizes(sizes_bytes, "sizes_bytes")
@@ -313,10 +304,9 @@ def allreduce_cost(
             )
     nproc = check_positive_int("nproc", nproc)
     reps = check_positive_int("reps", reps)
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
+    warmup = check_int("warmup", warmup)
     threads_per_proc = check_positive_int("threads_per_proc", threads_per_proc)
-    backend = _check_backend(backend)
+    backend = check_choice("backend", backend, _BACKENDS)
     check_real("timeout_s", timeout_s, low=0, low_open=True)
     # each rank's buffer and gloo's copies; none fitting (or one beyond the machine's whole
     # memory) raises MemoryBudgetError naming sizes_bytes, before any process starts
@@ -362,8 +352,6 @@ def allreduce_vs_model_size(
     batch; the compute grows with the batch. So a large model with a small
     batch per GPU spends the biggest share of its step communicating.
     """
-    from labkit.core.validate import check_sizes
-
     checked = check_sizes(widths, "widths")
     runs = tuple(
         run_ddp(

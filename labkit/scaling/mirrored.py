@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from labkit.core.results import JsonRecord
 from labkit.core.units import format_duration
 from labkit.core.validate import check_positive_int, check_real
 from labkit.timing.bench import Timing
@@ -45,7 +46,7 @@ WARMUP_STEPS = 2
 
 
 @dataclass(frozen=True)
-class MirroredRun:
+class MirroredRun(JsonRecord):
     """One ``model.fit`` under MirroredStrategy: replicas, devices, step time, loss, checks."""
 
     replicas: int
@@ -61,6 +62,8 @@ class MirroredRun:
     tf_version: str
     baseline_step: Timing | None = None  # 1 replica, same per-replica batch
     wall_s: float = 0.0
+
+    json_extra = ("samples_per_s", "loss_decreased", "efficiency")
 
     @property
     def samples_per_s(self) -> float:
@@ -133,25 +136,6 @@ class MirroredRun:
             + ("yes" if self.replicas_identical else "NO"),
         ]
         return "\n".join(lines)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "replicas": self.replicas,
-            "devices": list(self.devices),
-            "cross_device_ops": self.cross_device_ops,
-            "batch_per_replica": self.batch_per_replica,
-            "global_batch": self.global_batch,
-            "width": self.width,
-            "parameter_count": self.parameter_count,
-            "step": self.step.to_dict(),
-            "samples_per_s": self.samples_per_s,
-            "epoch_losses": list(self.epoch_losses),
-            "loss_decreased": self.loss_decreased,
-            "replicas_identical": self.replicas_identical,
-            "tf_version": self.tf_version,
-            "efficiency": self.efficiency,
-            "baseline_step": None if self.baseline_step is None else self.baseline_step.to_dict(),
-        }
 
 
 # --------------------------------------------------------------------------- in the subprocess
@@ -300,10 +284,8 @@ def run_mirrored(
         raise ValueError(
             f"steps × epochs must exceed the {WARMUP_STEPS} warm-up steps, got {steps} × {epochs}"
         )
-    if not isinstance(baseline, bool):
-        raise TypeError(f"baseline must be True or False, got {type(baseline).__name__}")
     check_real("timeout_s", timeout_s, low=0, low_open=True)
-    worker_env = build_worker_env(1, env)  # checks env
+    worker_env = build_worker_env(1, env)
     if not is_installed("tensorflow"):
         raise MissingPackageError("tensorflow", "tf.distribute.MirroredStrategy")
     cmd = [

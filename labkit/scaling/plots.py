@@ -20,16 +20,8 @@ def plot_scaling(scaling: Scaling, ax: Any = None) -> Any:
     The gap between the points and the dashed line is what communication
     (and, on a small CPU, processes sharing memory bandwidth) costs.
     """
-    from labkit.core.validate import check_ax
-
-    check_ax(ax)
     from labkit.plotting import pyplot, style_axes
 
-    if not isinstance(scaling, Scaling):
-        raise TypeError(
-            f"Expected an instance of Scaling as scaling, got {type(scaling).__name__} instead; "
-            "pass the result of labkit.scaling.launch.scaling_efficiency()"
-        )
     plt = pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 4))
@@ -65,16 +57,8 @@ def plot_allreduce(cost: AllreduceCost, ax: Any = None) -> Any:
     Flat time on the left is latency; on the right time grows with size and
     busbw levels off at what the link delivers.
     """
-    from labkit.core.validate import check_ax
-
-    check_ax(ax)
     from labkit.plotting import bytes_ticks, pyplot, style_axes
 
-    if not isinstance(cost, AllreduceCost):
-        raise TypeError(
-            f"Expected an instance of AllreduceCost as cost, got {type(cost).__name__} "
-            "instead; pass the result of labkit.scaling.launch.allreduce_cost()"
-        )
     plt = pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4.5))
@@ -113,16 +97,8 @@ def plot_model_size(result: ModelSizeComm, ax: Any = None) -> Any:
     between the first two bars is the communication DDP did not hide; the
     third is what communication would cost with no overlap at all.
     """
-    from labkit.core.validate import check_ax
-
-    check_ax(ax)
     from labkit.plotting import pyplot, style_axes
 
-    if not isinstance(result, ModelSizeComm):
-        raise TypeError(
-            f"Expected an instance of ModelSizeComm as result, got {type(result).__name__} "
-            "instead; pass the result of allreduce_vs_model_size()"
-        )
     plt = pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4))
@@ -152,11 +128,6 @@ def plot_accumulation(result: Accumulation, ax: Any = None) -> Any:
     """Time per effective batch, accumulated against direct, as bars with the IQR."""
     from labkit.timing.plots import plot_timings
 
-    if not isinstance(result, Accumulation):
-        raise TypeError(
-            f"Expected an instance of Accumulation as result, got {type(result).__name__} "
-            "instead; pass the result of accumulate_equivalence()"
-        )
     return plot_timings(
         [result.direct, result.accumulated],
         ax=ax,

@@ -18,7 +18,6 @@ stack of every thread.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import signal
@@ -31,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from labkit.core.validate import check_positive_int
+from labkit.core.validate import check_positive_int, check_real
 
 #: Seconds between SIGTERM and SIGKILL when a run is stopped.
 GRACE_S = 3.0
@@ -50,22 +49,15 @@ class DistTimeoutError(DistRunError, TimeoutError):
 
 
 def python_executable(python: str | None) -> str:
-    if python is None:
-        return sys.executable
-    if not isinstance(python, str) or not python:
-        raise TypeError(f"python must be the path of a Python interpreter, got {python!r}")
-    return python
+    return sys.executable if python is None else python
 
 
-def check_script_args(script_args: Any) -> list[str]:
-    if isinstance(script_args, (str, bytes)) or not isinstance(script_args, Sequence):
+def check_script_args(script_args: Sequence[str]) -> list[str]:
+    """``script_args`` as a list; one string (a ``Sequence[str]`` to a type checker) is refused."""
+    if isinstance(script_args, str):
         raise TypeError(
-            "script_args must be a list of strings such as ['--width', '1024'], got "
-            f"{type(script_args).__name__}"
+            f"script_args must be a list of strings such as ['--width', '1024'], got {script_args!r}"
         )
-    for i, arg in enumerate(script_args):
-        if not isinstance(arg, str):
-            raise TypeError(f"script_args[{i}] must be a string, got {type(arg).__name__}")
     return list(script_args)
 
 
@@ -81,6 +73,7 @@ def standalone_command(
 
     ``target`` is a module (``module=True``, run with ``-m``) or a script path.
     """
+    nproc = check_positive_int("nproc", nproc)
     return _torchrun_command(target, script_args, nproc=nproc, module=module, python=python)
 
 
@@ -94,9 +87,6 @@ def _torchrun_command(
     launcher_args: Sequence[str] = (),
 ) -> list[str]:
     """:func:`standalone_command`, with ``launcher_args`` for torchrun itself before the target."""
-    nproc = check_positive_int("nproc", nproc)
-    if not isinstance(target, str) or not target:
-        raise TypeError(f"target must be a module name or a script path, got {target!r}")
     cmd = [
         python_executable(python),
         "-m",
@@ -187,10 +177,7 @@ def run_process(
     caller is interrupted (a notebook's stop button). A non-zero exit is
     returned, not raised: the caller knows how to explain it.
     """
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
-        raise TypeError(f"timeout_s must be a number of seconds, got {type(timeout_s).__name__}")
-    if not math.isfinite(timeout_s) or timeout_s <= 0:
-        raise ValueError(f"timeout_s must be a finite number of seconds > 0, got {timeout_s!r}")
+    check_real("timeout_s", timeout_s, low=0, low_open=True)
     start = time.perf_counter()
     proc = subprocess.Popen(
         list(cmd),
@@ -314,11 +301,6 @@ def _failure_message(
 
 
 def build_worker_env(threads: int, env: Mapping[str, str] | None) -> dict[str, str]:
-    if env is not None and (
-        not isinstance(env, Mapping)
-        or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
-    ):
-        raise TypeError("env must be a dict of environment variable names to string values")
     merged = dict(os.environ)
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         merged[name] = str(threads)

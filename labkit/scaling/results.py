@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from labkit.core.results import JsonRecord
 from labkit.core.units import duration_unit, format_bytes, format_duration, round3, three_digits
 from labkit.core.validate import check_positive_int
 from labkit.timing.bench import Timing
@@ -39,7 +40,11 @@ def _timing_text(timing: Timing) -> str:
 
 
 def format_rate(samples_per_s: float) -> str:
-    """A throughput as "21,300 samples/s": 3 significant digits, thousands separated."""
+    """A throughput as "21,300 samples/s": 3 significant digits, thousands separated.
+
+    Not :func:`labkit.core.units.format_samples_per_s`, which keeps every
+    digit from 100 up ("21,347 samples/s"): notebook 10's outputs are rounded.
+    """
     return (
         f"{round3(samples_per_s):,} samples/s"
         if samples_per_s >= 100
@@ -59,7 +64,7 @@ def _where(backend: str, devices: Sequence[str]) -> str:
 
 
 @dataclass(frozen=True)
-class DdpRun:
+class DdpRun(JsonRecord):
     """One DDP training run: step times with and without the all-reduce, throughput, checks.
 
     ``step`` times a full training step (forward, backward with DDP's
@@ -100,6 +105,8 @@ class DdpRun:
     checksums: tuple[str, ...]
     wall_s: float
     command: str = ""
+
+    json_extra = ("comm_overhead_ms", "no_overlap_ms")
 
     @classmethod
     def from_dict(
@@ -199,40 +206,12 @@ class DdpRun:
             f"{'yes' if self.params_identical else 'NO'}",
         ]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "nproc": self.nproc,
-            "backend": self.backend,
-            "devices": list(self.devices),
-            "hosts": list(self.hosts),
-            "nnodes": self.nnodes,
-            "threads_per_proc": self.threads_per_proc,
-            "width": self.width,
-            "depth": self.depth,
-            "parameter_count": self.parameter_count,
-            "gradient_bytes": self.gradient_bytes,
-            "batch_per_rank": self.batch_per_rank,
-            "accum_steps": self.accum_steps,
-            "global_batch": self.global_batch,
-            "step": self.step.to_dict(),
-            "local_step": self.local_step.to_dict(),
-            "allreduce": self.allreduce.to_dict(),
-            "comm_overhead_ms": self.comm_overhead_ms,
-            "no_overlap_ms": self.no_overlap_ms,
-            "samples_per_s": self.samples_per_s,
-            "loss_first": self.loss_first,
-            "loss_last": self.loss_last,
-            "params_identical": self.params_identical,
-            "checksums": list(self.checksums),
-            "wall_s": self.wall_s,
-        }
-
 
 # --------------------------------------------------------------------------- weak scaling
 
 
 @dataclass(frozen=True)
-class ScalingRow:
+class ScalingRow(JsonRecord):
     """One process count: its run, its speedup and efficiency against the baseline."""
 
     nproc: int
@@ -242,7 +221,7 @@ class ScalingRow:
 
 
 @dataclass(frozen=True)
-class Scaling:
+class Scaling(JsonRecord):
     """Weak scaling: the same batch per process, more processes; how close to N× the throughput.
 
     ``efficiency = throughput_N / (N × throughput_1)`` (relative to the
@@ -253,8 +232,6 @@ class Scaling:
 
     @classmethod
     def from_runs(cls, runs: Sequence[DdpRun]) -> Scaling:
-        if not runs or not all(isinstance(r, DdpRun) for r in runs):
-            raise TypeError("runs must be a non-empty list of DdpRun results")
         runs = sorted(runs, key=lambda r: r.nproc)
         base = runs[0]
         rows = []
@@ -310,19 +287,6 @@ class Scaling:
         dev = self.baseline.device
         return [f"{dev}: {self._head()}"] + [f"{dev}: {self._line(r, 0)}" for r in self.rows]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "rows": [
-                {
-                    "nproc": r.nproc,
-                    "speedup": r.speedup,
-                    "efficiency": r.efficiency,
-                    "run": r.run.to_dict(),
-                }
-                for r in self.rows
-            ]
-        }
-
 
 # --------------------------------------------------------------------------- all-reduce sweep
 
@@ -339,7 +303,7 @@ def bus_bandwidth_factor(nproc: int) -> float:
 
 
 @dataclass(frozen=True)
-class AllreduceRow:
+class AllreduceRow(JsonRecord):
     """One message size: the all-reduce's time and the bandwidths it implies (GB = 1e9 bytes)."""
 
     size_bytes: int
@@ -347,13 +311,15 @@ class AllreduceRow:
     algbw_gb_per_s: float  # size / time
     busbw_gb_per_s: float  # algbw × 2(n-1)/n
 
+    json_extra = ("median_ms",)
+
     @property
     def median_ms(self) -> float:
         return self.timing.median_ms
 
 
 @dataclass(frozen=True)
-class AllreduceCost:
+class AllreduceCost(JsonRecord):
     """All-reduce time and bandwidth against message size, on ``nproc`` processes."""
 
     nproc: int
@@ -432,38 +398,15 @@ class AllreduceCost:
             for r in self.rows
         ]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "nproc": self.nproc,
-            "backend": self.backend,
-            "devices": list(self.devices),
-            "reps": self.reps,
-            "skipped_bytes": list(self.skipped_bytes),
-            "rows": [
-                {
-                    "size_bytes": r.size_bytes,
-                    "median_ms": r.median_ms,
-                    "algbw_gb_per_s": r.algbw_gb_per_s,
-                    "busbw_gb_per_s": r.busbw_gb_per_s,
-                    "timing": r.timing.to_dict(),
-                }
-                for r in self.rows
-            ],
-        }
-
 
 # --------------------------------------------------------------------------- model size
 
 
 @dataclass(frozen=True)
-class ModelSizeComm:
+class ModelSizeComm(JsonRecord):
     """DDP runs at several widths: how the all-reduce in a step grows with the parameter count."""
 
     runs: tuple[DdpRun, ...]
-
-    def __post_init__(self) -> None:
-        if not self.runs or not all(isinstance(r, DdpRun) for r in self.runs):
-            raise TypeError("runs must be a non-empty tuple of DdpRun results")
 
     def _head(self) -> str:
         b = self.runs[0]
@@ -517,6 +460,3 @@ class ModelSizeComm:
             f"{format_duration(r.allreduce.median_ms)}"
             for r in self.runs
         ]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"runs": [r.to_dict() for r in self.runs]}

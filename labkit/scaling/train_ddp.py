@@ -103,8 +103,6 @@ def build_mlp(
     makes gradient accumulation exact (:mod:`labkit.scaling.accumulation`).
     """
     _check_mlp(width, in_features, depth, out_features)
-    if not isinstance(batch_norm, bool):
-        raise TypeError(f"batch_norm must be True or False, got {type(batch_norm).__name__}")
     import torch
 
     layers: list[Any] = []

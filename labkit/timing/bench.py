@@ -20,14 +20,15 @@ Python (linear-interpolation quantiles, numpy's default method).
 from __future__ import annotations
 
 import math
-import numbers
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from labkit.core.results import JsonRecord
 from labkit.core.units import duration_unit, format_duration
+from labkit.core.validate import check_int, check_ms, check_positive_int
 from labkit.timing import sync as _sync
 
 #: A timing whose IQR exceeds this fraction of its median is flagged as noisy.
@@ -37,9 +38,6 @@ NOISY_THRESHOLD = 0.10
 
 class NoisyTimingWarning(UserWarning):
     """The samples of a timing spread so widely that its median is unreliable."""
-
-
-# --------------------------------------------------------------------------- formatting
 
 
 # --------------------------------------------------------------------------- statistics
@@ -52,32 +50,18 @@ def quantile(sorted_values: Sequence[float], q: float) -> float:
     result is clamped between them, so rounding can never put a quartile
     outside the samples or out of order.
     """
-    if isinstance(sorted_values, (str, bytes)) or not isinstance(sorted_values, Sequence):
-        raise TypeError(
-            f"sorted_values must be a sorted sequence of numbers, got {type(sorted_values).__name__}"
-        )
     n = len(sorted_values)
-    if n == 0:
-        raise ValueError("sorted_values is empty: quantile() needs at least one value")
-    if isinstance(q, bool) or not isinstance(q, numbers.Real):
-        raise TypeError(f"q must be a number between 0 and 1, got {type(q).__name__} ({q!r})")
-    if not 0.0 <= q <= 1.0:
-        raise ValueError(f"q must be between 0 and 1, got {q!r}")
     position = (n - 1) * q
     lower = math.floor(position)
     upper = min(lower + 1, n - 1)
-    a, b = sorted_values[lower], sorted_values[upper]
-    for value in (a, b):
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise TypeError(f"sorted_values must hold numbers, got {type(value).__name__}")
-    a, b = float(a), float(b)
+    a, b = float(sorted_values[lower]), float(sorted_values[upper])
     t = position - lower
     value = a + (b - a) * t if t < 0.5 else b - (b - a) * (1.0 - t)
     return min(max(value, a), b)
 
 
 @dataclass(frozen=True)
-class Timing:
+class Timing(JsonRecord):
     """Every sample of one measurement and the statistics that summarise them.
 
     All durations are in milliseconds (``_ms``). The median and the
@@ -91,7 +75,12 @@ class Timing:
     "host clock"; ``warmup_calls`` counts the calls between the first call
     (``first_call_ms``, not a sample) and the samples. ``relative_spread``
     is IQR / median; above 0.10 the timing is ``noisy``.
+
+    A notebook exercise may build one by hand from its own samples, so the
+    samples are checked (at least one, each finite and >= 0); nothing else is.
     """
+
+    json_extra = ("noisy",)
 
     samples_ms: tuple[float, ...]
     label: str | None = None
@@ -111,28 +100,6 @@ class Timing:
 
     def __post_init__(self) -> None:
         samples = _check_samples(self.samples_ms)
-        if self.label is not None and not isinstance(self.label, str):
-            raise TypeError(f"label must be a string or None, got {type(self.label).__name__}")
-        for name in ("device", "method"):
-            if not isinstance(getattr(self, name), str):
-                raise TypeError(
-                    f"{name} must be a string, got {type(getattr(self, name)).__name__}"
-                )
-        if isinstance(self.warmup_calls, bool) or not isinstance(
-            self.warmup_calls, numbers.Integral
-        ):
-            raise TypeError(
-                f"warmup_calls must be an integer, got {type(self.warmup_calls).__name__}"
-            )
-        if self.warmup_calls < 0:
-            raise ValueError(f"warmup_calls must be >= 0, got {self.warmup_calls!r}")
-        first = self.first_call_ms
-        if first is not None and (isinstance(first, bool) or not isinstance(first, numbers.Real)):
-            raise TypeError(
-                f"first_call_ms must be a duration in ms or None, got {type(first).__name__}"
-            )
-        if first is not None and not (math.isfinite(first) and first >= 0):
-            raise ValueError(f"first_call_ms must be a finite duration >= 0 ms, got {first!r}")
         ordered = sorted(samples)
         q1, median, q3 = (quantile(ordered, q) for q in (0.25, 0.5, 0.75))
         iqr = q3 - q1
@@ -172,55 +139,23 @@ class Timing:
             text += f" [noisy: IQR is {_percent(self.relative_spread)} of the median]"
         return text
 
-    def to_dict(self) -> dict[str, Any]:
-        """Every field (samples as a list) for JSON; ``noisy`` is included."""
-        return {
-            "label": self.label,
-            "device": self.device,
-            "method": self.method,
-            "n": self.n,
-            "median_ms": self.median_ms,
-            "q1_ms": self.q1_ms,
-            "q3_ms": self.q3_ms,
-            "iqr_ms": self.iqr_ms,
-            "min_ms": self.min_ms,
-            "max_ms": self.max_ms,
-            "mean_ms": self.mean_ms,
-            "relative_spread": self.relative_spread,
-            "noisy": self.noisy,
-            "warmup_calls": self.warmup_calls,
-            "first_call_ms": self.first_call_ms,
-            "samples_ms": list(self.samples_ms),
-        }
-
 
 def _percent(fraction: float) -> str:
     return "more than 100%" if math.isinf(fraction) else f"{fraction * 100:.0f}%"
 
 
-def _check_samples(samples: Any) -> tuple[float, ...]:
-    if isinstance(samples, (str, bytes)) or not isinstance(samples, Iterable):
-        raise TypeError(
-            f"samples_ms must be a sequence of durations in ms, got {type(samples).__name__}"
-        )
+def _check_samples(samples: Iterable[float]) -> tuple[float, ...]:
     values = tuple(samples)
     if not values:
         raise ValueError("samples_ms is empty: a Timing needs at least one sample")
-    checked = []
     for i, value in enumerate(values):
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise TypeError(f"samples_ms[{i}] must be a number, got {type(value).__name__}")
-        value = float(value)
-        if not math.isfinite(value) or value < 0:
+        if not (math.isfinite(value) and value >= 0):
             raise ValueError(f"samples_ms[{i}] must be a finite duration >= 0 ms, got {value!r}")
-        checked.append(value)
-    return tuple(checked)
+    return tuple(map(float, values))
 
 
 def noisy_message(timing: Timing) -> str:
     """The text of the :class:`NoisyTimingWarning` for ``timing``: causes and what to do."""
-    if not isinstance(timing, Timing):
-        raise TypeError(f"timing must be a Timing from labkit.bench, got {type(timing).__name__}")
     name = f"{timing.label!r}" if timing.label else "this timing"
     return (
         f"{name}: IQR is {_percent(timing.relative_spread)} of the median "
@@ -287,8 +222,8 @@ def bench(
     events and the device is synchronized once per batch of calls; elsewhere
     the device is synchronized before every clock read.
     """
-    check_bench_args(fn, warmup_ms, rep_ms, min_reps, max_reps, flush_l2, label, clock, warn)
-    grads = _check_grads(grad_to_none)
+    warmup_ms, rep_ms, min_reps, max_reps = check_bench_args(warmup_ms, rep_ms, min_reps, max_reps)
+    grads = () if grad_to_none is None else tuple(grad_to_none)
     if label is None:
         name = getattr(fn, "__name__", None)
         label = name if isinstance(name, str) and name.isidentifier() else None
@@ -427,64 +362,13 @@ def _flusher(group: _sync.SyncGroup) -> Callable[[], None]:
 
 
 def check_bench_args(
-    fn: Any,
-    warmup_ms: Any,
-    rep_ms: Any,
-    min_reps: Any,
-    max_reps: Any,
-    flush_l2: Any,
-    label: Any,
-    clock: Any,
-    warn: Any,
-) -> None:
-    if not callable(fn):
-        raise TypeError(
-            f"fn must be callable (a function, lambda or object with __call__), got "
-            f"{type(fn).__name__} instead. Pass the function itself, not its result: "
-            "bench(f, x), not bench(f(x))."
-        )
-    _check_ms("warmup_ms", warmup_ms, allow_zero=True)
-    _check_ms("rep_ms", rep_ms, allow_zero=False)
-    if isinstance(min_reps, bool) or not isinstance(min_reps, numbers.Integral) or min_reps < 1:
-        raise ValueError(f"min_reps must be a positive integer, got {min_reps!r}")
-    if isinstance(max_reps, bool) or not isinstance(max_reps, numbers.Integral):
-        raise TypeError(f"max_reps must be an integer, got {type(max_reps).__name__} instead")
-    if max_reps < min_reps:
-        raise ValueError(f"max_reps must be >= min_reps ({min_reps}), got {max_reps!r}")
-    for name, value in (("flush_l2", flush_l2), ("warn", warn)):
-        if not isinstance(value, bool):
-            raise TypeError(f"{name} must be True or False, got {type(value).__name__} instead")
-    if label is not None and not isinstance(label, str):
-        raise TypeError(f"label must be a string or None, got {type(label).__name__} instead")
-    if not callable(clock):
-        raise TypeError(
-            f"clock must be a callable returning seconds (like time.perf_counter), got "
-            f"{type(clock).__name__} instead"
-        )
-
-
-def _check_ms(name: str, value: Any, *, allow_zero: bool) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number of milliseconds, got {type(value).__name__}")
-    value = float(value)
-    bound = ">= 0" if allow_zero else "> 0"
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be a finite number of milliseconds {bound}, got {value!r}")
-
-
-def _check_grads(grad_to_none: Any) -> tuple[Any, ...]:
-    if grad_to_none is None:
-        return ()
-    if isinstance(grad_to_none, (str, bytes)) or not isinstance(grad_to_none, Iterable):
-        raise TypeError(
-            "grad_to_none must be an iterable of tensors (e.g. model.parameters()), got "
-            f"{type(grad_to_none).__name__} instead"
-        )
-    tensors = tuple(grad_to_none)
-    for i, tensor in enumerate(tensors):
-        if not hasattr(tensor, "grad"):
-            raise TypeError(
-                f"grad_to_none[{i}] has no .grad attribute ({type(tensor).__name__}); "
-                "pass tensors that require gradients, such as model.parameters()"
-            )
-    return tensors
+    warmup_ms: float, rep_ms: float, min_reps: int, max_reps: int
+) -> tuple[float, float, int, int]:
+    """``bench``'s budgets and counts, checked (also by :func:`~labkit.timing.pitfalls.naive_timing`)."""
+    warmup = check_ms("warmup_ms", warmup_ms, allow_zero=True)
+    rep = check_ms("rep_ms", rep_ms)
+    low = check_positive_int("min_reps", min_reps)
+    high = check_int("max_reps", max_reps, minimum=1)
+    if high < low:
+        raise ValueError(f"max_reps must be >= min_reps ({low}), got {max_reps!r}")
+    return warmup, rep, low, high

@@ -11,14 +11,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from labkit.core.results import JsonRecord
 from labkit.core.units import format_duration, format_speedup
 from labkit.timing.bench import NOISY_THRESHOLD, Timing
 
 
 @dataclass(frozen=True)
-class ComparisonRow:
+class ComparisonRow(JsonRecord):
     """One timing in a comparison, with its speedup over the baseline."""
 
     label: str
@@ -30,22 +30,13 @@ class ComparisonRow:
     speedup: float
     noisy: bool
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "label": self.label,
-            "device": self.device,
-            "median_ms": self.median_ms,
-            "iqr_ms": self.iqr_ms,
-            "min_ms": self.min_ms,
-            "n": self.n,
-            "speedup": self.speedup,
-            "noisy": self.noisy,
-        }
-
 
 @dataclass(frozen=True)
-class Comparison:
-    """A table of timings against one baseline; ``str()`` gives aligned plain text."""
+class Comparison(JsonRecord):
+    """A table of timings against one baseline; ``str()`` gives aligned plain text.
+
+    As JSON: ``rows`` and ``baseline_index`` (the baseline row is ``rows[baseline_index]``).
+    """
 
     rows: tuple[ComparisonRow, ...]
     baseline_index: int
@@ -87,12 +78,6 @@ class Comparison:
             lines.append(f"* noisy: IQR is more than {NOISY_THRESHOLD:.0%} of the median")
         return "\n".join(lines)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "baseline": self.baseline.label,
-            "rows": [row.to_dict() for row in self.rows],
-        }
-
 
 def compare(timings: Sequence[Timing], baseline: int | str | None = None) -> Comparison:
     """Tabulate ``timings`` with each one's speedup over ``baseline``.
@@ -104,21 +89,8 @@ def compare(timings: Sequence[Timing], baseline: int | str | None = None) -> Com
 
     Rows without a label are called "#0", "#1", ... by position.
     """
-    if isinstance(timings, Timing):
-        raise TypeError("compare() takes a sequence of Timing objects; wrap one in a list")
-    if isinstance(timings, (str, bytes)) or not isinstance(timings, Sequence):
-        raise TypeError(
-            f"timings must be a sequence (list or tuple) of Timing objects, got "
-            f"{type(timings).__name__} instead"
-        )
     if len(timings) == 0:
         raise ValueError("timings is empty: compare() needs at least one Timing")
-    for i, timing in enumerate(timings):
-        if not isinstance(timing, Timing):
-            raise TypeError(
-                f"Expected an instance of Timing, got {type(timing).__name__} instead "
-                f"(timings[{i}]); pass the results of labkit.bench()"
-            )
     labels = [t.label if t.label else f"#{i}" for i, t in enumerate(timings)]
     index = _baseline_index(baseline, labels)
     base_ms = timings[index].median_ms
@@ -147,15 +119,6 @@ def _ratio(base_ms: float, ms: float) -> float:
 def _baseline_index(baseline: int | str | None, labels: list[str]) -> int:
     if baseline is None:
         return 0
-    if isinstance(baseline, bool):
-        raise TypeError("baseline must be an index, a label or None, got bool")
-    if isinstance(baseline, int):
-        if not -len(labels) <= baseline < len(labels):
-            raise ValueError(
-                f"baseline={baseline} is out of range for {len(labels)} timings "
-                f"(use 0 to {len(labels) - 1}, or a label)"
-            )
-        return baseline % len(labels)
     if isinstance(baseline, str):
         matches = [i for i, label in enumerate(labels) if label == baseline]
         if not matches:
@@ -169,6 +132,9 @@ def _baseline_index(baseline: int | str | None, labels: list[str]) -> int:
                 "labels (bench(..., label=...)) or pass the baseline's index"
             )
         return matches[0]
-    raise TypeError(
-        f"baseline must be an index, a label or None, got {type(baseline).__name__} instead"
-    )
+    if not -len(labels) <= baseline < len(labels):
+        raise ValueError(
+            f"baseline={baseline} is out of range for {len(labels)} timings "
+            f"(use 0 to {len(labels) - 1}, or a label)"
+        )
+    return baseline % len(labels)

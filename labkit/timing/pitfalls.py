@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import contextlib
 import math
-import numbers
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from labkit.core.optional import import_optional, is_installed
+from labkit.core.results import JsonRecord
 from labkit.core.units import format_duration, format_speedup
-from labkit.core.validate import check_torch_device
+from labkit.core.validate import check_int, check_positive_int, check_torch_device
 from labkit.machine.memory import check_memory_fits
 from labkit.machine.report import resolve_torch_device
 from labkit.timing import sync as _sync
@@ -40,8 +40,10 @@ NAIVE_REPS = 20
 
 
 @dataclass(frozen=True)
-class NaiveVsSynced:
+class NaiveVsSynced(JsonRecord):
     """The same work timed with a naive host clock and with :func:`labkit.bench`."""
+
+    json_extra = ("ratio", "on_gpu")
 
     label: str
     device: str
@@ -91,17 +93,6 @@ class NaiveVsSynced:
     def __str__(self) -> str:
         return f"{self.summary()}\n{self.explanation()}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "label": self.label,
-            "device": self.device,
-            "naive_ms": self.naive_ms,
-            "naive_reps": self.naive_reps,
-            "ratio": self.ratio,
-            "on_gpu": self.on_gpu,
-            "synced": self.synced.to_dict(),
-        }
-
 
 def naive_timing(
     fn: Callable[..., Any],
@@ -124,10 +115,9 @@ def naive_timing(
     ``warmup_ms``, ``rep_ms``, ``device``, ``label``, ``clock`` and ``warn``
     are passed to ``bench``; other keyword arguments go to ``fn``.
     """
-    if isinstance(reps, bool) or not isinstance(reps, numbers.Integral) or reps < 1:
-        raise ValueError(f"reps must be a positive integer number of naive calls, got {reps!r}")
+    reps = check_positive_int("reps", reps)
     # bench's own checks, before the naive loop runs: a bad rep_ms must not cost a measurement
-    check_bench_args(fn, warmup_ms, rep_ms, 5, 100_000, False, label, clock, warn)
+    check_bench_args(warmup_ms, rep_ms, 5, 100_000)
     if label is None:
         name = getattr(fn, "__name__", None)
         label = name if isinstance(name, str) and name.isidentifier() else "fn"
@@ -159,7 +149,7 @@ def naive_timing(
         label=label,
         device=group.primary.name,
         naive_ms=max(naive_ms, 0.0),
-        naive_reps=int(reps),
+        naive_reps=reps,
         synced=synced,
     )
 
@@ -171,10 +161,7 @@ def matmul_workload(n: int, device: str = "cpu") -> tuple[Callable[..., Any], tu
     (CuPy on its current GPU). The inputs are random and made once, so a
     timing measures only the product.
     """
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 1 <= n <= 32768:
-        raise ValueError(f"n must be an integer matrix size from 1 to 32768, got {n!r}")
-    if not isinstance(device, str):
-        raise TypeError(f"device must be a string such as 'cpu' or 'cuda', got {device!r}")
+    n = check_int("n", n, minimum=1, maximum=32768)
     if device != "cupy":
         try:  # only 'cpu', 'cuda', 'cuda:N', 'mps', 'xpu': torch knows more types than it can run
             check_torch_device(device, allow_none=False)
@@ -183,7 +170,6 @@ def matmul_workload(n: int, device: str = "cpu") -> tuple[Callable[..., Any], tu
                 f"device={device!r} is not a torch device ('cpu', 'cuda', 'cuda:1', 'mps') "
                 "or 'cupy'"
             ) from None
-    n = int(n)
     check_memory_fits(2 * 4 * n * n, arrays=1, what=f"matmul_workload(n={n}) (two float32 inputs)")
     if device == "cupy":
         cupy = import_optional("cupy", "the CuPy matmul workload")
@@ -192,12 +178,7 @@ def matmul_workload(n: int, device: str = "cpu") -> tuple[Callable[..., Any], tu
         b = rng.random((n, n), dtype=cupy.float32)
         return cupy.matmul, (a, b)
     torch = import_optional("torch", "the matmul workload")
-    try:
-        where = torch.device(device)
-    except RuntimeError as exc:
-        raise ValueError(
-            f"device={device!r} is not a torch device ('cpu', 'cuda', 'cuda:1', 'mps') or 'cupy'"
-        ) from exc
+    where = torch.device(device)
     if where.type != "cpu":  # a GPU that is not here: say so, not a CUDA assertion from torch
         resolve_torch_device(where, "device")
     generator = torch.Generator().manual_seed(0)

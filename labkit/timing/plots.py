@@ -6,7 +6,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from labkit.core.units import duration_unit
-from labkit.core.validate import check_ax, check_str
 from labkit.plotting import plain_log_ticks, pyplot, style_axes
 from labkit.timing.bench import Timing
 
@@ -20,11 +19,6 @@ def plot_samples(timing: Timing, *, ax: Any = None) -> Any:
     samples because it is not one of them: this picture is why ``bench`` warms
     up, and why it reports the median rather than the mean.
     """
-    if not isinstance(timing, Timing):
-        raise TypeError(
-            f"Expected an instance of Timing for timing, got {type(timing).__name__} instead."
-        )
-    check_ax(ax)
     plt = pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.5))
@@ -54,21 +48,17 @@ def plot_samples(timing: Timing, *, ax: Any = None) -> Any:
     )
 
 
-def plot_timings(timings: Any, *, ax: Any = None, title: str = "Median time per call") -> Any:
+def plot_timings(
+    timings: Iterable[Timing], *, ax: Any = None, title: str = "Median time per call"
+) -> Any:
     """Medians as horizontal bars with the IQR as error bars: a picture of ``labkit.compare``.
 
     The error bars are the point: two bars whose IQRs overlap are not
     reliably different, whatever their medians say.
     """
-    items = (
-        []
-        if isinstance(timings, (str, bytes)) or not isinstance(timings, Iterable)
-        else list(timings)
-    )
-    if not items or not all(isinstance(t, Timing) for t in items):
-        raise TypeError("timings must be a non-empty sequence of labkit Timing objects")
-    check_ax(ax)
-    check_str("title", title)
+    items = list(timings)
+    if not items:
+        raise ValueError("timings is empty: plot_timings() needs at least one Timing")
     plt = pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 0.5 * len(items) + 1.5))

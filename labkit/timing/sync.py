@@ -76,12 +76,7 @@ def supports_events(sync: object) -> bool:
 
 def is_host_device(name: str) -> bool:
     """Whether a device name means the CPU, where work is done when the call returns."""
-    if not isinstance(name, str):
-        raise TypeError(f"name must be a device name such as 'cpu', got {type(name).__name__}")
     return name == "cpu" or ":CPU:" in f"{name.upper()}:"
-
-
-# --------------------------------------------------------------------------- concrete devices
 
 
 # --------------------------------------------------------------------------- groups
@@ -98,12 +93,6 @@ class SyncGroup:
 
     primary: Synchronizer
     extras: tuple[Synchronizer, ...] = ()
-
-    def __post_init__(self) -> None:
-        _check_synchronizers("primary", (self.primary,))
-        if not isinstance(self.extras, tuple):
-            raise TypeError(f"extras must be a tuple of synchronizers, got {self.extras!r}")
-        _check_synchronizers("extras", self.extras)
 
     @property
     def name(self) -> str:
@@ -130,8 +119,6 @@ def merge(found: Sequence[Synchronizer], ambient: Sequence[Synchronizer] = ()) -
     become primary: when no GPU data was seen, the work may be pure CPU work,
     and events on an idle GPU queue would time nothing.
     """
-    _check_synchronizers("found", found)
-    _check_synchronizers("ambient", ambient)
     gpus = [s for s in found if not is_host_device(s.name)]
     primary: Synchronizer = gpus[0] if gpus else (found[0] if found else HostSync())
     extras: list[Synchronizer] = []
@@ -149,10 +136,8 @@ def group_for(device: str | Synchronizer | None, values: Iterable[Any]) -> SyncG
     An explicit device is used alone. None infers it from ``values`` and adds
     every ambient GPU context (see :func:`ambient_synchronizers`).
     """
-    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise TypeError(f"values must be the call's arguments (an iterable), got {values!r}")
     if device is not None:
-        return SyncGroup(resolve_device(device))
+        return SyncGroup(synchronizer_for(device))
     return merge(infer_synchronizers(values), ambient_synchronizers())
 
 
@@ -162,8 +147,6 @@ def refine(group: SyncGroup, result: Any) -> SyncGroup:
     ``bench(make_batch)`` has no arguments; the tensor it returns says where
     the work ran.
     """
-    if not isinstance(group, SyncGroup):
-        raise TypeError(f"group must be a SyncGroup, got {type(group).__name__}")
     if not is_host_device(group.primary.name):
         return group
     more = infer_synchronizers([result])
@@ -176,18 +159,7 @@ def refine(group: SyncGroup, result: Any) -> SyncGroup:
 # --------------------------------------------------------------------------- resolution
 
 
-def _check_synchronizers(name: str, syncs: Any) -> None:
-    if isinstance(syncs, (str, bytes)) or not isinstance(syncs, Iterable):
-        raise TypeError(f"{name} must be a sequence of synchronizers, got {syncs!r}")
-    for sync in syncs:
-        if not isinstance(sync, Synchronizer) or not isinstance(getattr(sync, "name", None), str):
-            raise TypeError(
-                f"{name} must hold synchronizers (objects with a `name` and `synchronize()`), "
-                f"got {type(sync).__name__}"
-            )
-
-
-def resolve_device(device: str | Synchronizer) -> Synchronizer:
+def synchronizer_for(device: str | Synchronizer) -> Synchronizer:
     """Turn ``bench``'s ``device=`` argument into a synchronizer.
 
     Strings: "cpu", "cuda", "cuda:N", "mps", "xpu", "xpu:N", "cupy", "cupy:N",
@@ -238,11 +210,9 @@ def infer_synchronizers(values: Iterable[Any]) -> list[Synchronizer]:
     tensors by ``type(x).__module__``, so no framework is imported here.
     Anything else (numpy arrays, numbers) counts as CPU data.
     """
-    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise TypeError(f"values must be an iterable of values, got {values!r}")
     found: list[Synchronizer] = []
     for value in _shallow(values):
-        sync = _synchronizer_for(value)
+        sync = _synchronizer_of_value(value)
         if sync is not None and all(sync.name != seen.name for seen in found):
             found.append(sync)
     return found
@@ -257,7 +227,7 @@ def _shallow(values: Iterable[Any]) -> Iterable[Any]:
             yield from value.values()
 
 
-def _synchronizer_for(value: Any) -> Synchronizer | None:
+def _synchronizer_of_value(value: Any) -> Synchronizer | None:
     root = type(value).__module__.partition(".")[0]
     if root == "numpy":
         return HostSync()
@@ -352,6 +322,3 @@ def _tf_ambient() -> list[Synchronizer]:
     if tf.config.list_logical_devices("GPU"):
         return [TensorFlowSync()]
     return []
-
-
-# --------------------------------------------------------------------------- CPU caches

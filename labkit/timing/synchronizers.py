@@ -6,7 +6,6 @@ device events. :mod:`labkit.timing.sync` groups them and finds the right ones fo
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -58,7 +57,6 @@ class TorchCudaSync:
     """A CUDA (or ROCm) device driven by torch; times with ``torch.cuda.Event``."""
 
     def __init__(self, index: int | None = None) -> None:
-        check_index(index)
         self._torch = import_optional("torch", "timing CUDA work")
         if not self._torch.cuda.is_available():
             raise ValueError(
@@ -137,7 +135,6 @@ class TorchXpuSync:
     """An Intel GPU through torch's XPU backend (host clock after ``torch.xpu.synchronize``)."""
 
     def __init__(self, index: int | None = None) -> None:
-        check_index(index)
         self._torch = import_optional("torch", "timing XPU work")
         xpu = getattr(self._torch, "xpu", None)
         if xpu is None or not xpu.is_available():
@@ -165,7 +162,6 @@ class CupySync:
     """A CUDA device driven by CuPy; times with ``cupy.cuda.Event``."""
 
     def __init__(self, index: int | None = None) -> None:
-        check_index(index)
         self._cupy = import_optional("cupy", "timing CuPy work")
         if not self._cupy.is_available():
             raise ValueError(
@@ -208,10 +204,6 @@ class TensorFlowSync:
     """TensorFlow: ``tf.test.experimental.sync_devices()`` waits for every device it uses."""
 
     def __init__(self, device_name: str | None = None) -> None:
-        if device_name is not None and not isinstance(device_name, str):
-            raise TypeError(
-                f"device_name must be a TensorFlow device name or None, got {device_name!r}"
-            )
         self._tf = import_tensorflow("timing TensorFlow work")
         self.name = "tf" if not device_name else f"tf:{_short_tf_device(device_name)}"
 
@@ -242,16 +234,6 @@ def _short_tf_device(device: str) -> str:
     return match.group(1).upper() if match else device
 
 
-def check_index(index: Any) -> None:
-    """A device index: None (the current device) or an integer >= 0."""
-    if index is None:
-        return
-    if isinstance(index, bool) or not isinstance(index, int):
-        raise TypeError(f"index must be a device number or None, got {type(index).__name__}")
-    if index < 0:
-        raise ValueError(f"index must be a device number >= 0, got {index!r}")
-
-
 def cpu_last_level_cache_bytes(sysfs: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int:
     """Size of the CPU's largest cache, read from Linux's /sys; 64 MiB where unknown.
 
@@ -260,9 +242,6 @@ def cpu_last_level_cache_bytes(sysfs: Path = Path("/sys/devices/system/cpu/cpu0/
     """
     from labkit.machine.cpu import parse_cache_size
 
-    if not isinstance(sysfs, (str, os.PathLike)):
-        raise TypeError(f"sysfs must be a path, got {type(sysfs).__name__}")
-    sysfs = Path(sysfs)
     sizes: list[int] = []
     try:
         for entry in sorted(sysfs.glob("index*/size")):

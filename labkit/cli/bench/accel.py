@@ -21,15 +21,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.accel.common import first_line, seconds, times
+from labkit.accel.common import seconds, times
+from labkit.cli.bench.run import part_failed
 from labkit.core.units import format_duration
-from labkit.core.validate import check_flags, check_positive_int
+from labkit.core.validate import check_positive_int
 
 #: The recording ``--record`` writes.
 REFERENCE_NAME = "accel"
 
 #: The dtypes autocast is measured with, against float32.
 PRECISIONS = ("bfloat16", "float16")
+
+COMMAND = "labkit bench accel"
 
 _QUICK = "(--quick: toy sizes and tiny time budgets, no torch.compile; the numbers mean little)"
 
@@ -188,7 +191,6 @@ class AccelResults:
 
 def measure(quick: bool = False) -> AccelResults:
     """Run the four measurements on the best torch device here (CUDA where there is one)."""
-    check_flags(quick=quick)
     from labkit.accel import (
         async_launch_demo,
         mixed_precision_torch,
@@ -220,7 +222,7 @@ def measure(quick: bool = False) -> AccelResults:
                 )
             )
         except Exception as exc:  # e.g. float16 autocast unsupported on this CPU
-            failed.append((f"{dtype} autocast", f"{type(exc).__name__}: {first_line(exc)}"))
+            failed.append((f"{dtype} autocast", part_failed(COMMAND, f"{dtype} autocast", exc)))
     compiled, note = None, None
     if quick:
         note = "skipped (--quick; its first call alone takes 10-20 s on a CPU)"
@@ -228,7 +230,7 @@ def measure(quick: bool = False) -> AccelResults:
         try:
             compiled = torch_compile_benchmark(size=2**24 if on_gpu else 4_000_000, device=device)
         except Exception as exc:  # no C++ compiler / Triton here: say so, keep the rest
-            note = f"not measured ({type(exc).__name__}: {first_line(exc)})"
+            note = f"not measured ({part_failed(COMMAND, 'torch.compile', exc)})"
     return AccelResults(
         device=device,
         launch=launch,
@@ -248,7 +250,6 @@ def run_accel_benchmark(as_json: bool = False, record: bool = False, quick: bool
     and returns 0. Without torch it prints the install command and returns
     1. ``record`` with ``quick`` is a UsageError (exit 2).
     """
-    check_flags(as_json=as_json, record=record, quick=quick)
     from labkit.cli.bench.run import preflight, record_and_report
 
     early = preflight("labkit bench accel", record=record, quick=quick)

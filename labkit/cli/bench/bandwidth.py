@@ -34,11 +34,14 @@ from labkit.bandwidth import overlap
 from labkit.bandwidth import sizes as bw_sizes
 from labkit.bandwidth import stream as _bandwidth
 from labkit.cli.bench import cstream as _cstream
+from labkit.cli.bench.run import part_failed
 from labkit.core import units
+from labkit.core.results import JsonRecord
 from labkit.core.units import format_bytes, format_duration
-from labkit.core.validate import check_flags, check_int, check_positive_int
+from labkit.core.validate import check_int, check_positive_int
 from labkit.machine import memory as _memory
 from labkit.machine import reference as _reference
+from labkit.machine.report import CPU_OR_CUDA, resolve_device
 from labkit.timing.bench import Timing, bench
 
 #: labkit's probe must reach this fraction of the best reference.
@@ -58,21 +61,13 @@ WRITE_ALLOCATE_NOTE = (
 
 
 @dataclass(frozen=True)
-class CReference:
+class CReference(JsonRecord):
     """How the C reference went: "ok" (with compiler and flags) or "skipped" (with why)."""
 
     status: str
     note: str
     compiler: str | None = None
     flags: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "status": self.status,
-            "note": self.note,
-            "compiler": self.compiler,
-            "flags": list(self.flags),
-        }
 
 
 # --------------------------------------------------------------------------- the CPU part
@@ -282,7 +277,7 @@ def run_gpu(max_bytes: int | None = None) -> dict[str, Any]:
     """
     from labkit.bandwidth import strided, transfers
 
-    device = bw_sizes.check_device("cuda")
+    device = resolve_device("cuda", kinds=CPU_OR_CUDA)
     size = None
     if max_bytes is not None:
         size = min(bw_sizes.dram_bytes_per_array(device), max_bytes)
@@ -299,14 +294,12 @@ def run_gpu(max_bytes: int | None = None) -> dict[str, Any]:
         try:
             parts[name] = run()
         except Exception as exc:  # keep the D2D result; say what failed
-            parts[name] = f"{type(exc).__name__}: {exc}"
+            parts[name] = part_failed("labkit bench bandwidth", name, exc)
     return parts
 
 
 def gpu_summary(parts: dict[str, Any]) -> list[str]:
     """Lines for people: the GPU results, as printed and as stored in the recording."""
-    if not isinstance(parts, dict) or "d2d" not in parts:
-        raise TypeError(f"parts must be the dict run_gpu() returns, got {type(parts).__name__}")
     d2d = parts["d2d"]
     fmt = units.format_gb_per_s
     lines = [
@@ -359,8 +352,6 @@ def _gpu_json(parts: dict[str, Any]) -> dict[str, Any]:
 
 def format_cpu(cpu: CpuBandwidth) -> str:
     """The CPU table and the ratio line."""
-    if not isinstance(cpu, CpuBandwidth):
-        raise TypeError(f"cpu must be a CpuBandwidth (from run_cpu()), got {type(cpu).__name__}")
     fmt = units.format_gb_per_s
     header = ["kernel", "measured by", "bandwidth", "median", "threads"]
     table = [header]
@@ -440,7 +431,6 @@ def run_bandwidth_benchmark(
     and returns 0. ``max_bytes`` caps the bytes per array (tests use a tiny
     size; a cache-sized array measures the cache, not DRAM).
     """
-    check_flags(as_json=as_json, record=record)
     if max_bytes is not None:
         check_int("max_bytes", max_bytes, minimum=4096)
     check_int("rounds", rounds, minimum=1)

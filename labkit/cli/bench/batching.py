@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.batching import memory_fit
-from labkit.core.validate import check_flags
 
 #: The recording ``--record`` writes.
 REFERENCE_NAME = "batching"
@@ -66,7 +65,6 @@ class BatchingResults:
 
 def measure(quick: bool = False) -> BatchingResults:
     """The sweep (train and inference) and the largest-batch search, on a GPU if there is one."""
-    check_flags(quick=quick)
     from labkit.batching import largest as largest_batch
     from labkit.batching import sweep as batching
     from labkit.machine.gpu import has_gpu
@@ -98,7 +96,6 @@ def run_batching_benchmark(
     *, as_json: bool = False, record: bool = False, quick: bool = False
 ) -> int:
     """``labkit bench batching``; returns the exit code (same rules as the other recorders)."""
-    check_flags(as_json=as_json, record=record, quick=quick)
     from labkit.cli.bench.run import preflight, record_and_report
 
     early = preflight("labkit bench batching", record=record, quick=quick)

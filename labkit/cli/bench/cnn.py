@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.accel.common import first_line, times
-from labkit.core.validate import check_flags
+from labkit.accel.common import times
+from labkit.cli.bench.run import part_failed
 
 #: The recording ``--record`` writes.
 REFERENCE_NAME = "cnn"
@@ -147,7 +147,6 @@ class CnnResults:
 
 def measure(quick: bool = False) -> CnnResults:
     """Every variant of :data:`VARIANTS` that this device runs, on a fresh seeded CNN each."""
-    check_flags(quick=quick)
     import torch
 
     from labkit.machine.gpu import has_gpu
@@ -177,7 +176,7 @@ def measure(quick: bool = False) -> CnnResults:
                 **budget,
             )
         except Exception as exc:  # one variant failing keeps the others
-            failed.append((name, f"{type(exc).__name__}: {first_line(exc)}"))
+            failed.append((name, part_failed("labkit bench cnn", name, exc)))
             continue
         if points:
             curves.append(VariantCurve(name, tuple(points)))
@@ -190,7 +189,6 @@ def measure(quick: bool = False) -> CnnResults:
 
 def run_cnn_benchmark(as_json: bool = False, record: bool = False, quick: bool = False) -> int:
     """``labkit bench cnn``; returns the exit code (same rules as the other recorders)."""
-    check_flags(as_json=as_json, record=record, quick=quick)
     from labkit.cli.bench.run import preflight, record_and_report
 
     early = preflight("labkit bench cnn", record=record, quick=quick)

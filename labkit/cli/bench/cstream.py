@@ -74,10 +74,6 @@ def compile_stream(workdir: Path, compiler: str) -> tuple[Path, tuple[str, ...]]
     clang has no OpenMP), so each fallback drops one. Raises
     :class:`CStreamError` with the compiler's last message when none works.
     """
-    if not isinstance(workdir, (str, os.PathLike)):
-        raise TypeError(f"workdir must be a path to a directory, got {type(workdir).__name__}")
-    if not isinstance(compiler, str) or not compiler.strip():
-        raise TypeError(f"compiler must be a compiler's name or path, got {compiler!r}")
     source = Path(workdir) / "stream.c"
     source.write_text(c_source(), encoding="utf-8")
     exe = Path(workdir) / "stream"
@@ -111,8 +107,6 @@ class CStream:
     def __init__(self, exe: Path, n_elements: int, *, timeout_s: float = 600.0) -> None:
         from labkit.core.validate import check_positive_int, check_real
 
-        if not isinstance(exe, (str, os.PathLike)):
-            raise TypeError(f"exe must be the path of the compiled program, got {exe!r}")
         n_elements = check_positive_int("n_elements", n_elements)
         self.timeout_s = check_real("timeout_s", timeout_s, low=0, low_open=True)
         self.valid: bool | None = None

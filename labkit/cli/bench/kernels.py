@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import sys
 import time
-import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from labkit.core.validate import check_flags
+from labkit.cli.bench.run import part_failed
+from labkit.core.results import JsonRecord, error_line
 from labkit.kernels import autotune
 
 #: The recording ``--record`` writes.
@@ -63,17 +63,16 @@ TUNE_TRANSPOSE_N, TUNE_SGEMM_N = 4096, 2048
 #: Time budgets of the full run (empty: labkit.bench's defaults, 25 ms warm-up and 100 ms of samples).
 FULL_BUDGET: dict[str, float] = {}
 
+COMMAND = "labkit bench kernels"
+
 _QUICK = "(--quick: toy sizes and tiny time budgets; the numbers mean little)"
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
-
-
 @dataclass(frozen=True)
-class Bar:
+class Bar(JsonRecord):
     """One fraction of a ceiling and the bar it should reach (None: not measured)."""
+
+    json_extra = ("verdict",)
 
     name: str
     bar: float
@@ -95,7 +94,7 @@ class Bar:
 
 
 @dataclass(frozen=True)
-class KernelsBenchResult:
+class KernelsBenchResult(JsonRecord):
     """Everything one run measured, what failed, and the bars."""
 
     device: str
@@ -118,27 +117,6 @@ class KernelsBenchResult:
         if self.quick:
             lines.append(_QUICK)
         return lines
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "device": self.device,
-            "quick": self.quick,
-            "elapsed_s": self.elapsed_s,
-            "bars": [
-                {
-                    "name": b.name,
-                    "bar": b.bar,
-                    "fraction": b.fraction,
-                    "verdict": b.verdict,
-                    "detail": b.detail,
-                }
-                for b in self.bars
-            ],
-            "experiments": {k: v.to_dict() for k, v in self.experiments.items()},
-            "errors": dict(self.errors),
-            "tuning": {k: v.to_dict() for k, v in self.tuning.items()},
-            "tuning_notes": list(self.tuning_notes),
-        }
 
     def __str__(self) -> str:
         lines = [
@@ -182,7 +160,7 @@ def _bars(experiments: Mapping[str, Any], errors: Mapping[str, str]) -> tuple[Ba
             try:
                 fraction, detail = pick(experiments[part])
             except Exception as exc:
-                fraction, detail = None, _first_line(exc)
+                fraction, detail = None, error_line(exc)
         else:
             fraction, detail = None, f"{part} failed: {errors.get(part, 'not run')}"
         bars.append(Bar(name, bar, fraction, detail))
@@ -202,7 +180,6 @@ def _log(message: str) -> None:
 
 def measure(quick: bool = False, *, tune: bool = True) -> tuple[KernelsBenchResult, dict[str, str]]:
     """Run every part; returns the result and the Kernel Tuner cache files ({kernel: path})."""
-    check_flags(quick=quick, tune=tune)
     from labkit.kernels import cupy_run as run
     from labkit.kernels import experiments as kernel_experiments
 
@@ -229,8 +206,7 @@ def measure(quick: bool = False, *, tune: bool = True) -> tuple[KernelsBenchResu
         try:
             experiments[name] = part()
         except Exception as exc:  # one part's failure must not cost the others
-            errors[name] = _first_line(exc)
-            _log(f"{name} failed:\n{traceback.format_exc()}")
+            errors[name] = part_failed(COMMAND, name, exc)
     replays: dict[str, Any] = {}
     caches: dict[str, str] = {}
     notes: list[str] = []
@@ -261,12 +237,13 @@ def measure(quick: bool = False, *, tune: bool = True) -> tuple[KernelsBenchResu
                 if replays[kernel].path:
                     caches[kernel] = str(replays[kernel].path)
             except Exception as exc:
-                errors[f"Kernel Tuner {kernel}"] = _first_line(exc)
-                _log(f"Kernel Tuner {kernel} failed:\n{traceback.format_exc()}")
+                errors[f"Kernel Tuner {kernel}"] = part_failed(
+                    COMMAND, f"Kernel Tuner {kernel}", exc
+                )
     try:
         device = run.gpu_name()
     except Exception as exc:  # pragma: no cover - the GPU was there a moment ago
-        device = f"a CUDA GPU ({_first_line(exc)})"
+        device = f"a CUDA GPU ({error_line(exc)})"
     result = KernelsBenchResult(
         device=device,
         quick=quick,
@@ -308,16 +285,11 @@ def run_kernels_benchmark(
     - CuPy missing: one line naming the install command, exit 1.
     - No GPU: one line saying nothing was measured, exit 0 (with or without --record).
     """
-    check_flags(as_json=as_json, record=record, quick=quick)
-    from labkit.cli.bench.run import record_and_report
+    from labkit.cli.bench.run import check_record_flags, record_and_report
     from labkit.core.optional import MissingPackageError, import_optional
     from labkit.kernels.cupy_run import cupy_gpu_available
 
-    if record and quick:
-        raise ValueError(
-            "--record cannot be combined with --quick: a recording must use the full sizes "
-            "(run `labkit bench kernels --record`)"
-        )
+    check_record_flags("labkit bench kernels", record=record, quick=quick)
     try:
         import_optional("cupy", "labkit bench kernels")
     except MissingPackageError as exc:
@@ -344,7 +316,7 @@ def run_kernels_benchmark(
                 )
                 _log(f"recorded the Kernel Tuner cache of {kernel} to {saved}")
             except Exception as exc:
-                _log(f"could not record the Kernel Tuner cache of {kernel}: {_first_line(exc)}")
+                _log(f"could not record the Kernel Tuner cache of {kernel}: {error_line(exc)}")
     code = record_and_report(
         "kernels", REFERENCE_NAME, result, as_json=as_json, record=record and measured
     )

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.core.units import format_gflop_per_s, format_rate, round3
-from labkit.core.validate import check_flags, check_optional_bool
 from labkit.parallelism.crossover import LaunchOverhead
 from labkit.parallelism.sweep import BackendSweep, SizeSweep
 
@@ -140,8 +139,6 @@ def _best(sweep: SizeSweep, backends: list[BackendSweep]) -> tuple[str, str, int
 
 def sweep_to_dict(sweep: SizeSweep) -> dict[str, Any]:
     """One sweep as JSON: per backend its label, device, skipped sizes and [size, median_ms] pairs."""
-    if not isinstance(sweep, SizeSweep):
-        raise TypeError(f"sweep must be a SizeSweep, got {type(sweep).__name__}")
     return {
         "op": sweep.op,
         "dtype": sweep.dtype,
@@ -160,8 +157,6 @@ def sweep_to_dict(sweep: SizeSweep) -> dict[str, Any]:
 
 def measure(quick: bool = False, show_progress: bool | None = None) -> ParallelResults:
     """Run both sweeps on every backend here and, with a GPU, the launch overhead."""
-    check_flags(quick=quick)
-    check_optional_bool("show_progress", show_progress)
     from labkit.machine.gpu import has_gpu
     from labkit.parallelism.crossover import launch_overhead
     from labkit.parallelism.sweep import sweep_add, sweep_matmul
@@ -187,7 +182,6 @@ def run_parallel_benchmark(as_json: bool = False, record: bool = False, quick: b
     what learners are shown as "measured on a real GPU", and toy sizes
     would misrepresent it.
     """
-    check_flags(as_json=as_json, record=record, quick=quick)
     from labkit.cli.bench.run import preflight, record_and_report
 
     early = preflight("labkit bench parallel", record=record, quick=quick)

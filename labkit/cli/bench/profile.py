@@ -21,8 +21,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from labkit.cli.bench.run import part_failed
 from labkit.core.units import format_duration
-from labkit.core.validate import check_flags
 
 #: The recording ``--record`` writes.
 REFERENCE_NAME = "profile"
@@ -36,6 +36,8 @@ QUICK_SHAPE = {"steps": 2, "batch": 8, "image_size": 16, "stall_steps": 3}
 #: whole benchmark must fit tools/gpu_checks.sh's 90 s for this step).
 NSYS_STEPS = 20
 NSYS_TIMEOUT_S = 45.0
+
+COMMAND = "labkit bench profile"
 
 _QUICK = "(--quick: toy sizes and tiny time budgets; the numbers mean little)"
 
@@ -166,14 +168,8 @@ def _short(name: str, limit: int = 50) -> str:
     return name if len(name) <= limit else name[: limit - 1] + "…"
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
 def measure(quick: bool = False) -> ProfileResults:
     """Profile, scan and time both loops on the best device; each part fails on its own."""
-    check_flags(quick=quick)
     from labkit.core.optional import import_optional
     from labkit.machine.report import pick_device
     from labkit.profiling import find_sync_points, profile_training, time_sync_stall
@@ -191,12 +187,12 @@ def measure(quick: bool = False) -> ProfileResults:
         try:
             parts[name] = fn(*args, **kwargs)
         except Exception as exc:  # one failing part must not lose the others
-            failed.append((name.replace("_", " "), _first_line(exc)))
+            failed.append((name.replace("_", " "), part_failed(COMMAND, name, exc)))
         if dev.type == "cuda":  # leave no queued work to the next part
             try:
                 torch.cuda.synchronize()
             except Exception as exc:
-                failed.append((f"{name.replace('_', ' ')} (sync)", _first_line(exc)))
+                failed.append((f"{name.replace('_', ' ')} (sync)", part_failed(COMMAND, name, exc)))
 
     attempt("time_sync_stall", time_sync_stall, shape["stall_steps"], **size, **budget)
     attempt("profile_sync_once", profile_training, shape["steps"], **size)
@@ -238,7 +234,6 @@ def run_profile_benchmark(
     *, as_json: bool = False, record: bool = False, quick: bool = False
 ) -> int:
     """``labkit bench profile``; returns the exit code (same rules as the other recorders)."""
-    check_flags(as_json=as_json, record=record, quick=quick)
     from labkit.cli.bench.run import preflight, record_and_report
 
     early = preflight("labkit bench profile", record=record, quick=quick)

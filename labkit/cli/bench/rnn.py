@@ -22,7 +22,6 @@ from typing import Any
 
 from labkit.accel.common import ratio, times
 from labkit.core.units import format_duration
-from labkit.core.validate import check_flags
 
 #: The recording ``--record`` writes.
 REFERENCE_NAME = "rnn"
@@ -162,7 +161,6 @@ def _measure_torch(shape: dict[str, int], budget: dict[str, float], device: str)
 
 def measure(quick: bool = False) -> RnnResults:
     """Keras where TensorFlow is importable, else torch; on the GPU where there is one."""
-    check_flags(quick=quick)
     import dataclasses
 
     from labkit.machine.gpu import has_gpu
@@ -184,7 +182,6 @@ def measure(quick: bool = False) -> RnnResults:
 
 def run_rnn_benchmark(as_json: bool = False, record: bool = False, quick: bool = False) -> int:
     """``labkit bench rnn``; returns the exit code (same rules as the other recorders)."""
-    check_flags(as_json=as_json, record=record, quick=quick)
     from labkit.cli.bench.run import preflight, record_and_report
 
     early = preflight("labkit bench rnn", record=record, quick=quick)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.bandwidth.stream import BandwidthResult
+from labkit.cli.bench.run import part_failed
 from labkit.core.units import (
     format_bytes,
     format_duration,
@@ -32,7 +33,6 @@ from labkit.core.units import (
     format_gflop_per_s,
     three_digits,
 )
-from labkit.core.validate import check_flags, check_optional_bool
 from labkit.machine import reference as _reference
 from labkit.roofline.measure import OpMeasurement, PeakCompute
 from labkit.roofline.model import OpCost, Roofline, add_cost, conv2d_cost, matmul_cost, sum_cost
@@ -62,7 +62,6 @@ def standard_ops(on_gpu: bool, quick: bool = False) -> tuple[OpSpec, ...]:
     convolution, and on a GPU the same 4096 matmul with TF32, bfloat16 and
     float16 tensor cores. ``quick`` shrinks everything to toy sizes.
     """
-    check_flags(on_gpu=on_gpu, quick=quick)
     n = 2**16 if quick else 2**26
     sizes = (64, 128) if quick else ((256, 1024, 4096) if on_gpu else (256, 1024))
     conv = (1, 8, 16, 16, 8) if quick else (32, 64, 56, 56, 64)
@@ -227,8 +226,6 @@ def measure_device(
     device: str, quick: bool = False, show_progress: bool | None = None
 ) -> DeviceRoofline:
     """Measure ``device``'s roofs, then run :func:`standard_ops` on it and place each one."""
-    check_flags(quick=quick)
-    check_optional_bool("show_progress", show_progress)
     from labkit.bandwidth.stream import peak_bandwidth
     from labkit.machine.memory import check_fits
     from labkit.roofline.measure import measure_op, measure_peak_compute
@@ -258,7 +255,7 @@ def measure_device(
             check_fits(spec.op.bytes, device=device, what=f"the roofline point {spec.op.name}")
             m = measure_op(spec.op, device, tf32=spec.tf32, **budgets)
         except Exception as exc:  # keep the rest of the run; say what failed
-            failed.append((spec.op.name, f"{type(exc).__name__}: {exc}"))
+            failed.append((spec.op.name, part_failed("labkit bench roofline", spec.op.name, exc)))
             continue
         placed.append(
             PlacedOp(
@@ -282,8 +279,6 @@ def measure_device(
 
 def measure(quick: bool = False, show_progress: bool | None = None) -> list[DeviceRoofline]:
     """The CPU's roofline and, where torch sees a CUDA GPU, the GPU's."""
-    check_flags(quick=quick)
-    check_optional_bool("show_progress", show_progress)
     from labkit.machine.gpu import has_gpu
 
     devices = ["cpu", *(["cuda"] if has_gpu() else [])]
@@ -298,7 +293,6 @@ def run_roofline_benchmark(as_json: bool = False, record: bool = False, quick: b
     1. ``record`` with ``quick`` is a UsageError (exit 2): toy sizes would
     misrepresent the GPU to every learner who reads the recording.
     """
-    check_flags(as_json=as_json, record=record, quick=quick)
     from labkit import __version__
     from labkit.cli.bench.run import preflight
     from labkit.core.results import json_safe

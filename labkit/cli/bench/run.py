@@ -22,6 +22,22 @@ def check_record_flags(command: str, *, record: bool, quick: bool) -> None:
         )
 
 
+def part_failed(command: str, what: str, exc: BaseException) -> str:
+    """One part of a benchmark failed: its traceback to stderr, its one line for the result.
+
+    A GPU run keeps the parts that worked (a recording costs minutes of a lent
+    GPU), but a bug must still be seen: the traceback goes to stderr, and the
+    JSON and the summary carry the line this returns.
+    """
+    import traceback
+
+    from labkit.core.results import error_line
+
+    print(f"{command}: {what} failed:", file=sys.stderr)
+    traceback.print_exception(exc, file=sys.stderr)
+    return error_line(exc)
+
+
 def preflight(
     command: str, *, record: bool, quick: bool = False, gpu_here: bool | None = None
 ) -> int | None:
