@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labkit.core.units import duration_unit, format_duration
+from labkit.core.units import duration_unit, format_duration, format_samples_per_s
 from labkit.timing.bench import NoisyTimingWarning, Timing, bench, noisy_message, quantile
 
 #: One fake-clock tick, in ms. 1/1024 s is exact in binary floating point, so
@@ -649,3 +649,17 @@ def test_device_inferred_from_torch_cpu_tensors():
 def test_explicit_cpu_device_with_the_real_clock():
     t = bench(sum, range(100), warmup_ms=0.2, rep_ms=1.0, device="cpu", warn=False)
     assert t.device == "cpu" and t.n >= 5 and t.min_ms > 0
+
+
+@pytest.mark.parametrize(
+    ("value", "round_to_3", "text"),
+    [
+        (21_347.0, False, "21,347 samples/s"),
+        (21_347.0, True, "21,300 samples/s"),
+        (51_949.0, True, "51,900 samples/s"),
+        (12.345, True, "12.3 samples/s"),
+        (12.345, False, "12.3 samples/s"),
+    ],
+)
+def test_format_samples_per_s(value: float, round_to_3: bool, text: str) -> None:
+    assert format_samples_per_s(value, round_to_3=round_to_3) == text

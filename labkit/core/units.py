@@ -121,6 +121,13 @@ def format_gb_per_s(gb_per_s: float) -> str:
     return f"{value:.{digits}f} GB/s"
 
 
-def format_samples_per_s(value: float) -> str:
-    """A rate as text: "179,000 samples/s" from 100 up, 3 significant digits below."""
-    return f"{value:,.0f} samples/s" if value >= 100 else f"{three_digits(value)} samples/s"
+def format_samples_per_s(value: float, *, round_to_3: bool = False) -> str:
+    """A rate as text: "179,347 samples/s" from 100 up, 3 significant digits below.
+
+    ``round_to_3`` keeps 3 significant digits from 100 up too ("21,300
+    samples/s"): for rates whose run-to-run spread is over 1% (notebook 10's
+    multi-process runs), the last digits would be noise.
+    """
+    if value < 100:
+        return f"{three_digits(value)} samples/s"
+    return f"{round3(value):,} samples/s" if round_to_3 else f"{value:,.0f} samples/s"

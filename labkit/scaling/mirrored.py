@@ -112,7 +112,7 @@ class MirroredRun(JsonRecord):
         )
 
     def __str__(self) -> str:
-        from labkit.scaling.results import format_rate
+        from labkit.core.units import format_samples_per_s
 
         short = ", ".join(d.rsplit("/", 1)[-1] for d in self.devices)
         losses = ", ".join(f"loss {v:.4f}" for v in self.epoch_losses)
@@ -122,7 +122,7 @@ class MirroredRun(JsonRecord):
             f"  Keras MLP width {self.width} ({self.parameter_count:,} parameters), global batch "
             f"{self.global_batch} = {self.replicas} replicas × {self.batch_per_replica}",
             f"  time per step: median {format_duration(self.step.median_ms)} "
-            f"(n={self.step.n}), {format_rate(self.samples_per_s)}",
+            f"(n={self.step.n}), {format_samples_per_s(self.samples_per_s, round_to_3=True)}",
         ]
         if self.baseline_step is not None and self.efficiency is not None:
             lines.append(

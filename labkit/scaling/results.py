@@ -18,7 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.core.results import JsonRecord
-from labkit.core.units import duration_unit, format_bytes, format_duration, round3, three_digits
+from labkit.core.units import (
+    duration_unit,
+    format_bytes,
+    format_duration,
+    format_samples_per_s,
+    three_digits,
+)
 from labkit.core.validate import check_positive_int
 from labkit.timing.bench import Timing
 
@@ -37,19 +43,6 @@ def _timing_text(timing: Timing) -> str:
     if timing.noisy:
         text += f" [noisy: IQR is {timing.relative_spread * 100:.0f}% of the median]"
     return text
-
-
-def format_rate(samples_per_s: float) -> str:
-    """A throughput as "21,300 samples/s": 3 significant digits, thousands separated.
-
-    Not :func:`labkit.core.units.format_samples_per_s`, which keeps every
-    digit from 100 up ("21,347 samples/s"): notebook 10's outputs are rounded.
-    """
-    return (
-        f"{round3(samples_per_s):,} samples/s"
-        if samples_per_s >= 100
-        else (f"{three_digits(samples_per_s)} samples/s")
-    )
 
 
 def plural(n: int, word: str) -> str:
@@ -183,7 +176,7 @@ class DdpRun(JsonRecord):
             f"  {'one all-reduce of all grads:':<31}{_timing_text(self.allreduce)}",
             f"  {'no_sync step + all-reduce:':<31}{format_duration(self.no_overlap_ms)} (a step "
             "that overlapped nothing)",
-            f"  throughput: {format_rate(self.samples_per_s)}",
+            f"  throughput: {format_samples_per_s(self.samples_per_s, round_to_3=True)}",
             f"  loss {self.loss_first:.4f} at the first step, loss {self.loss_last:.4f} at the last",
             "  replicas identical after training: "
             + (
@@ -200,7 +193,7 @@ class DdpRun(JsonRecord):
         return [
             f"{dev}: {self._head()}",
             f"{dev}: step {format_duration(self.step.median_ms)}, without all-reduce "
-            f"{format_duration(self.local_step.median_ms)}, {format_rate(self.samples_per_s)}",
+            f"{format_duration(self.local_step.median_ms)}, {format_samples_per_s(self.samples_per_s, round_to_3=True)}",
             f"{dev}: one all-reduce of {format_bytes(self.gradient_bytes)}: "
             f"{format_duration(self.allreduce.median_ms)}; replicas identical: "
             f"{'yes' if self.params_identical else 'NO'}",
@@ -265,7 +258,7 @@ class Scaling(JsonRecord):
         label = f"{plural(r.nproc, 'process')}:"
         text = (
             f"{label:<{width}} step median {format_duration(r.run.step.median_ms)}, "
-            f"{format_rate(r.run.samples_per_s)}"
+            f"{format_samples_per_s(r.run.samples_per_s, round_to_3=True)}"
         )
         if r.run is not self.baseline:
             text += f", speedup {r.speedup:.2f}×, efficiency {r.efficiency:.0%}"
