@@ -91,14 +91,14 @@ def test_quick_json(capsys: pytest.CaptureFixture[str], _private_reference_dir: 
 
 
 def test_an_op_that_fails_is_reported_and_the_rest_go_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = memory.check_fits
+    real = memory.require_fits
 
     def refuse_sums(requested_bytes: int, **kw: object) -> int:
         if "sum" in str(kw.get("what")):
             raise memory.MemoryBudgetError("pretend the sum does not fit")
         return real(requested_bytes, **kw)
 
-    monkeypatch.setattr(memory, "check_fits", refuse_sums)
+    monkeypatch.setattr(memory, "require_fits", refuse_sums)
     result = bench_roofline.measure_device("cpu", quick=True)
     assert result.failed == (("sum 65,536", "MemoryBudgetError: pretend the sum does not fit"),)
     assert [p.measurement.op.kind for p in result.ops] == ["add", "matmul", "matmul", "conv2d"]

@@ -508,24 +508,24 @@ def test_the_broken_kernel_is_caught_by_verification(fake_gpu: FakeCupy) -> None
         cupy_run.WrongResultError,
         match=r"transpose_tiled_nosync gave a wrong result: [\d,]+ of 4,096",
     ):
-        comparison.check_equal("transpose_tiled_nosync", out, m.T)
+        comparison.verify_equal("transpose_tiled_nosync", out, m.T)
 
 
 def test_check_close_catches_tf32_sized_errors() -> None:
     ref = np.linspace(-100, 100, 1000)
-    assert comparison.check_close("k", (ref * (1 + 1e-7)).astype(np.float32), ref) < 1e-6
+    assert comparison.verify_close("k", (ref * (1 + 1e-7)).astype(np.float32), ref) < 1e-6
     with pytest.raises(
         cupy_run.WrongResultError, match=r"k gave a wrong result: max error .* TF32"
     ):
-        comparison.check_close("k", (ref + 0.03).astype(np.float32), ref)
+        comparison.verify_close("k", (ref + 0.03).astype(np.float32), ref)
 
 
 def test_check_sum_tolerance() -> None:
     x = np.ones(10_000, dtype=np.float32)
-    assert comparison.check_sum("k", np.array([10_000.0], np.float32), x, exact=True) == 0.0
+    assert comparison.verify_sum("k", np.array([10_000.0], np.float32), x, exact=True) == 0.0
     with pytest.raises(cupy_run.WrongResultError, match="tolerance 0"):
-        comparison.check_sum("k", np.array([9_999.0], np.float32), x, exact=True)
-    assert comparison.check_sum("k", np.array([9_999.9], np.float32), x) < 0.2
+        comparison.verify_sum("k", np.array([9_999.0], np.float32), x, exact=True)
+    assert comparison.verify_sum("k", np.array([9_999.9], np.float32), x) < 0.2
 
 
 # --------------------------------------------------------------------------- experiments on the fake GPU
@@ -665,7 +665,7 @@ def test_gpu_launchers_match_their_references() -> None:  # pragma: no cover - G
     x = cupy.arange(96 * 32, dtype=cupy.float32)
     for stride in (1, 3, 32):
         out = cupy_run.strided_copy(x, stride, block_size=64)
-        comparison.check_equal("strided_copy", out, cupy_run.expected_strided_copy(x, stride))
+        comparison.verify_equal("strided_copy", out, cupy_run.expected_strided_copy(x, stride))
     m = cupy.random.RandomState(0).uniform(-1, 1, (1000, 777), dtype=cupy.float32)
     for version, tile, rows in (
         ("naive", 32, 8),
@@ -674,7 +674,7 @@ def test_gpu_launchers_match_their_references() -> None:  # pragma: no cover - G
         ("padded", 64, 16),
         ("padded", 16, 2),
     ):
-        comparison.check_equal(
+        comparison.verify_equal(
             version, cupy_run.transpose(m, version, tile_dim=tile, block_rows=rows), m.T
         )
     cupy_run.transpose(m, "tiled_nosync")  # runs; its result may be wrong (that is the exercise)
@@ -682,15 +682,15 @@ def test_gpu_launchers_match_their_references() -> None:  # pragma: no cover - G
     b = cupy.random.RandomState(2).uniform(-1, 1, (150, 200), dtype=cupy.float32)
     ref = cupy.matmul(a.astype(cupy.float64), b.astype(cupy.float64))
     for version in ("naive", "shared"):
-        comparison.check_close(version, cupy_run.sgemm(a, b, version), ref)
+        comparison.verify_close(version, cupy_run.sgemm(a, b, version), ref)
     a = cupy.random.RandomState(3).uniform(-1, 1, (256, 64), dtype=cupy.float32)
     b = cupy.random.RandomState(4).uniform(-1, 1, (64, 256), dtype=cupy.float32)
     ref = cupy.matmul(a.astype(cupy.float64), b.astype(cupy.float64))
     for macros in ({}, {"BK": 16}, {"BM": 64}, {"BN": 64, "TN": 4, "BK": 16}, {"TM": 4, "BK": 16}):
-        comparison.check_close(f"tiled {macros}", cupy_run.sgemm(a, b, "tiled", **macros), ref)
+        comparison.verify_close(f"tiled {macros}", cupy_run.sgemm(a, b, "tiled", **macros), ref)
     ints = cupy.floor(cupy.random.RandomState(5).uniform(-4, 5, 1_000_003, dtype=cupy.float32))
     for version in ("atomic", "shared", "warp_shuffle"):
-        comparison.check_sum(version, cupy_run.reduce_sum(ints, version), ints, exact=True)
+        comparison.verify_sum(version, cupy_run.reduce_sum(ints, version), ints, exact=True)
 
 
 @on_gpu

@@ -48,9 +48,9 @@ def test_fit_bytes_shrinks_to_the_budget(free_4mib: None) -> None:
 
 
 def test_check_fits_explains_what_was_asked_what_is_free_and_what_to_do(free_4mib: None) -> None:
-    assert memory.check_fits(MiB // 4, arrays=4) == MiB // 4
+    assert memory.require_fits(MiB // 4, arrays=4) == MiB // 4
     with pytest.raises(MemoryBudgetError) as info:
-        memory.check_fits(2 * MiB, arrays=3, what="the triad probe")
+        memory.require_fits(2 * MiB, arrays=3, what="the triad probe")
     text = str(info.value)
     for part in (
         "the triad probe",
@@ -93,7 +93,7 @@ def test_arguments_are_validated_by_name(
     with pytest.raises(error, match=name):
         memory.fit_bytes(**kwargs)
     with pytest.raises(error, match=name):
-        memory.check_fits(**kwargs)
+        memory.require_fits(**kwargs)
 
 
 def test_fit_sizes_validates() -> None:
@@ -248,9 +248,9 @@ def test_doctor_shows_the_container_limit_only_when_there_is_one(
 
 def test_check_fits_names_the_argument(free_4mib: None) -> None:
     with pytest.raises(MemoryBudgetError, match="Ask for a smaller n_elements"):
-        memory.check_fits(2 * MiB, what="strided_read", name="n_elements")
+        memory.require_fits(2 * MiB, what="strided_read", name="n_elements")
     with pytest.raises(MemoryBudgetError, match="nothing fits here"):
-        memory.check_fits(MiB, extra_bytes=2 * MiB, what="with a flush buffer")
+        memory.require_fits(MiB, extra_bytes=2 * MiB, what="with a flush buffer")
 
 
 def test_fit_sizes_refuses_user_sizes_beyond_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -24,7 +24,7 @@ from labkit.accel.common import ratio, seconds, times
 from labkit.core.optional import import_optional, import_tensorflow
 from labkit.core.units import format_duration
 from labkit.core.validate import check_ms, check_positive_int, check_torch_device
-from labkit.machine.memory import check_memory_fits
+from labkit.machine.memory import require_memory_fits
 from labkit.machine.report import resolve_torch_device
 from labkit.timing.bench import Timing, bench
 
@@ -120,7 +120,7 @@ def torch_compile_benchmark(
     elements: int | None = None
     if fn is None:
         dev = resolve_torch_device(device)
-        check_memory_fits(4 * size, dev, arrays=4, what=f"torch_compile_benchmark(size={size})")
+        require_memory_fits(4 * size, dev, arrays=4, what=f"torch_compile_benchmark(size={size})")
         gen = torch.Generator().manual_seed(0)
         args = tuple(torch.randn(size, generator=gen).to(dev) for _ in range(2))
         fn, elements = elementwise_chain, size
@@ -192,7 +192,7 @@ def tf_xla_benchmark(
     """
     size = check_positive_int("size", size)
     warmup_ms, rep_ms = check_ms("warmup_ms", warmup_ms), check_ms("rep_ms", rep_ms)
-    check_memory_fits(4 * size, arrays=6, what=f"tf_xla_benchmark(size={size})")
+    require_memory_fits(4 * size, arrays=6, what=f"tf_xla_benchmark(size={size})")
     tf = import_tensorflow("the XLA benchmark")
 
     def chain(x: Any, y: Any) -> Any:

@@ -20,7 +20,7 @@ from typing import Any
 from labkit.accel.common import first_line
 from labkit.core.optional import import_tensorflow
 from labkit.core.validate import check_positive_int, check_tf_device
-from labkit.machine.memory import check_memory_fits
+from labkit.machine.memory import require_memory_fits
 
 PURPOSE = "the TensorFlow device-placement demo"
 
@@ -78,7 +78,7 @@ def tf_soft_placement_demo(requested_device: str = "/GPU:0", size: int = 64) -> 
     """
     check_tf_device(requested_device, "requested_device")
     size = check_positive_int("size", size)  # the matrix side
-    check_memory_fits(4 * size * size, arrays=4, what=f"tf_soft_placement_demo(size={size})")
+    require_memory_fits(4 * size * size, arrays=4, what=f"tf_soft_placement_demo(size={size})")
     tf = import_tensorflow(PURPOSE)
     a = tf.random.stateless_normal((size, size), seed=(1, 2))
     b = tf.random.stateless_normal((size, size), seed=(3, 4))

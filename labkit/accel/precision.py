@@ -38,7 +38,7 @@ from labkit.core.validate import (
     check_seed,
     check_torch_device,
 )
-from labkit.machine.memory import check_memory_fits
+from labkit.machine.memory import require_memory_fits
 from labkit.machine.report import resolve_torch_device
 from labkit.timing.bench import Timing, bench
 
@@ -318,7 +318,7 @@ def mixed_precision_keras(
         check_positive_int(name, value)
     seed = check_seed("seed", seed)
     warmup_ms, rep_ms = check_ms("warmup_ms", warmup_ms), check_ms("rep_ms", rep_ms)
-    check_memory_fits(
+    require_memory_fits(
         4 * batch * (features + 2 * hidden + classes),
         arrays=8,
         what=f"mixed_precision_keras(batch={batch}, hidden={hidden})",

@@ -20,7 +20,7 @@ from typing import Any
 
 from labkit.core.optional import import_optional, import_tensorflow
 from labkit.core.validate import check_choice, check_ms, check_positive_int, check_real, check_seed
-from labkit.machine.memory import check_memory_fits
+from labkit.machine.memory import require_memory_fits
 from labkit.timing.bench import Timing, bench
 from labkit.timing.compare import Comparison, compare
 
@@ -147,7 +147,7 @@ def mlp_side_by_side(
     seed = check_seed("seed", seed)
     warmup_ms, rep_ms = check_ms("warmup_ms", warmup_ms), check_ms("rep_ms", rep_ms)
     weights = sum(a * b for a, b in zip(sizes[:-1], sizes[1:], strict=True))
-    check_memory_fits(
+    require_memory_fits(
         4 * (2 * batch * sum(sizes) + 3 * weights),
         arrays=4,
         what=f"mlp_side_by_side(batch={batch}, sizes={sizes})",

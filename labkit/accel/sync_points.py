@@ -21,7 +21,7 @@ from labkit.accel.common import ratio, times
 from labkit.core.optional import import_optional
 from labkit.core.units import format_duration
 from labkit.core.validate import check_ms, check_positive_int, check_torch_device
-from labkit.machine.memory import check_memory_fits
+from labkit.machine.memory import require_memory_fits
 from labkit.machine.report import resolve_torch_device
 from labkit.timing.bench import Timing, bench
 
@@ -126,7 +126,7 @@ def sync_points_benchmark(
     check_torch_device(device)
     torch = import_optional("torch", PURPOSE)
     dev = resolve_torch_device(device)
-    check_memory_fits(4 * size * size, dev, arrays=4, what=f"sync_points_benchmark(size={size})")
+    require_memory_fits(4 * size * size, dev, arrays=4, what=f"sync_points_benchmark(size={size})")
     gen = torch.Generator().manual_seed(0)
     w = (torch.randn(size, size, generator=gen) / size**0.5).to(dev)
     x0 = torch.randn(size, size, generator=gen).to(dev)
@@ -192,7 +192,7 @@ def async_launch_demo(size: int = 4096, repeats: int = 10) -> AsyncLaunchResult 
 
     if not require_gpu("the host returning from a matmul launch before the GPU finishes it"):
         return None
-    check_memory_fits(4 * size * size, "cuda", arrays=2, what=f"async_launch_demo(size={size})")
+    require_memory_fits(4 * size * size, "cuda", arrays=2, what=f"async_launch_demo(size={size})")
     import time
 
     torch = import_optional("torch", PURPOSE)

@@ -97,14 +97,14 @@ def copy_compute_overlap(
 
     device = require_cuda(device, "copy_compute_overlap")
     n = chunk_bytes // 4
-    _memory.check_fits(
+    _memory.require_fits(
         n * 4,
         device="cpu",
         fraction=fraction,
         arrays=n_chunks,
         what="copy_compute_overlap (pinned host chunks)",
     )
-    _memory.check_fits(
+    _memory.require_fits(
         n * 4,
         device=device,
         fraction=fraction,

@@ -156,7 +156,7 @@ def pipeline_breakdown(
     on_gpu = device != "cpu"
     # Host: input and output (and, on the CPU, the "device" input, output and a temporary);
     # GPU: input, output and a temporary.
-    _memory.check_fits(
+    _memory.require_fits(
         n * 4,
         device="cpu",
         fraction=fraction,
@@ -165,7 +165,7 @@ def pipeline_breakdown(
         name="n_bytes",
     )
     if on_gpu:
-        _memory.check_fits(
+        _memory.require_fits(
             n * 4,
             device=device,
             fraction=fraction,

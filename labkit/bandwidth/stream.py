@@ -345,7 +345,7 @@ def _single_size(
     """An explicit size is checked (error if too big); the default shrinks to fit (warning)."""
     if bytes_per_array is not None:
         size = check_int("bytes_per_array", bytes_per_array, minimum=ITEMSIZE_BYTES)
-        _memory.check_fits(
+        _memory.require_fits(
             size, device=device, fraction=fraction, arrays=arrays, what=what, name="bytes_per_array"
         )
         return size - size % ITEMSIZE_BYTES
@@ -353,7 +353,7 @@ def _single_size(
     size = _memory.fit_bytes(wanted, device=device, fraction=fraction, arrays=arrays)
     size -= size % MIN_BYTES_PER_ARRAY
     if size < MIN_BYTES_PER_ARRAY:
-        _memory.check_fits(wanted, device=device, fraction=fraction, arrays=arrays, what=what)
+        _memory.require_fits(wanted, device=device, fraction=fraction, arrays=arrays, what=what)
     if size < wanted:
         warnings.warn(
             f"{what}: measuring {format_bytes(size)} per array instead of {format_bytes(wanted)}, "

@@ -197,7 +197,7 @@ def strided_read(
         what += f" (its cache flush adds {format_bytes(extra)}; flush_cache=False drops it)"
     if n_elements is not None:
         n = n_elements
-        _memory.check_fits(
+        _memory.require_fits(
             n * widest * itemsize,
             device=device,
             fraction=fraction,
@@ -211,7 +211,7 @@ def strided_read(
         span = _memory.fit_bytes(wanted, device=device, fraction=fraction, extra_bytes=extra)
         n = span // (widest * itemsize)
         if n < 1024:
-            _memory.check_fits(
+            _memory.require_fits(
                 wanted, device=device, fraction=fraction, extra_bytes=extra, what=what
             )
         if span < wanted:

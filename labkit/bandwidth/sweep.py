@@ -173,7 +173,7 @@ def stream_sweep(
         name=None if sizes_bytes is None else "sizes_bytes",
     )
     if not kept:
-        _memory.check_fits(
+        _memory.require_fits(
             min(sizes),
             device=device,
             fraction=fraction,

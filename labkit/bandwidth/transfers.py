@@ -343,14 +343,14 @@ def host_device_sweep(
         kept, device=device, fraction=fraction, arrays=1, name=name
     )
     if not kept:
-        _memory.check_fits(
+        _memory.require_fits(
             min(sizes),
             device="cpu",
             fraction=fraction,
             arrays=len(host_memory),
             what="host_device_sweep",
         )
-        _memory.check_fits(min(sizes), device=device, fraction=fraction, what="host_device_sweep")
+        _memory.require_fits(min(sizes), device=device, fraction=fraction, what="host_device_sweep")
     if dropped or dropped_gpu:
         import warnings
 

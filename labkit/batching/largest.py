@@ -45,9 +45,9 @@ from labkit.batching.memory_fit import (
     MemoryFit,
     StepMemory,
     check_model_fn,
-    check_params_fit,
     check_probes,
     fit_memory,
+    require_params_fit,
     step_memory,
 )
 from labkit.batching.step import OPTIMIZERS
@@ -148,12 +148,12 @@ def _model_name(model_fn: Any) -> str:
 
 def _check_budget(budget_bytes: Any, device: str) -> int:
     from labkit.machine.memory import budget_bytes as labkit_budget
-    from labkit.machine.memory import check_fits
+    from labkit.machine.memory import require_fits
 
     if budget_bytes is None:
         return labkit_budget(device=device)
     budget = check_positive_int("budget_bytes", budget_bytes)
-    return check_fits(budget, device=device, what="budget_bytes")
+    return require_fits(budget, device=device, what="budget_bytes")
 
 
 def largest_batch_cpu(
@@ -194,7 +194,7 @@ def largest_batch_cpu(
     budget = _check_budget(budget_bytes, "cpu")
     import torch
 
-    check_params_fit(model_fn, optimizer, budget)
+    require_params_fit(model_fn, optimizer, budget)
 
     fit = fit_memory(
         model_fn,

@@ -333,16 +333,16 @@ def profile_loop(
     return startup_ms, waits, computes
 
 
-def check_batches_fit(dataset: SyntheticImages, batch_size: int, batches: int, what: str) -> None:
+def require_batches_fit(dataset: SyntheticImages, batch_size: int, batches: int, what: str) -> None:
     """Refuse a batch size whose batches held at once exceed labkit's memory budget.
 
     A sample is its decoded image (3×decode_px²) and its augmented one
     (3×image_size²), float32. Worker processes' own memory is not counted.
     """
-    from labkit.machine.memory import check_fits
+    from labkit.machine.memory import require_fits
 
     sample_bytes = 4 * 3 * (dataset.decode_px**2 + dataset.image_size**2)
-    check_fits(batch_size * sample_bytes, arrays=batches, what=what, name="batch_size")
+    require_fits(batch_size * sample_bytes, arrays=batches, what=what, name="batch_size")
 
 
 def loop_args(
@@ -424,7 +424,7 @@ def measure_loader(
     torch = import_optional("torch", "labkit.batching.loaders.measure_loader")
     dataset = SyntheticImages() if dataset is None else dataset
     # the batch in the step, the next one, and those each worker prepares ahead
-    check_batches_fit(
+    require_batches_fit(
         dataset, batch_size, 2 + num_workers * (prefetch_factor or 2), "measure_loader"
     )
     dev = resolve_torch_device(device)

@@ -362,7 +362,7 @@ def fit_memory(
     if budget_bytes is not None:
         budget_bytes = check_positive_int("budget_bytes", budget_bytes)
         # a model too big for the budget is refused before any step allocates
-        check_params_fit(model_fn, optimizer, budget_bytes)
+        require_params_fit(model_fn, optimizer, budget_bytes)
 
     def measure(b: int) -> StepMemory:
         point = step_memory(model_fn, input_shape, b, device=device, optimizer=optimizer)
@@ -411,7 +411,7 @@ def _params_bytes(model_fn: Callable[[], Any]) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
-def check_params_fit(model_fn: Callable[[], Any], optimizer: str, budget: int) -> None:
+def require_params_fit(model_fn: Callable[[], Any], optimizer: str, budget: int) -> None:
     """Raise MemoryBudgetError when weights and gradients (and Adam's state) exceed ``budget``."""
     copies = 4 if optimizer == "adam" else 2  # weights, gradients (+ Adam's two moments)
     params = _params_bytes(model_fn)

@@ -14,9 +14,9 @@ import numpy as np
 from labkit.batching.loaders import (
     LoaderComparison,
     LoaderRun,
-    check_batches_fit,
     loop_args,
     profile_loop,
+    require_batches_fit,
 )
 from labkit.batching.synthetic import SyntheticImages
 from labkit.core.units import format_duration
@@ -163,7 +163,7 @@ def measure_tf_pipeline(
     )
     dataset = SyntheticImages() if dataset is None else dataset
     # in the step, next, prefetched, and (cached variants) a whole epoch of decoded images
-    check_batches_fit(
+    require_batches_fit(
         dataset,
         batch_size,
         4 + (epoch_batches if "cache" in variant else 0),

@@ -1,6 +1,6 @@
 """A kernel measured against its ceiling: results verified before they are timed, and the table notebook 07 prints.
 
-:func:`check_equal`, :func:`check_close` and :func:`check_sum` verify a kernel's output on the GPU;
+:func:`verify_equal`, :func:`verify_close` and :func:`verify_sum` verify a kernel's output on the GPU;
 :class:`KernelComparison` holds the verified runs beside the ceiling they are a fraction of.
 """
 
@@ -28,7 +28,7 @@ def _xp(*arrays: Any) -> Any:
     return numpy
 
 
-def check_equal(kernel: str, got: Any, expected: Any) -> float:
+def verify_equal(kernel: str, got: Any, expected: Any) -> float:
     """0.0 when ``got`` equals ``expected`` exactly, else raise :class:`WrongResultError`.
 
     Copies and transposes move floats without arithmetic, so anything but
@@ -50,7 +50,7 @@ def check_equal(kernel: str, got: Any, expected: Any) -> float:
     )
 
 
-def check_close(kernel: str, got: Any, expected: Any, *, rtol: float = SGEMM_RTOL) -> float:
+def verify_close(kernel: str, got: Any, expected: Any, *, rtol: float = SGEMM_RTOL) -> float:
     """max|got - expected| / max|expected|; raise :class:`WrongResultError` above ``rtol``."""
     cupy = _xp(got, expected)
     scale = float(cupy.abs(expected).max())
@@ -65,7 +65,7 @@ def check_close(kernel: str, got: Any, expected: Any, *, rtol: float = SGEMM_RTO
     return relative
 
 
-def check_sum(kernel: str, got: Any, x: Any, *, exact: bool = False) -> float:
+def verify_sum(kernel: str, got: Any, x: Any, *, exact: bool = False) -> float:
     """|got - sum(x)| with the sum taken in float64; raise above the tolerance.
 
     ``exact``: the data are small integers, whose float32 partial sums are

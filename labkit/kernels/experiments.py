@@ -17,9 +17,9 @@ from labkit.kernels.comparison import (
     Ceiling,
     KernelComparison,
     KernelRun,
-    check_close,
-    check_equal,
-    check_sum,
+    verify_close,
+    verify_equal,
+    verify_sum,
 )
 from labkit.kernels.cupy_run import (
     ATOMIC_ELEMENTS,
@@ -66,7 +66,7 @@ def _free(cupy: Any) -> None:
 def _elements(requested: int | None, *, arrays: int, multiple: int, what: str, quick: bool) -> int:
     """float32 elements per array: the requested count (checked to fit), or the default shrunk to fit."""
     if requested is not None:
-        _memory.check_fits(4 * requested, device="cuda", arrays=arrays, what=what)
+        _memory.require_fits(4 * requested, device="cuda", arrays=arrays, what=what)
         if requested % multiple:
             raise ValueError(
                 f"n_elements must be a multiple of {multiple:,} here, got {requested:,}"
@@ -105,8 +105,8 @@ def run_and_verify(
     """Launch once, verify, and only then time: returns (the Timing, the verified error).
 
     ``check`` compares the output with a reference and raises
-    :class:`WrongResultError` if it is wrong (see :func:`check_equal`,
-    :func:`check_close`, :func:`check_sum`), so a wrong kernel is never
+    :class:`WrongResultError` if it is wrong (see :func:`verify_equal`,
+    :func:`verify_close`, :func:`verify_sum`), so a wrong kernel is never
     timed. ``reset`` (the output array) is filled with NaN first, so an
     element the kernel fails to write cannot pass with an earlier value.
     """
@@ -130,7 +130,7 @@ def _verified(
 
 def _copy_ceiling(cupy: Any, src: Any, dst: Any, budget: dict[str, Any]) -> Ceiling:
     cupy.copyto(dst, src)
-    check_equal("cupy.copyto", dst, src)
+    verify_equal("cupy.copyto", dst, src)
     timing = bench(cupy.copyto, dst, src, device="cupy", label="cupy.copyto", warn=False, **budget)
     return Ceiling(
         "device-to-device copy (cupy.copyto), bytes read + written",
@@ -209,13 +209,13 @@ def stride_sweep(
 def _check_strided(out: Any, x: Any, stride: int) -> float:
     m = int(x.size) // stride  # compare 2-D views: no copy of the expected result
     view = x.reshape(m, stride).T
-    return check_equal(f"strided_copy (stride {stride})", out.reshape(stride, m), view)
+    return verify_equal(f"strided_copy (stride {stride})", out.reshape(stride, m), view)
 
 
 def _square_side(requested: int | None, *, arrays: int, quick: bool, what: str) -> int:
     """The side of the square matrices: as requested (checked to fit), or 1 GiB each shrunk to fit."""
     if requested is not None:
-        _memory.check_fits(4 * requested * requested, device="cuda", arrays=arrays, what=what)
+        _memory.require_fits(4 * requested * requested, device="cuda", arrays=arrays, what=what)
         return requested
     target = (4 << 20) if quick else DEFAULT_ARRAY_BYTES
     side = math.isqrt(_memory.fit_bytes(target, device="cuda", arrays=arrays) // 4)
@@ -264,7 +264,7 @@ def transpose_versions(
         runs = []
         for version, tile, rows, label in plans:
             launch = plan_transpose(cupy, x, version, out, tile, rows)
-            check = functools.partial(check_equal, launch.name, out, x.T)
+            check = functools.partial(verify_equal, launch.name, out, x.T)
             timing, error = _verified(launch, check, label, budget, reset=out)
             rate = _gb_per_s(2 * x.nbytes, timing.median_ms)
             runs.append(
@@ -355,7 +355,7 @@ def sgemm_vs_cublas(
     cupy = require_cupy("the SGEMM comparison")
     _free(cupy)  # blocks an earlier experiment left in CuPy's pool count as used
     # a, b, c in float32 and their float64 copies and product: 3 x 4 + 3 x 8 bytes per element
-    _memory.check_fits(
+    _memory.require_fits(
         36 * side * side, device="cuda", what=f"the {side} x {side} SGEMM comparison"
     )
     a = _random(cupy, (side, side), seed=1)
@@ -366,7 +366,7 @@ def sgemm_vs_cublas(
         reference = cupy.matmul(a.astype(cupy.float64), b.astype(cupy.float64))
         with cublas_fp32(cupy) as mode:
             cupy.matmul(a, b, out=c)
-            cublas_error = check_close("cuBLAS (cupy.matmul)", c, reference)
+            cublas_error = verify_close("cuBLAS (cupy.matmul)", c, reference)
             timing = bench(
                 cupy.matmul, a, b, out=c, device="cupy", label="cuBLAS", warn=False, **budget
             )
@@ -382,7 +382,7 @@ def sgemm_vs_cublas(
         for version, macros in plans:
             launch = plan_sgemm(cupy, a, b, version, c, macros)
             label = _sgemm_label(version, launch.settings if macros else {})
-            check = functools.partial(check_close, launch.name, c, reference)
+            check = functools.partial(verify_close, launch.name, c, reference)
             timing, error = _verified(launch, check, label, budget, reset=c)
             rate = flop / (timing.median_ms * 1e6)
             runs.append(
@@ -456,7 +456,7 @@ def reduction_versions(
             if version == "atomic" and data.size < n:
                 notes.append(f"reduce_atomic summed the first {data.size:,} values only")
             launch = plan_reduce(cupy, data, version, out, block)
-            check = functools.partial(check_sum, launch.name, out, data, exact=True)
+            check = functools.partial(verify_sum, launch.name, out, data, exact=True)
             timing, error = _verified(launch, check, version, budget)
             rate = _gb_per_s(data.nbytes, timing.median_ms)
             runs.append(
@@ -534,13 +534,13 @@ def block_size_sweep(
         for block in sizes:
             if kernel == "strided_copy":
                 launch = plan_strided_copy(cupy, x, 1, out, block, 4)
-                check = functools.partial(check_equal, "strided_copy", out, x)
+                check = functools.partial(verify_equal, "strided_copy", out, x)
             elif kernel == "transpose_padded":
                 launch = plan_transpose(cupy, x, "padded", out, 32, block // 32)
-                check = functools.partial(check_equal, "transpose_padded", out, x.T)
+                check = functools.partial(verify_equal, "transpose_padded", out, x.T)
             else:
                 launch = plan_reduce(cupy, x, kernel.removeprefix("reduce_"), total, block)
-                check = functools.partial(check_sum, kernel, total, x, exact=True)
+                check = functools.partial(verify_sum, kernel, total, x, exact=True)
             timing, error = _verified(
                 launch, check, f"{block} threads", budget, reset=None if reduction else out
             )

@@ -97,7 +97,7 @@ def _driver_words(nvidia: NvidiaInfo) -> str:
     )
 
 
-def _check_broken(frameworks: Sequence[FrameworkInfo]) -> list[Finding]:
+def _rule_broken(frameworks: Sequence[FrameworkInfo]) -> list[Finding]:
     return [
         Finding(
             code=f"{fw.name}-broken",
@@ -110,7 +110,7 @@ def _check_broken(frameworks: Sequence[FrameworkInfo]) -> list[Finding]:
     ]
 
 
-def _check_driver(
+def _rule_driver(
     nvidia: NvidiaInfo, cuda_wheels: list[FrameworkInfo], system: str, env: Mapping[str, str]
 ) -> list[Finding]:
     """NVIDIA hardware without a working driver, and CUDA wheels on machines without a GPU."""
@@ -198,7 +198,7 @@ def _check_driver(
     return []
 
 
-def _check_wheel_vs_driver(
+def _rule_wheel_vs_driver(
     nvidia: NvidiaInfo, cuda_wheels: list[FrameworkInfo], system: str
 ) -> list[Finding]:
     """A CUDA wheel newer than the driver (scenario 2), CuPy's wheel/driver mismatch (scenario 4)."""
@@ -255,7 +255,7 @@ def _check_wheel_vs_driver(
     return findings
 
 
-def _check_torch(
+def _rule_torch(
     torch: FrameworkInfo | None, nvidia: NvidiaInfo, system: str, env: Mapping[str, str]
 ) -> list[Finding]:
     if torch is None or not torch.usable:
@@ -315,7 +315,7 @@ def _tf_windows_without_gpu(tf: FrameworkInfo, system: str) -> bool:
     return system == "Windows" and _version_tuple(tf.version) > (2, 10)
 
 
-def _check_tensorflow(
+def _rule_tensorflow(
     tf: FrameworkInfo | None,
     torch: FrameworkInfo | None,
     nvidia: NvidiaInfo,
@@ -382,7 +382,7 @@ def _check_tensorflow(
     return findings
 
 
-def _check_cupy_wheels(cupy: FrameworkInfo | None, nvidia: NvidiaInfo) -> list[Finding]:
+def _rule_cupy_wheels(cupy: FrameworkInfo | None, nvidia: NvidiaInfo) -> list[Finding]:
     if cupy is None or len(cupy.distributions) < 2:
         return []
     keep = (
@@ -403,7 +403,7 @@ def _check_cupy_wheels(cupy: FrameworkInfo | None, nvidia: NvidiaInfo) -> list[F
     ]
 
 
-def _check_no_gpu(
+def _rule_no_gpu(
     nvidia: NvidiaInfo, frameworks: Sequence[FrameworkInfo], env: Mapping[str, str], wsl: bool
 ) -> list[Finding]:
     if nvidia.hardware_present or any(fw.gpu_available for fw in frameworks):
@@ -449,13 +449,13 @@ def diagnose(
     by_name = {fw.name: fw for fw in frameworks}
     cuda_wheels = [fw for fw in frameworks if fw.usable and fw.built_with_cuda and fw.cuda_major]
     findings = [
-        *_check_broken(frameworks),
-        *_check_driver(nvidia, cuda_wheels, system, env),
-        *_check_wheel_vs_driver(nvidia, cuda_wheels, system),
-        *_check_torch(by_name.get("torch"), nvidia, system, env),
-        *_check_tensorflow(by_name.get("tensorflow"), by_name.get("torch"), nvidia, system, env),
-        *_check_cupy_wheels(by_name.get("cupy"), nvidia),
-        *_check_no_gpu(nvidia, frameworks, env, wsl),
+        *_rule_broken(frameworks),
+        *_rule_driver(nvidia, cuda_wheels, system, env),
+        *_rule_wheel_vs_driver(nvidia, cuda_wheels, system),
+        *_rule_torch(by_name.get("torch"), nvidia, system, env),
+        *_rule_tensorflow(by_name.get("tensorflow"), by_name.get("torch"), nvidia, system, env),
+        *_rule_cupy_wheels(by_name.get("cupy"), nvidia),
+        *_rule_no_gpu(nvidia, frameworks, env, wsl),
     ]
     order = {severity: i for i, severity in enumerate(SEVERITIES)}
     return tuple(sorted(findings, key=lambda f: order[f.severity]))

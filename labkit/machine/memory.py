@@ -13,7 +13,7 @@ of the memory that is free *now* (not the total) may go to one probe:
   once (:func:`fit_sizes`);
 - an explicit request that does not fit raises :class:`MemoryBudgetError`,
   which says how much was asked for, how much is free, and what to do
-  (:func:`check_fits`).
+  (:func:`require_fits`).
 
 The free-memory source is :func:`available_bytes`: on the host, psutil's
 ``available`` capped by a container's cgroup limit (a JupyterHub pod limited
@@ -53,7 +53,7 @@ __all__ = [
     "allocate_shrinking",
     "available_bytes",
     "budget_bytes",
-    "check_fits",
+    "require_fits",
     "container_memory",
     "fit_bytes",
     "fit_sizes",
@@ -253,7 +253,7 @@ def fit_bytes(
     ``arrays`` buffers of the returned size plus ``extra_bytes`` (say, a
     cache-flush buffer) stay within ``fraction`` of the free memory. The
     answer may be smaller than asked, or 0 when not even ``extra_bytes``
-    fits; callers that must not shrink use :func:`check_fits` instead.
+    fits; callers that must not shrink use :func:`require_fits` instead.
     """
     requested_bytes = check_positive_int("requested_bytes", requested_bytes)
     arrays = check_positive_int("arrays", arrays)
@@ -296,7 +296,7 @@ def _budget_message(
     )
 
 
-def check_fits(
+def require_fits(
     requested_bytes: int,
     *,
     device: str = "cpu",
@@ -491,10 +491,10 @@ def allocate_shrinking(
     )
 
 
-def check_memory_fits(
+def require_memory_fits(
     nbytes: int, device: Any = "cpu", *, arrays: int = 1, what: str, name: str | None = None
 ) -> int:
-    """:func:`labkit.machine.memory.check_fits` on the memory ``device`` allocates from (host or CUDA).
+    """:func:`labkit.machine.memory.require_fits` on the memory ``device`` allocates from (host or CUDA).
 
     ``what`` names the call and the argument that sets the size
     ("sync_points_benchmark(size=100000)") and ``name`` that argument, so the
@@ -503,4 +503,4 @@ def check_memory_fits(
     kind = getattr(device, "type", None) or str(device).partition(":")[0]
     where = str(device) if kind == "cuda" else "cpu"
     named: dict[str, Any] = {} if name is None else {"name": name}
-    return check_fits(max(int(nbytes), 1), device=where, arrays=arrays, what=what, **named)
+    return require_fits(max(int(nbytes), 1), device=where, arrays=arrays, what=what, **named)

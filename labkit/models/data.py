@@ -15,7 +15,7 @@ import numpy as np
 
 from labkit.core.optional import import_optional
 from labkit.core.validate import check_int, check_real, check_seed
-from labkit.machine.memory import check_memory_fits
+from labkit.machine.memory import require_memory_fits
 
 
 def synthetic_images(
@@ -37,7 +37,7 @@ def synthetic_images(
     num_classes = check_int("num_classes", num_classes, minimum=2)
     seed = check_seed("seed", seed)
     noise = check_real("noise", noise, low=0)
-    check_memory_fits(
+    require_memory_fits(
         4 * 3 * size * size * (n + num_classes),
         arrays=3,
         what=f"synthetic_images(n={n}, size={size})",
@@ -69,7 +69,7 @@ def digits_images(
     size = check_int("size", size, minimum=2)
     seed = check_seed("seed", seed)
     check_real("test_fraction", test_fraction, low=0, high=1, low_open=True, high_open=True)
-    check_memory_fits(4 * 3 * size * size * 1797, arrays=3, what=f"digits_images(size={size})")
+    require_memory_fits(4 * 3 * size * size * 1797, arrays=3, what=f"digits_images(size={size})")
     import_optional("sklearn", "digits_images")
     datasets = import_optional("sklearn.datasets", "digits_images")
     torch = import_optional("torch", "digits_images")
@@ -101,7 +101,7 @@ def sequence_task(
     steps = check_int("steps", steps, minimum=1)
     features = check_int("features", features, minimum=1)
     seed = check_seed("seed", seed)
-    check_memory_fits(
+    require_memory_fits(
         4 * n * steps * features,
         arrays=2,
         what=f"sequence_task(n={n}, steps={steps}, features={features})",

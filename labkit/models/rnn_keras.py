@@ -26,7 +26,7 @@ from labkit.core.validate import (
     check_seed,
     check_tf_device,
 )
-from labkit.machine.memory import check_memory_fits
+from labkit.machine.memory import require_memory_fits
 
 #: The layer kinds :func:`keras_rnn` builds. Only LSTM and GRU have a cuDNN path.
 KERAS_RNN_KINDS: tuple[str, ...] = ("SimpleRNN", "LSTM", "LSTM-no-cudnn", "GRU")
@@ -170,7 +170,7 @@ def time_keras_rnns(
     check_tf_device(device, allow_none=True)
     check_ms("warmup_ms", warmup_ms, allow_zero=True)
     check_ms("rep_ms", rep_ms)
-    check_memory_fits(
+    require_memory_fits(
         4 * batch * steps * (features + 4 * units),
         arrays=2,
         what=f"time_keras_rnns(batch={batch}, steps={steps})",

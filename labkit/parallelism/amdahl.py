@@ -23,7 +23,7 @@ from typing import Any
 
 from labkit.core.optional import import_optional
 from labkit.core.validate import check_choice, check_ms, check_positive_int, check_real, check_sizes
-from labkit.machine.memory import check_memory_fits
+from labkit.machine.memory import require_memory_fits
 from labkit.parallelism.threads import cpu_threads, torch_threads
 from labkit.timing.bench import Timing, bench
 
@@ -205,7 +205,7 @@ def measure_thread_scaling(
     matmul_size = check_positive_int("matmul_size", matmul_size)
     python_steps = check_positive_int("python_steps", python_steps)
     if not callable(workload):  # a, b and c of the built-in workloads' matmul, float32
-        check_memory_fits(3 * 4 * matmul_size**2, what=f"matmul_size={matmul_size}")
+        require_memory_fits(3 * 4 * matmul_size**2, what=f"matmul_size={matmul_size}")
     name, fn = _workload(workload, matmul_size, python_steps)
 
     samples: dict[int, list[float]] = {n: [] for n in counts}

@@ -396,7 +396,7 @@ def _over_budget(
         total = _memory.total_bytes("cpu")
         for (_key, size), (host, _) in needs.items():
             if host > total and all(needs[k, n][0] > total for k, n in needs if n == size):
-                _memory.check_fits(
+                _memory.require_fits(
                     host,
                     what=f"the {op} sweep at n={size:,} (more than the "
                     f"{_memory.format_bytes(total)} this machine has in all)",
@@ -406,9 +406,9 @@ def _over_budget(
         key, size = min(runnable, key=lambda point: needs[point][0])
         what = f"the {op} sweep at its smallest n={size:,} ({backend_label(key)})"
         host, gpu = needs[key, size]
-        _memory.check_fits(host, what=what, name="sizes")
+        _memory.require_fits(host, what=what, name="sizes")
         if gpu:
-            _memory.check_fits(gpu, device="cuda", what=what, name="sizes")
+            _memory.require_fits(gpu, device="cuda", what=what, name="sizes")
     if over:
         firsts = {
             key: min(s for k, s in over if k == key)

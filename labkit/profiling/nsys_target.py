@@ -39,13 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     from labkit.machine.report import resolve_torch_device
     from labkit.profiling.torch_profile import (
         Trainer,
-        check_memory,
         phase_labels,
+        require_step_fits,
     )
 
     torch = import_optional("torch", "the Nsight target")
     dev = resolve_torch_device(args.device)
-    check_memory(dev, args.batch, args.image_size, "nsys_target")
+    require_step_fits(dev, args.batch, args.image_size, "nsys_target")
     trainer = Trainer(torch, dev, args.batch, args.image_size)
     label = phase_labels(torch, dev)
     trainer.step(args.item_every_step, label)  # warm-up: cuDNN and allocator set-up

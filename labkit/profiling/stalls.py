@@ -36,9 +36,9 @@ from labkit.machine.report import resolve_torch_device
 from labkit.profiling.torch_profile import (
     PURPOSE,
     Trainer,
-    check_memory,
     phase_at,
     phase_intervals,
+    require_step_fits,
 )
 from labkit.profiling.torch_results import TorchProfile
 from labkit.profiling.trace import complete_events, read_trace
@@ -288,7 +288,7 @@ def time_sync_stall(
 
     torch = import_optional("torch", PURPOSE)
     dev = resolve_torch_device(device)
-    check_memory(dev, batch, image_size, "time_sync_stall")
+    require_step_fits(dev, batch, image_size, "time_sync_stall")
     trainer = Trainer(torch, dev, batch, image_size, seed)
     options: dict[str, Any] = {
         "warmup_ms": warmup_ms,

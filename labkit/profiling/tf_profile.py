@@ -301,11 +301,11 @@ def profile_keras_training(
         raise ValueError(
             f"image_size must be a multiple of 8 (pooling to 4×4 must be exact), got {image_size}"
         )
-    from labkit.machine.memory import check_fits
+    from labkit.machine.memory import require_fits
 
     batch_bytes = batch * 3 * image_size * image_size * 4
     # The arrays live on the host; activations are counted there too (a GPU has more room).
-    check_fits(
+    require_fits(
         batch_bytes * 34, device="cpu", what="profile_keras_training", name="batch or image_size"
     )
     tf = import_tensorflow(PURPOSE)

@@ -130,16 +130,16 @@ def phase_labels(torch: Any, device: Any) -> Callable[[str], Any]:
     return label
 
 
-def check_memory(
+def require_step_fits(
     device: Any, batch: int, image_size: int, what: str, name: str = "batch or image_size"
 ) -> None:
     """Refuse sizes whose data and activations exceed labkit's memory budget (25% of free)."""
-    from labkit.machine.memory import check_fits
+    from labkit.machine.memory import require_fits
 
     kind = getattr(device, "type", str(device))
     where = str(device) if kind == "cuda" else "cpu"
     batch_bytes = batch * 3 * image_size * image_size * 4
-    check_fits(batch_bytes * (BATCHES + ACTIVATION_FACTOR), device=where, what=what, name=name)
+    require_fits(batch_bytes * (BATCHES + ACTIVATION_FACTOR), device=where, what=what, name=name)
 
 
 # ---------------------------------------------------------------------------- profile_training
@@ -187,7 +187,7 @@ def profile_training(
     check_torch_device(device)
     torch = import_optional("torch", PURPOSE)
     dev = resolve_torch_device(device)
-    check_memory(dev, batch, image_size, "profile_training")
+    require_step_fits(dev, batch, image_size, "profile_training")
     folder = output_dir(trace_dir, name="trace_dir", prefix="labkit-profile-")
     mode = "item_every_step" if sync_every_step else "sync_once"
     trace_path = folder / f"cnn_training_{mode}.pt.trace.json"

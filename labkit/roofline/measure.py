@@ -253,7 +253,7 @@ def _peak_sizes_over_budget(
         for i, n in enumerate(sizes):
             need = _peak_bytes(n, dtype, first=i == 0)
             if total is not None and need > total:
-                _memory.check_fits(
+                _memory.require_fits(
                     need,
                     device=where,
                     name="sizes",
@@ -264,7 +264,7 @@ def _peak_sizes_over_budget(
                 )
             if need > budget:
                 if i == 0:
-                    _memory.check_fits(
+                    _memory.require_fits(
                         need,
                         device=where,
                         name="sizes",
@@ -416,7 +416,7 @@ def measure_op(
         from labkit.bandwidth.strided import flush_bytes
 
         need += flush_bytes("cpu" if where == "cpu" else dev)
-    _memory.check_fits(need, device=where, what=f"measure_op({op.name})", name="op (its sizes)")
+    _memory.require_fits(need, device=where, what=f"measure_op({op.name})", name="op (its sizes)")
     mode = tf32_mode(tf32) if dev != "cpu" else contextlib.nullcontext()
     with mode:
         fn = _build(torch, op, dev)

@@ -148,12 +148,12 @@ def accumulate_equivalence(
 
     torch = import_optional("torch", "gradient accumulation")
     dev = pick_device("torch") if device is None else resolve_torch_device(device)
-    from labkit.machine.memory import check_fits
+    from labkit.machine.memory import require_fits
     from labkit.scaling.train_ddp import IN_FEATURES, mlp_parameter_count
 
     rows = micro_batch * accum_steps
     item = 8 if dtype == "float64" else 4
-    check_fits(
+    require_fits(
         (4 * mlp_parameter_count(width) + 6 * rows * (width + IN_FEATURES)) * item,
         device="cuda" if dev.type == "cuda" else "cpu",
         what=f"gradient accumulation of {rows} samples (micro_batch={micro_batch} × "

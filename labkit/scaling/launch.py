@@ -200,9 +200,9 @@ def run_ddp(
     warmup_steps = check_int("warmup_steps", warmup_steps)
     backend = check_choice("backend", backend, _BACKENDS)
     check_real("timeout_s", timeout_s, low=0, low_open=True)
-    from labkit.machine.memory import check_fits
+    from labkit.machine.memory import require_fits
 
-    check_fits(
+    require_fits(
         _ddp_bytes_per_proc(width, depth, batch_per_rank),
         arrays=nproc,
         what=f"DDP training of an MLP of width {width} on {nproc} processes",

@@ -24,7 +24,7 @@ from labkit.core.optional import import_optional, is_installed
 from labkit.core.results import JsonRecord
 from labkit.core.units import format_duration, format_speedup
 from labkit.core.validate import check_int, check_positive_int, check_torch_device
-from labkit.machine.memory import check_memory_fits
+from labkit.machine.memory import require_memory_fits
 from labkit.machine.report import resolve_torch_device
 from labkit.timing import sync as _sync
 from labkit.timing.bench import Timing, bench, check_bench_args
@@ -170,7 +170,9 @@ def matmul_workload(n: int, device: str = "cpu") -> tuple[Callable[..., Any], tu
                 f"device={device!r} is not a torch device ('cpu', 'cuda', 'cuda:1', 'mps') "
                 "or 'cupy'"
             ) from None
-    check_memory_fits(2 * 4 * n * n, arrays=1, what=f"matmul_workload(n={n}) (two float32 inputs)")
+    require_memory_fits(
+        2 * 4 * n * n, arrays=1, what=f"matmul_workload(n={n}) (two float32 inputs)"
+    )
     if device == "cupy":
         cupy = import_optional("cupy", "the CuPy matmul workload")
         rng = cupy.random.default_rng(0)

@@ -34,9 +34,9 @@ class HostSync:
         """Write a numpy buffer of twice the CPU's last-level cache (read from /sys on Linux)."""
         import numpy as np
 
-        from labkit.machine.memory import check_fits
+        from labkit.machine.memory import require_fits
 
-        nbytes = check_fits(
+        nbytes = require_fits(
             2 * cpu_last_level_cache_bytes(),
             what="bench(flush_l2=True)'s "
             "cache-flush buffer (twice the last-level cache; flush_l2=False "

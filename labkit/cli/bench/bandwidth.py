@@ -125,7 +125,7 @@ def cpu_bytes_per_array(max_bytes: int | None = None, *, arrays: int = 3) -> tup
     size = _memory.fit_bytes(wanted, device="cpu", arrays=arrays)
     size -= size % 4096
     if size < 4096:
-        _memory.check_fits(wanted, device="cpu", arrays=arrays, what="labkit bench bandwidth")
+        _memory.require_fits(wanted, device="cpu", arrays=arrays, what="labkit bench bandwidth")
     if size < wanted:
         caches = dict(bw_sizes.cache_sizes("cpu"))
         last = max(caches.values()) if caches else None

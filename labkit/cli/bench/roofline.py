@@ -227,7 +227,7 @@ def measure_device(
 ) -> DeviceRoofline:
     """Measure ``device``'s roofs, then run :func:`standard_ops` on it and place each one."""
     from labkit.bandwidth.stream import peak_bandwidth
-    from labkit.machine.memory import check_fits
+    from labkit.machine.memory import require_fits
     from labkit.roofline.measure import measure_op, measure_peak_compute
 
     on_gpu = device != "cpu"
@@ -252,7 +252,7 @@ def measure_device(
     budgets: dict[str, Any] = {"warmup_ms": 0.0, "rep_ms": 5.0} if quick else {}
     for spec in specs:
         try:
-            check_fits(spec.op.bytes, device=device, what=f"the roofline point {spec.op.name}")
+            require_fits(spec.op.bytes, device=device, what=f"the roofline point {spec.op.name}")
             m = measure_op(spec.op, device, tf32=spec.tf32, **budgets)
         except Exception as exc:  # keep the rest of the run; say what failed
             failed.append((spec.op.name, part_failed("labkit bench roofline", spec.op.name, exc)))
