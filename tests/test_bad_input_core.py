@@ -46,6 +46,7 @@ from invalid_args import (
     impossible_bytes,
     non_finite,
     non_positive_ints,
+    not_callables,
     not_numbers,
     unknown_devices,
     unsupported_dtypes,
@@ -265,6 +266,7 @@ CASES: list[Case] = [
             "warn": False,
         },
         {
+            "fn": not_callables,  # bench(f(x)) instead of bench(f, x)
             "warmup_ms": bad_ms_or_zero,
             "rep_ms": bad_ms,
             "min_reps": bad_positive_int,
@@ -827,6 +829,7 @@ CASES: list[Case] = [
         pitfalls.naive_timing,
         {"fn": noop, "reps": 1, **FAST, "device": None, "label": None, "warn": False},
         {
+            "fn": not_callables,
             "reps": bad_positive_int,
             "warmup_ms": bad_ms_or_zero,
             "rep_ms": bad_ms,

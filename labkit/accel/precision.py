@@ -201,6 +201,9 @@ def mixed_precision_torch(
     lr = check_real("lr", lr, low=0, low_open=True)
     warmup_ms, rep_ms = check_ms("warmup_ms", warmup_ms), check_ms("rep_ms", rep_ms)
     check_torch_device(device)
+    if not isinstance(data, (tuple, list)) or len(data) != 2:
+        # A tensor would unpack into its first two rows and train on them without a word.
+        raise TypeError(f"data must be a pair (x, y) of tensors, got {type(data).__name__}")
     torch = import_optional("torch", PURPOSE)
     dev = resolve_torch_device(device)
     if not torch.amp.is_autocast_available(dev.type):

@@ -19,7 +19,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.core.optional import import_optional, import_tensorflow
-from labkit.core.validate import check_choice, check_ms, check_positive_int, check_real, check_seed
+from labkit.core.validate import (
+    check_choice,
+    check_ms,
+    check_positive_int,
+    check_real,
+    check_seed,
+    check_shape,
+)
 from labkit.machine.memory import require_memory_fits
 from labkit.timing.bench import Timing, bench
 from labkit.timing.compare import Comparison, compare
@@ -132,11 +139,9 @@ def mlp_side_by_side(
 ) -> SideBySide:
     """Time one SGD step of the same MLP in each of ``variants``."""
     batch = check_positive_int("batch", batch)
-    sizes = tuple(sizes)
+    sizes = check_shape("sizes", sizes)
     if len(sizes) < 2:
         raise ValueError(f"sizes needs at least an input and an output size, got {sizes!r}")
-    for i, s in enumerate(sizes):
-        check_positive_int(f"sizes[{i}]", s)
     if isinstance(variants, str):
         variants = (variants,)
     if not variants:

@@ -10,6 +10,7 @@ import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from labkit.core import validate
 from labkit.core.validate import check_positive_int
 
 #: The optimizers a training step can use ("adam" keeps two extra copies of the weights).
@@ -90,11 +91,7 @@ def resolve_model(
 
 def check_shape(input_shape: Sequence[int]) -> tuple[int, ...]:
     """``input_shape`` as a tuple of positive ints (one sample, no batch dimension)."""
-    if not input_shape:
-        raise ValueError(
-            f"input_shape must be a non-empty tuple of positive ints, got {input_shape!r}"
-        )
-    return tuple(check_positive_int(f"input_shape[{i}]", s) for i, s in enumerate(input_shape))
+    return validate.check_shape("input_shape", input_shape)
 
 
 def make_optimizer(model: Any, optimizer: str) -> Any:

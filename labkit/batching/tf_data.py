@@ -202,6 +202,7 @@ def compare_tf_pipelines(
     variants: Sequence[str] = DEFAULT_TF_VARIANTS, **common: Any
 ) -> LoaderComparison:
     """:func:`measure_tf_pipeline` for each variant, same samples and step."""
+    variants = (variants,) if isinstance(variants, str) else variants  # one name: not its letters
     if not variants:
         raise ValueError(f"variants must name at least one of {TF_VARIANTS}")
     for v in variants:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Any, ClassVar
 
@@ -36,12 +37,19 @@ def to_json(value: Any) -> Any:
         return to_dict()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclass_json(value)
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):  # dicts and the read-only views results hold
         return {str(key): to_json(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
+    if isinstance(value, (set, frozenset)):
+        return [to_json(item) for item in sorted(value, key=repr)]
+    if isinstance(value, (list, tuple)):
         return [to_json(item) for item in value]
     if isinstance(value, PurePath):
         return str(value)
+    module = type(value).__module__.partition(".")[0]
+    if module == "numpy" and hasattr(value, "item"):  # a numpy scalar (np.float32, np.int64)
+        return value.item()
+    if module == "torch" and type(value).__name__ == "dtype":
+        return str(value).removeprefix("torch.")
     return value
 
 

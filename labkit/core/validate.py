@@ -40,6 +40,21 @@ def check_ms(name: str, value: Any, *, allow_zero: bool = False) -> float:
     return float(value)
 
 
+def check_function(name: str, value: Any, usage: str) -> Any:
+    """``value`` if it can be called; else the slip a notebook makes most, named with ``usage``.
+
+    A type checker would catch it too, but ``bench(f(x))`` is the first thing
+    a learner types, and "'int' object is not callable" from deep inside the
+    timing loop does not say what to change.
+    """
+    if not callable(value):
+        raise TypeError(
+            f"{name} must be a function (or lambda) to call, got {type(value).__name__}. Pass "
+            f"the function itself, not its result: {usage}"
+        )
+    return value
+
+
 def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
     """``value`` if it is one of ``choices`` (a name a person types: a dtype, a mode, a kernel)."""
     if not isinstance(value, str) or value not in choices:
@@ -57,6 +72,16 @@ def check_choices(
     for value in chosen:
         check_choice(name, value, choices)
     return tuple(v for v in choices if v in chosen)
+
+
+def check_shape(name: str, value: Any) -> tuple[int, ...]:
+    """A shape as typed, ``(3, 32, 32)``: a non-empty sequence of positive ints, order kept."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) == 0:
+        raise ValueError(
+            f"{name} must be a non-empty tuple of positive integers such as (3, 32, 32), "
+            f"got {value!r}"
+        )
+    return tuple(check_positive_int(f"{name}[{i}]", s) for i, s in enumerate(value))
 
 
 def check_sizes(sizes: Any, name: str = "sizes") -> tuple[int, ...]:

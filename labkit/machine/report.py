@@ -114,6 +114,7 @@ def device_report(frameworks: Sequence[str] = FRAMEWORKS) -> DeviceReport:
     ``frameworks=("torch",)`` to skip the others. Never raises because a
     framework is missing or broken: that becomes a field and a finding.
     """
+    frameworks = (frameworks,) if isinstance(frameworks, str) else frameworks  # not its letters
     for i, name in enumerate(frameworks):
         check_choice(f"frameworks[{i}]", name, FRAMEWORKS)
     clear_distribution_cache()  # a %pip install since the last report must show up
@@ -183,7 +184,7 @@ CPU_OR_CUDA: tuple[str, ...] = ("cpu", "cuda")
 def resolve_device(
     value: Any = None, name: str = "device", *, kinds: Sequence[str] = ("cpu", "cuda", "mps", "xpu")
 ) -> str:
-    """``value`` as a device that exists here: "cpu", "cuda:N", "mps" or "xpu:N".
+    """``value`` as a device that exists here: "cpu", "cuda:N" (the index filled in), "mps" or "xpu".
 
     The one device resolver: every labkit function that takes a device calls
     it (or :func:`resolve_torch_device`). It accepts the spellings of
@@ -201,6 +202,8 @@ def resolve_device(
         f"{name} must be one of {', '.join(map(repr, spellings))} (or None for the best device "
         f"here), got {value!r}"
     )
+    if isinstance(value, str):
+        value = value.strip().lower()  # " CUDA" is a slip, not another device
     try:
         check_torch_device(value, name)
     except ValueError:
@@ -212,6 +215,11 @@ def resolve_device(
             best = str(pick_device("torch"))
             if best.partition(":")[0] in kinds and not best.startswith("cuda"):
                 return best  # under a profile that hides the GPU, cuda is not "best"
+        if "cpu" not in kinds:
+            raise ValueError(
+                f"{name}=None, but none of {', '.join(map(repr, kinds))} is usable here "
+                "(`labkit doctor` explains why no GPU is visible)"
+            )
         return "cpu"
     text = str(value)
     kind = text.partition(":")[0]

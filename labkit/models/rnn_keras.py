@@ -162,6 +162,7 @@ def time_keras_rnns(
     """
     for name, value in (("batch", batch), ("steps", steps), ("features", features)):
         check_positive_int(name, value)
+    kinds = (kinds,) if isinstance(kinds, str) else kinds  # one kind: not its letters
     if not kinds:
         raise ValueError(f"kinds must be a non-empty list drawn from {KERAS_RNN_KINDS}")
     for kind in kinds:

@@ -427,6 +427,7 @@ def _over_budget(
 
 
 def _check_backends(backends: Sequence[str]) -> tuple[str, ...]:
+    backends = (backends,) if isinstance(backends, str) else backends  # one name: not its letters
     if len(backends) == 0:
         raise ValueError(
             f"backends must be a non-empty list of backend names ({', '.join(BACKENDS)}), "

@@ -142,12 +142,11 @@ def accumulate_equivalence(
     check_ms("rep_ms", rep_ms)
     check_torch_device(device)
     from labkit.core.optional import import_optional
-    from labkit.machine.report import pick_device
     from labkit.scaling.train_ddp import build_mlp, synthetic_batches
     from labkit.timing.bench import bench
 
     torch = import_optional("torch", "gradient accumulation")
-    dev = pick_device("torch") if device is None else resolve_torch_device(device)
+    dev = resolve_torch_device(device)
     from labkit.machine.memory import require_fits
     from labkit.scaling.train_ddp import IN_FEATURES, mlp_parameter_count
 

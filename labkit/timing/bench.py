@@ -28,7 +28,7 @@ from typing import Any
 
 from labkit.core.results import JsonRecord
 from labkit.core.units import duration_unit, format_duration
-from labkit.core.validate import check_int, check_ms, check_positive_int
+from labkit.core.validate import check_function, check_int, check_ms, check_positive_int
 from labkit.timing import sync as _sync
 
 #: A timing whose IQR exceeds this fraction of its median is flagged as noisy.
@@ -222,6 +222,7 @@ def bench(
     events and the device is synchronized once per batch of calls; elsewhere
     the device is synchronized before every clock read.
     """
+    check_function("fn", fn, "bench(f, x), not bench(f(x)).")
     warmup_ms, rep_ms, min_reps, max_reps = check_bench_args(warmup_ms, rep_ms, min_reps, max_reps)
     grads = () if grad_to_none is None else tuple(grad_to_none)
     if label is None:

@@ -23,7 +23,7 @@ from typing import Any
 from labkit.core.optional import import_optional, is_installed
 from labkit.core.results import JsonRecord
 from labkit.core.units import format_duration, format_speedup
-from labkit.core.validate import check_int, check_positive_int, check_torch_device
+from labkit.core.validate import check_function, check_int, check_positive_int, check_torch_device
 from labkit.machine.memory import require_memory_fits
 from labkit.machine.report import resolve_torch_device
 from labkit.timing import sync as _sync
@@ -117,6 +117,7 @@ def naive_timing(
     """
     reps = check_positive_int("reps", reps)
     # bench's own checks, before the naive loop runs: a bad rep_ms must not cost a measurement
+    check_function("fn", fn, "naive_timing(f, x), not naive_timing(f(x)).")
     check_bench_args(warmup_ms, rep_ms, 5, 100_000)
     if label is None:
         name = getattr(fn, "__name__", None)

@@ -101,6 +101,7 @@ class CpuBandwidth:
         return None if not ratios else all(r >= BAR for r in ratios)
 
     def to_dict(self) -> dict[str, Any]:
+        """The recording's schema, which the notebooks' GPU cells read: a view, not the fields."""
         return {
             "bytes_per_array": self.bytes_per_array,
             "rounds": self.rounds,

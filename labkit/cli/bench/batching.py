@@ -51,6 +51,7 @@ class BatchingResults:
         return lines
 
     def to_dict(self) -> dict[str, Any]:
+        """The recording's schema, which the notebooks' GPU cells read: a view, not the fields."""
         return {
             "device": self.device,
             "quick": self.quick,

@@ -101,6 +101,7 @@ class CnnResults:
         return lines
 
     def to_dict(self) -> dict[str, Any]:
+        """The recording's schema, which the notebooks' GPU cells read: a view, not the fields."""
         return {
             "device": self.device,
             "image_size": self.image_size,

@@ -122,6 +122,8 @@ class ProfileResults:
         return lines
 
     def to_dict(self) -> dict[str, Any]:
+        """The recording's schema, which the notebooks' GPU cells read: a view, not the fields."""
+
         def opt(value: Any, **kw: Any) -> Any:
             return None if value is None else value.to_dict(**kw)
 

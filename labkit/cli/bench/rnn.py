@@ -95,6 +95,7 @@ class RnnResults:
         return lines
 
     def to_dict(self) -> dict[str, Any]:
+        """The recording's schema, which the notebooks' GPU cells read: a view, not the fields."""
         return {
             "framework": self.framework,
             "device": self.device,

@@ -112,6 +112,7 @@ class PlacedOp:
         return line
 
     def to_dict(self) -> dict[str, Any]:
+        """The recording's schema, which the notebooks' GPU cells read: a view, not the fields."""
         m = self.measurement
         return {
             "name": m.op.name,
