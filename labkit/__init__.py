@@ -16,6 +16,7 @@ from labkit.machine.gpu import has_gpu, require_gpu
 from labkit.machine.report import DeviceReport, device_report, pick_device
 from labkit.timing.bench import NoisyTimingWarning, Timing, bench
 from labkit.timing.compare import compare
+from labkit.timing.interleave import interleave
 
 __all__ = [
     "DeviceReport",
@@ -24,6 +25,7 @@ __all__ = [
     "Timing",
     "bench",
     "compare",
+    "interleave",
     "device_report",
     "has_gpu",
     "import_tensorflow",

@@ -10,6 +10,42 @@ from labkit import check
 REF_GB_PER_S = 2 * 2_619_000e3 * (5120 / 8) / 1e9  # 3352.32, hand-computed
 
 
+@pytest.mark.parametrize(
+    ("answer", "passed", "hint"),
+    [
+        (2 * 2**30 / 3352.32e9 * 1e3, True, "No kernel can be faster"),
+        (2**30 / 3352.32e9 * 1e3, False, "also writes y"),
+        (4 * 2**30 / 3352.32e9 * 1e3, False, "read once"),
+        (2e9 / 3352.32e9 * 1e3, False, "2**30 bytes"),
+        (2 * 2**30 / 3352.32e9 * 1e6, False, "µs"),
+        (5.0, False, "is not it"),
+    ],
+)
+def test_elementwise_time(answer: float, passed: bool, hint: str) -> None:
+    result = check.elementwise_time(answer)
+    assert result.passed is passed and result.solved
+    assert hint in result.message
+    assert not check.elementwise_time(...).solved
+
+
+@pytest.mark.parametrize(
+    ("answer", "passed", "hint"),
+    [
+        (34, True, "is at most 1% of a 10.2 µs sample"),
+        (34.5, True, "at most 1%"),
+        (1, False, "100× too few"),
+        (10, False, "Too few"),
+        (1 / 33.4, False, "reciprocal"),
+        (500, False, "more than needed"),
+    ],
+)
+def test_calls_per_sample(answer: float, passed: bool, hint: str) -> None:
+    result = check.calls_per_sample(answer, pair_ns=100.0, call_ns=300.0)
+    assert result.passed is passed and result.solved, result.message
+    assert hint in result.message
+    assert not check.calls_per_sample(None, 100.0, 300.0).solved
+
+
 def test_peak_bandwidth_right_answer() -> None:
     result = check.peak_bandwidth(REF_GB_PER_S)
     assert result and result.passed and "3352 GB/s" in str(result)

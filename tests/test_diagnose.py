@@ -107,9 +107,16 @@ def cupy(dist: str = "cupy-cuda12x", devices=(CUDA_DEVICE,), **changes) -> Frame
 
 
 def run(
-    nvidia: NvidiaInfo, *fws: FrameworkInfo, system: str = "Linux", env=None, wsl: bool = False
+    nvidia: NvidiaInfo,
+    *fws: FrameworkInfo,
+    system: str = "Linux",
+    env=None,
+    wsl: bool = False,
+    cuda_toolkit: bool | None = None,
 ):
-    findings = diagnose(nvidia, fws, system=system, env=env or {}, wsl=wsl)
+    findings = diagnose(
+        nvidia, fws, system=system, env=env or {}, wsl=wsl, cuda_toolkit=cuda_toolkit
+    )
     for f in findings:  # every finding is two plain sentences a learner can act on
         assert isinstance(f, Finding)
         assert f.message and f.fix and f.message.strip() == f.message
@@ -187,6 +194,22 @@ def test_cuda_wheel_on_a_machine_without_nvidia_gpu_is_only_info():
     ]
     assert "runs on the CPU; that is fine without an NVIDIA GPU" in findings[0].message
     assert "CuPy needs one" in findings[2].message
+    # CuPy needs the driver and a toolkit or its [ctk] extra (review finding A3)
+    assert 'pip install "cupy-cuda12x[ctk]"' in findings[2].fix
+    assert "NVRTC" in findings[2].fix
+
+
+def test_cupy_without_toolkit_on_a_gpu_machine_is_a_warning():
+    finding = only(run(driver(), cupy("cupy-cuda12x"), cuda_toolkit=False), "cupy-without-toolkit")
+    assert finding.severity == "warning"
+    assert 'pip install "cupy-cuda12x[ctk]"' in finding.fix
+    assert "cupy-without-toolkit" not in codes(
+        run(driver(), cupy("cupy-cuda12x"), cuda_toolkit=True)
+    )
+    assert "cupy-without-toolkit" not in codes(run(driver(), cupy("cupy-cuda12x")))  # not looked
+    assert "cupy-without-toolkit" not in codes(
+        run(no_nvidia(), cupy("cupy-cuda12x", devices=()), cuda_toolkit=False)
+    )
 
 
 def test_torch_newer_than_driver():
@@ -313,7 +336,7 @@ def test_no_gpu_anywhere_is_one_info():
     )
     assert codes(findings) == ["no-gpu"]
     assert findings[0].severity == "info"
-    assert "GPU-only cells show reference results recorded on a real GPU" in findings[0].message
+    assert "each GPU-only cell says what it would show" in findings[0].message
 
 
 def test_no_gpu_in_wsl_points_at_the_windows_driver():

@@ -32,7 +32,7 @@ N_EXERCISES = 23
 BEGIN, END, STUB = "### BEGIN SOLUTION", "### END SOLUTION", student.CODE_STUB
 BLANK = "= ...  # your answer"
 # The fastest notebook with exercises (about 15 s): the nbgrader end-to-end run.
-NBGRADER_NOTEBOOK, NBGRADER_POINTS = "00_setup_and_devices.ipynb", 3
+NBGRADER_NOTEBOOK, NBGRADER_POINTS = "00_setup_and_devices.ipynb", 5
 
 
 def _grading(cell: nbformat.NotebookNode) -> dict:

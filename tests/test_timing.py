@@ -239,6 +239,7 @@ def test_timing_is_frozen_and_serializable():
         "warmup_calls",
         "first_call_ms",
         "method",
+        "calls_per_sample",
         "n",
         "median_ms",
         "q1_ms",

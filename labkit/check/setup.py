@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from labkit.check.result import CheckResult, as_number, close_to, todo, unsolved
+from labkit.core.units import format_duration
 
 # --- notebook 00: peak memory bandwidth from the memory clock and bus width ---
 
@@ -38,7 +39,7 @@ def peak_bandwidth(answer_gb_per_s: Any) -> CheckResult:
             True,
             True,
             f"{value:.0f} GB/s. NVIDIA's spec sheet says 3.35 TB/s for the H100 SXM: the same "
-            "number. Real copies reach about 90% of it, as notebook 02 measures.",
+            "number. It is a theoretical peak: a measured copy reaches less, never more.",
         )
     diagnoses = [
         (ref / 2, "That is half the answer: HBM and GDDR move data on both clock edges (×2)."),
@@ -57,6 +58,118 @@ def peak_bandwidth(answer_gb_per_s: Any) -> CheckResult:
         True,
         f"{value:.4g} GB/s is not it. Use 2 × (clock in Hz) × (bus width in bytes) ÷ 1e9, with "
         f"clock = {H100_MEMORY_CLOCK_KHZ} kHz and bus width = {H100_BUS_WIDTH_BITS} bits.",
+    )
+
+
+# --- notebook 00: the fastest a memory-bound operation can be ---
+
+#: Exercise 1b: an out-of-place elementwise op (y = 2 * x) on a float32 tensor
+#: of this size reads it once and writes a tensor of the same size.
+ELEMENTWISE_TENSOR_BYTES = 2**30
+
+
+def elementwise_time(answer_ms: Any) -> CheckResult:
+    """Check the lowest possible time of ``y = 2 * x`` on 1 GiB at the H100's peak bandwidth.
+
+    The bound is bytes moved / bandwidth: 2 GiB (read x, write y) over the
+    theoretical 3,352 GB/s. Its mistakes: counting only the read (half),
+    treating GiB as GB (7% short), or using the bandwidth in GiB/s.
+    """
+    from labkit.machine.nvidia import theoretical_bandwidth_gb_per_s
+
+    exercise = "memory-bound time"
+    if unsolved(answer_ms):
+        return todo(
+            exercise,
+            "time = bytes moved ÷ bandwidth: count every byte read and every byte written.",
+        )
+    value = as_number(answer_ms, "answer_ms")
+    gb_per_s = theoretical_bandwidth_gb_per_s(H100_MEMORY_CLOCK_KHZ, H100_BUS_WIDTH_BITS) or 0.0
+    moved = 2 * ELEMENTWISE_TENSOR_BYTES
+    ref = moved / (gb_per_s * 1e9) * 1e3
+    if close_to(value, ref, 0.01):
+        return CheckResult(
+            exercise,
+            True,
+            True,
+            f"{value:.3f} ms: {moved / 2**30:.0f} GiB moved at {gb_per_s:,.0f} GB/s. No kernel "
+            "can be faster; a real one takes longer (notebook 02 measures how much longer on "
+            "this machine's memory).",
+        )
+    diagnoses = [
+        (ref / 2, "That is half the answer: y = 2 * x reads x and also writes y, 2 GiB in all."),
+        (ref * 2, "That is twice the answer: x is read once and y written once, 2 GiB in all."),
+        (
+            ref * 1e9 / 2**30,
+            "Close, but 7% short: 1 GiB is 2**30 bytes, not 10**9, while GB/s is 10**9 B/s.",
+        ),
+        (ref * 1000, "That is 1000× too much: is it in µs? The answer is in ms."),
+        (ref / 1000, "That is 1000× too little: is it in seconds? The answer is in ms."),
+    ]
+    for wrong, why in diagnoses:
+        if close_to(value, wrong, 0.02):
+            return CheckResult(exercise, False, True, why)
+    return CheckResult(
+        exercise,
+        False,
+        True,
+        f"{value:.4g} ms is not it. Divide the bytes read plus written ({moved:,}) by the "
+        "bandwidth from exercise 1a in bytes per second, and convert seconds to ms.",
+    )
+
+
+# --- notebook 00: how many calls per sample hide the clock ---
+
+
+def calls_per_sample(
+    answer: Any, pair_ns: float, call_ns: float, share: float = 0.01
+) -> CheckResult:
+    """Check the fewest calls per sample that keep one clock pair under ``share`` of a sample.
+
+    A sample of k calls lasts k × call_ns and carries one clock pair
+    (pair_ns), so the clock's share is pair_ns / (k × call_ns) ≤ share, that is
+    k ≥ pair_ns / (share × call_ns). ``pair_ns`` and ``call_ns`` are the
+    learner's own measurements, so the reference is computed from them.
+    """
+    import math
+
+    exercise = "calls per sample"
+    if unsolved(answer):
+        return todo(exercise, "one sample of k calls lasts k × call_ns and carries one clock pair.")
+    value = as_number(answer, "answer")
+    exact = pair_ns / (share * call_ns)
+    ref = max(1, math.ceil(exact))
+    if value >= exact and value <= ref + max(1, 0.02 * ref):
+        return CheckResult(
+            exercise,
+            True,
+            True,
+            f"With that many calls the clock pair ({format_duration(pair_ns * 1e-6)}) is at most "
+            f"{share:.0%} of a {format_duration(value * call_ns * 1e-6)} sample. bench aims "
+            "higher (samples of at least 0.2 ms), which also averages away the clock's jitter.",
+        )
+    if close_to(value, exact / 100, 0.05) or value == max(1, math.ceil(exact / 100)):
+        return CheckResult(
+            exercise, False, True, "That is 100× too few: 1% is 0.01, not 1, in the formula."
+        )
+    if value > 0 and close_to(1 / value, exact, 0.05):
+        return CheckResult(
+            exercise, False, True, "That is the reciprocal: k ≥ pair_ns / (0.01 × call_ns)."
+        )
+    if 0 < value < exact:
+        return CheckResult(
+            exercise,
+            False,
+            True,
+            f"Too few: with {value:.0f} calls the clock is still "
+            f"{pair_ns / (value * call_ns):.1%} of a sample. Round up, never down.",
+        )
+    return CheckResult(
+        exercise,
+        False,
+        True,
+        f"{value:.4g} is more than needed: the fewest calls is pair_ns / (0.01 × call_ns) "
+        "rounded up, with the two values printed above.",
     )
 
 

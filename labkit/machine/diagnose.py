@@ -125,7 +125,7 @@ def _rule_driver(
                     f"{_dist(fw)} {fw.version} is a CUDA {fw.cuda_major} build, but this machine "
                     "has no NVIDIA GPU: "
                     + (
-                        "CuPy needs one, so its cells show reference results instead; "
+                        "CuPy needs one, so its cells say what they would show instead; "
                         if fw.name == "cupy"
                         else f"{fw.display_name} runs on the CPU; "
                     )
@@ -133,7 +133,8 @@ def _rule_driver(
                 ),
                 fix=(
                     "Nothing to do. On a machine with an NVIDIA GPU this build needs "
-                    f"{min_driver_text(fw.cuda_major or 0, system)}."
+                    f"{min_driver_text(fw.cuda_major or 0, system)}"
+                    + (f" and {cupy_toolkit_text(fw)}." if fw.name == "cupy" else ".")
                 ),
             )
             for fw in cuda_wheels
@@ -382,6 +383,44 @@ def _rule_tensorflow(
     return findings
 
 
+def cupy_toolkit_text(cupy: FrameworkInfo) -> str:
+    """What CuPy needs besides the driver: it compiles its kernels at run time (NVRTC).
+
+    CuPy's install guide: "You need to install CUDA Toolkit ... locally to use
+    these packages", or the ``[ctk]`` extra, which installs the toolkit's
+    libraries from pip (docs.cupy.dev/en/stable/install.html).
+    """
+    return (
+        "a CUDA Toolkit, or the wheel's [ctk] extra that brings its libraries from pip "
+        f'(pip install "{_dist(cupy)}[ctk]"): CuPy compiles its kernels at run time with NVRTC'
+    )
+
+
+def _rule_cupy_toolkit(
+    cupy: FrameworkInfo | None, nvidia: NvidiaInfo, toolkit: bool | None
+) -> list[Finding]:
+    """A CuPy CUDA wheel on a GPU machine where neither a toolkit nor the [ctk] extra is found."""
+    if (
+        cupy is None
+        or toolkit is not False
+        or not cupy.built_with_cuda
+        or not nvidia.hardware_present
+    ):
+        return []
+    return [
+        Finding(
+            code="cupy-without-toolkit",
+            severity="warning",
+            message=(
+                f"{_dist(cupy)} is installed, but no CUDA Toolkit was found (no nvcc on PATH, "
+                "no CUDA_PATH or /usr/local/cuda) and its [ctk] extra is not installed: CuPy "
+                "imports, but its first kernel fails to compile."
+            ),
+            fix=f"Install {cupy_toolkit_text(cupy)}.",
+        )
+    ]
+
+
 def _rule_cupy_wheels(cupy: FrameworkInfo | None, nvidia: NvidiaInfo) -> list[Finding]:
     if cupy is None or len(cupy.distributions) < 2:
         return []
@@ -424,8 +463,9 @@ def _rule_no_gpu(
             code="no-gpu",
             severity="info",
             message=(
-                "No GPU on this machine: the course runs on the CPU; GPU-only cells show "
-                "reference results recorded on a real GPU."
+                "No GPU on this machine: the course runs on the CPU; each GPU-only cell says "
+                "what it would show, and shows a recording from a real GPU where the kit "
+                "ships one (labkit/reference/)."
             ),
             fix=fix,
         )
@@ -439,12 +479,15 @@ def diagnose(
     system: str,
     env: Mapping[str, str],
     wsl: bool = False,
+    cuda_toolkit: bool | None = None,
 ) -> tuple[Finding, ...]:
     """Findings for these facts, errors first.
 
     ``system`` is ``platform.system()`` ("Linux", "Windows", "Darwin"); ``env``
     the environment variables that matter (CUDA_VISIBLE_DEVICES,
-    TF_FORCE_GPU_ALLOW_GROWTH); ``wsl`` whether Linux runs under WSL2.
+    TF_FORCE_GPU_ALLOW_GROWTH); ``wsl`` whether Linux runs under WSL2;
+    ``cuda_toolkit`` whether a CUDA Toolkit or CuPy's [ctk] libraries were
+    found (None: not looked for).
     """
     by_name = {fw.name: fw for fw in frameworks}
     cuda_wheels = [fw for fw in frameworks if fw.usable and fw.built_with_cuda and fw.cuda_major]
@@ -455,6 +498,7 @@ def diagnose(
         *_rule_torch(by_name.get("torch"), nvidia, system, env),
         *_rule_tensorflow(by_name.get("tensorflow"), by_name.get("torch"), nvidia, system, env),
         *_rule_cupy_wheels(by_name.get("cupy"), nvidia),
+        *_rule_cupy_toolkit(by_name.get("cupy"), nvidia, cuda_toolkit),
         *_rule_no_gpu(nvidia, frameworks, env, wsl),
     ]
     order = {severity: i for i, severity in enumerate(SEVERITIES)}

@@ -125,8 +125,33 @@ def device_report(frameworks: Sequence[str] = FRAMEWORKS) -> DeviceReport:
     probes = {name: probe_framework(name, nvidia) for name in PROBE_ORDER if name in frameworks}
     probed = tuple(probes[name] for name in FRAMEWORKS if name in probes)
     env = {key: os.environ[key] for key in RELEVANT_ENV if key in os.environ}
-    findings = diagnose(nvidia, probed, system=system.os, env=env, wsl=system.wsl)
+    toolkit = cuda_toolkit_found() if "cupy" in probes else None
+    findings = diagnose(
+        nvidia, probed, system=system.os, env=env, wsl=system.wsl, cuda_toolkit=toolkit
+    )
     return DeviceReport(system=system, cpu=cpu, nvidia=nvidia, frameworks=probed, findings=findings)
+
+
+def cuda_toolkit_found() -> bool:
+    """Whether CuPy can find a CUDA Toolkit's NVRTC: nvcc, CUDA_PATH/CUDA_HOME, /usr/local/cuda, or pip's.
+
+    CuPy's ``[ctk]`` extra installs NVRTC as an ``nvidia-cuda-nvrtc*`` (or
+    ``cuda-toolkit``) distribution; a system toolkit puts ``nvcc`` on PATH or
+    lives where CUDA_PATH or /usr/local/cuda points.
+    """
+    import importlib.metadata
+    import shutil
+    from pathlib import Path
+
+    if shutil.which("nvcc") or any(os.environ.get(k) for k in ("CUDA_PATH", "CUDA_HOME")):
+        return True
+    if Path("/usr/local/cuda").exists():
+        return True
+    for dist in importlib.metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+        if name.startswith("nvidia-cuda-nvrtc") or name == "cuda-toolkit":
+            return True
+    return False
 
 
 PICKABLE: tuple[str, ...] = ("torch", "tensorflow", "cupy")

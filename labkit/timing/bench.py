@@ -10,8 +10,17 @@ does what the references do (triton's ``do_bench``, torch.utils.benchmark):
    autotuning) and keeps that call out of the samples (``first_call_ms``);
 3. it warms up and repeats for a *time budget* in ms, not a fixed count, so a
    1 µs kernel and a 1 s training step both get a sensible number of samples;
-4. it keeps every sample and reports the median and the IQR, and warns when
+4. when one call is short (under :data:`MIN_SAMPLE_MS`), each sample times
+   many calls in a row and divides, so the clock's own cost (≈0.1 µs per read
+   pair) is a small part of every sample (``calls_per_sample``), as
+   ``timeit`` and torch.utils.benchmark do;
+5. it keeps every sample and reports the median and the IQR, and warns when
    the spread says the measurement is unreliable.
+
+The IQR describes the noise *within one run*. Load that shifts a whole run
+(another program, a lower clock) leaves the IQR small and moves the median:
+only repeated runs show it. :func:`labkit.timing.interleave.interleave` runs
+variants round-robin and reports both spreads.
 
 This module imports no framework and not even numpy: the statistics are pure
 Python (linear-interpolation quantiles, numpy's default method).
@@ -34,6 +43,13 @@ from labkit.timing import sync as _sync
 #: A timing whose IQR exceeds this fraction of its median is flagged as noisy.
 #: torch.utils.benchmark uses the same threshold.
 NOISY_THRESHOLD = 0.10
+
+#: A host-clock sample shorter than this (ms) is made of several calls: a pair
+#: of perf_counter reads costs ~0.1 µs, so a 0.2 ms sample carries < 0.1% of it.
+MIN_SAMPLE_MS = 0.2
+
+#: At most this many calls make one sample.
+MAX_CALLS_PER_SAMPLE = 100_000
 
 
 class NoisyTimingWarning(UserWarning):
@@ -73,7 +89,9 @@ class Timing(JsonRecord):
     ``device`` names where the work ran (with any other device that was
     drained, e.g. "cpu (+ synced cuda:0)"); ``method`` is "device events" or
     "host clock"; ``warmup_calls`` counts the calls between the first call
-    (``first_call_ms``, not a sample) and the samples. ``relative_spread``
+    (``first_call_ms``, not a sample) and the samples. Each sample is the
+    mean time per call of ``calls_per_sample`` calls made back to back (1
+    unless one call is shorter than :data:`MIN_SAMPLE_MS`). ``relative_spread``
     is IQR / median; above 0.10 the timing is ``noisy``.
 
     A notebook exercise may build one by hand from its own samples, so the
@@ -88,6 +106,7 @@ class Timing(JsonRecord):
     warmup_calls: int = 0
     first_call_ms: float | None = None
     method: str = "host clock"
+    calls_per_sample: int = 1
     n: int = field(init=False)
     median_ms: float = field(init=False)
     q1_ms: float = field(init=False)
@@ -177,6 +196,7 @@ def bench(
     rep_ms: float = 100.0,
     min_reps: int = 5,
     max_reps: int = 100_000,
+    calls_per_sample: int | None = None,
     device: str | _sync.Synchronizer | None = None,
     flush_l2: bool = False,
     grad_to_none: Iterable[Any] | None = None,
@@ -201,6 +221,12 @@ def bench(
         min_reps: at least this many samples, however long a call takes.
         max_reps: at most this many warm-up calls and at most this many
             samples (keeps sub-µs functions from building huge lists).
+        calls_per_sample: how many calls one host-clock sample times (their
+            mean is the sample). None chooses from the warm-up: enough calls
+            for a sample of at least :data:`MIN_SAMPLE_MS`, so the clock's own
+            cost does not inflate sub-µs calls. Always 1 with ``flush_l2`` or
+            ``grad_to_none`` (they run before every call) and with device
+            events (each call has its own pair).
         device: where the work runs. None infers it from the arguments and
             the first call's result (torch tensors and modules, CuPy arrays,
             TensorFlow tensors) and also drains any framework already running
@@ -224,6 +250,10 @@ def bench(
     """
     check_function("fn", fn, "bench(f, x), not bench(f(x)).")
     warmup_ms, rep_ms, min_reps, max_reps = check_bench_args(warmup_ms, rep_ms, min_reps, max_reps)
+    if calls_per_sample is not None:
+        calls_per_sample = check_int(
+            "calls_per_sample", calls_per_sample, minimum=1, maximum=MAX_CALLS_PER_SAMPLE
+        )
     grads = () if grad_to_none is None else tuple(grad_to_none)
     if label is None:
         name = getattr(fn, "__name__", None)
@@ -271,13 +301,27 @@ def bench(
 
     # 3. The measured calls, by time.
     events = group.event_timer
+    calls = 1
     if events is None:
+        if not grads and flush is None:
+            calls = _calls_per_sample(calls_per_sample, warmup_samples, first_call_ms)
+
+        def timed_sample() -> float:
+            if calls == 1:
+                return timed_call()
+            group.synchronize()
+            begin = clock()
+            for _ in range(calls):
+                fn(*args, **kwargs)
+            group.synchronize()
+            return (clock() - begin) * 1e3 / calls
+
         samples: list[float] = []
         total_ms = 0.0
         while (total_ms < rep_ms or len(samples) < min_reps) and len(samples) < max_reps:
-            elapsed = timed_call()
+            elapsed = timed_sample()
             samples.append(elapsed)
-            total_ms += elapsed
+            total_ms += elapsed * calls
         method = "host clock"
     else:
         estimate_ms = _median(warmup_samples[-5:]) if warmup_samples else first_call_ms
@@ -302,6 +346,7 @@ def bench(
         warmup_calls=len(warmup_samples),
         first_call_ms=first_call_ms,
         method=method,
+        calls_per_sample=calls,
     )
     if warn and timing.noisy:
         warnings.warn(noisy_message(timing), NoisyTimingWarning, stacklevel=2)
@@ -346,6 +391,24 @@ def _event_samples(
         total_ms += math.fsum(batch)
         estimate_ms = _median(batch)
     return samples
+
+
+def _calls_per_sample(
+    requested: int | None, warmup_samples: Sequence[float], first_call_ms: float
+) -> int:
+    """Calls per host-clock sample: as requested, or enough for :data:`MIN_SAMPLE_MS`.
+
+    The estimate is the median of the warm-up calls (the first call when there
+    was no warm-up, which can only overestimate and so batch too little).
+    """
+    if requested is not None:
+        return requested
+    estimate_ms = _median(warmup_samples) if warmup_samples else first_call_ms
+    if estimate_ms >= MIN_SAMPLE_MS:
+        return 1
+    if estimate_ms <= 0:
+        return MAX_CALLS_PER_SAMPLE
+    return min(math.ceil(MIN_SAMPLE_MS / estimate_ms), MAX_CALLS_PER_SAMPLE)
 
 
 def _median(values: Sequence[float]) -> float:

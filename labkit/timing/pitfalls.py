@@ -208,3 +208,44 @@ def available_devices() -> list[tuple[str, int]]:
             if cupy.is_available():
                 cases.append(("cupy", GPU_MATMUL_N))
     return cases
+
+
+@dataclass(frozen=True)
+class ClockCost(JsonRecord):
+    """What one pair of host-clock reads costs: the floor under every host-clock sample.
+
+    ``pair_ns`` is the median over ``samples`` batches of ``reads_per_batch``
+    back-to-back pairs, so the clock times itself without its own bias.
+    """
+
+    pair_ns: float
+    samples: int
+    reads_per_batch: int
+
+    def __str__(self) -> str:
+        return (
+            f"one pair of clock reads costs {format_duration(self.pair_ns * 1e-6)} "
+            f"(median of {self.samples} batches of {self.reads_per_batch:,} pairs)"
+        )
+
+
+def clock_cost(
+    clock: Callable[[], float] = time.perf_counter, *, samples: int = 21, pairs: int = 20_000
+) -> ClockCost:
+    """Measure the cost of ``start = clock(); ...; end = clock()`` with nothing between.
+
+    A sample that reads the clock around one call carries this cost once, so
+    a call not much longer than it is overestimated: the reason
+    :func:`labkit.bench` times many short calls per sample.
+    """
+    samples = check_positive_int("samples", samples)
+    pairs = check_positive_int("pairs", pairs)
+    costs = []
+    for _ in range(samples):
+        begin = clock()
+        for _ in range(pairs):
+            clock()
+            clock()
+        costs.append((clock() - begin) / pairs * 1e9)
+    costs.sort()
+    return ClockCost(pair_ns=costs[len(costs) // 2], samples=samples, reads_per_batch=pairs)

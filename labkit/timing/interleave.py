@@ -1,0 +1,226 @@
+"""Compare variants fairly: run them round-robin and report noise and drift apart.
+
+Timing variant A for a second and then variant B for a second compares A
+under one machine state with B under another: a browser tab, a clock change
+or another user's job that starts between the two runs moves one median and
+not the other, and the IQR of each run stays small, so nothing flags it.
+:func:`interleave` runs every variant once per *round*, rotating the order,
+for several rounds, so every variant sees the same drift:
+
+- **within-run spread**: the IQR / median of one run (what :func:`bench`'s
+  noise flag reads), as the median over rounds;
+- **between-run spread**: (slowest − fastest run median) / median of the run
+  medians. When it is much larger than the within-run spread, the machine's
+  state changed between runs: one run per variant would have misled;
+- **paired ratios**: in every round, baseline median / variant median. A
+  ratio of two runs made seconds apart cancels most of the drift; its range
+  over rounds is the uncertainty of the speedup.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from labkit.core.results import JsonRecord
+from labkit.core.units import format_duration, format_speedup
+from labkit.core.validate import check_ms, check_positive_int
+from labkit.timing.bench import Timing, bench, quantile
+
+
+def _median(values: list[float]) -> float:
+    return quantile(sorted(values), 0.5)
+
+
+def _spread(values: list[float]) -> float:
+    middle = _median(values)
+    if middle <= 0:
+        return 0.0
+    return (max(values) - min(values)) / middle
+
+
+@dataclass(frozen=True)
+class VariantRuns(JsonRecord):
+    """One variant's runs, one :class:`Timing` per round, and their spreads.
+
+    ``median_ms`` is the median of the run medians. ``within_run_spread`` is
+    the median over rounds of IQR / median; ``between_run_spread`` is the range
+    of the run medians over their median. ``ratio`` is the median over rounds of
+    (baseline run median / this run median), with ``ratio_low`` and
+    ``ratio_high`` the smallest and largest round's ratio.
+    """
+
+    label: str
+    runs: tuple[Timing, ...]
+    median_ms: float
+    within_run_spread: float
+    between_run_spread: float
+    ratio: float
+    ratio_low: float
+    ratio_high: float
+
+
+@dataclass(frozen=True)
+class Interleaved(JsonRecord):
+    """Variants timed round-robin; ``str()`` is a table with both spreads.
+
+    ``variants[baseline_index]`` is the baseline the ratios are taken against.
+    """
+
+    variants: tuple[VariantRuns, ...]
+    baseline_index: int
+    rounds: int
+
+    @property
+    def baseline(self) -> VariantRuns:
+        return self.variants[self.baseline_index]
+
+    def __getitem__(self, label: str) -> VariantRuns:
+        for variant in self.variants:
+            if variant.label == label:
+                return variant
+        raise KeyError(f"no variant labelled {label!r}; the labels are {self.labels}")
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return tuple(v.label for v in self.variants)
+
+    def __str__(self) -> str:
+        base = self.baseline.label
+        header = [
+            "",
+            "median",
+            "within a run (IQR)",
+            "between runs (range)",
+            f"× vs {base}, per round",
+        ]
+        table = [header]
+        for i, v in enumerate(self.variants):
+            if i == self.baseline_index:
+                ratio = "baseline"
+            else:
+                ratio = (
+                    f"{format_speedup(v.ratio)} "
+                    f"({format_speedup(v.ratio_low)} to {format_speedup(v.ratio_high)})"
+                )
+            table.append(
+                [
+                    v.label,
+                    format_duration(v.median_ms),
+                    _format_spread(v.within_run_spread),
+                    _format_spread(v.between_run_spread),
+                    ratio,
+                ]
+            )
+        widths = [max(len(row[col]) for row in table) for col in range(len(header))]
+        lines = [
+            "  ".join(
+                cell.ljust(width) if col == 0 else cell.rjust(width)
+                for col, (cell, width) in enumerate(zip(row, widths, strict=True))
+            ).rstrip()
+            for row in table
+        ]
+        lines.append(f"{self.rounds} rounds, variants in rotating order")
+        return "\n".join(lines)
+
+
+def _format_spread(fraction: float) -> str:
+    """A spread as ``±x%`` of the median (half the range or IQR, so ± reads naturally)."""
+    if math.isinf(fraction):
+        return "±inf%"
+    return f"±{fraction * 50:.1f}%"
+
+
+def interleave(
+    variants: Mapping[str, Callable[[], Any]],
+    *,
+    rounds: int = 5,
+    rep_ms: float = 50.0,
+    warmup_ms: float = 25.0,
+    baseline: str | None = None,
+    setup: Mapping[str, Callable[[], Any]] | None = None,
+    **bench_options: Any,
+) -> Interleaved:
+    """Time each variant once per round, for ``rounds`` rounds, in rotating order.
+
+    Args:
+        variants: label → a callable without arguments (use
+            :func:`functools.partial` or a lambda to bind them).
+        rounds: how many runs each variant gets (at least 2: one run has no
+            between-run spread).
+        rep_ms, warmup_ms: :func:`bench`'s budgets for each run. Every run
+            warms up, since the variant before it may have evicted the caches.
+        baseline: the label the ratios are taken against (default: the first).
+        setup: label → a callable run before each of that variant's runs,
+            outside the timed region (e.g. ``torch.set_num_threads``).
+        **bench_options: passed to :func:`bench` (``device``, ``min_reps``,
+            ``calls_per_sample``, ...). ``warn`` is always False: the table
+            reports the spread itself.
+    """
+    if not variants:
+        raise ValueError("variants is empty: interleave() needs {label: callable}")
+    labels = list(variants)
+    rounds = check_positive_int("rounds", rounds)
+    if rounds < 2:
+        raise ValueError(
+            f"rounds must be >= 2, got {rounds}: one run per variant cannot show drift between runs"
+        )
+    rep_ms = check_ms("rep_ms", rep_ms)
+    warmup_ms = check_ms("warmup_ms", warmup_ms, allow_zero=True)
+    if baseline is None:
+        base = 0
+    elif baseline in variants:
+        base = labels.index(baseline)
+    else:
+        raise ValueError(
+            f"baseline={baseline!r} is not one of the variants: {', '.join(map(repr, labels))}"
+        )
+    hooks = dict(setup or {})
+    unknown = sorted(set(hooks) - set(labels))
+    if unknown:
+        raise ValueError(f"setup names {unknown}, which are not variants: {labels}")
+    bench_options["warn"] = False
+
+    runs: dict[str, list[Timing]] = {label: [] for label in labels}
+    for r in range(rounds):
+        order = labels[r % len(labels) :] + labels[: r % len(labels)]
+        for label in order:
+            hook = hooks.get(label)
+            if hook is not None:
+                hook()
+            runs[label].append(
+                bench(
+                    variants[label],
+                    warmup_ms=warmup_ms,
+                    rep_ms=rep_ms,
+                    label=label,
+                    **bench_options,
+                )
+            )
+
+    base_medians = [t.median_ms for t in runs[labels[base]]]
+    summaries = []
+    for label in labels:
+        medians = [t.median_ms for t in runs[label]]
+        ratios = [_ratio(b, m) for b, m in zip(base_medians, medians, strict=True)]
+        summaries.append(
+            VariantRuns(
+                label=label,
+                runs=tuple(runs[label]),
+                median_ms=_median(medians),
+                within_run_spread=_median([t.relative_spread for t in runs[label]]),
+                between_run_spread=_spread(medians),
+                ratio=_median(ratios),
+                ratio_low=min(ratios),
+                ratio_high=max(ratios),
+            )
+        )
+    return Interleaved(variants=tuple(summaries), baseline_index=base, rounds=rounds)
+
+
+def _ratio(base_ms: float, ms: float) -> float:
+    if ms > 0:
+        return base_ms / ms
+    return 1.0 if base_ms == 0 else math.inf

@@ -1,0 +1,165 @@
+"""bench's calls per sample for short calls, and labkit.timing.interleave (fake clocks only)."""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit.timing import bench as bench_module
+from labkit.timing.bench import MIN_SAMPLE_MS, bench
+from labkit.timing.interleave import interleave
+
+
+class Clock:
+    """A host clock that moves only when fake work runs."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.reads = 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        return self.now
+
+
+def work(clock: Clock, ms: float):
+    def run() -> None:
+        clock.now += ms / 1e3
+
+    return run
+
+
+def test_short_calls_are_batched_so_each_sample_lasts_min_sample_ms():
+    clock = Clock()
+    t = bench(work(clock, 0.001), clock=clock, device="cpu", warmup_ms=1, rep_ms=5)
+    assert t.calls_per_sample == pytest.approx(MIN_SAMPLE_MS / 0.001, rel=0.01)
+    assert t.median_ms == pytest.approx(0.001)  # the mean per call, not per sample
+    # the budget counts calls, not samples: ~5 ms of work
+    assert t.n * t.calls_per_sample * 0.001 == pytest.approx(5, abs=MIN_SAMPLE_MS + 0.01)
+
+
+def test_batching_reads_the_clock_twice_per_sample_not_per_call():
+    clock = Clock()
+    t = bench(work(clock, 0.001), clock=clock, device="cpu", warmup_ms=0, rep_ms=2)
+    # first call (2 reads) + samples (2 reads each); no warm-up
+    assert clock.reads == 2 + 2 * t.n
+    assert t.calls_per_sample > 1
+
+
+def test_long_calls_are_one_per_sample():
+    clock = Clock()
+    t = bench(work(clock, 1.0), clock=clock, device="cpu", warmup_ms=2, rep_ms=5)
+    assert t.calls_per_sample == 1
+
+
+def test_calls_per_sample_can_be_forced_and_is_checked():
+    clock = Clock()
+    t = bench(work(clock, 0.001), clock=clock, device="cpu", rep_ms=1, calls_per_sample=1)
+    assert t.calls_per_sample == 1
+    with pytest.raises(ValueError, match="calls_per_sample"):
+        bench(work(clock, 1), clock=clock, device="cpu", calls_per_sample=0)
+
+
+def test_prepare_hooks_keep_one_call_per_sample():
+    class Tensor:
+        grad = 1
+
+    clock = Clock()
+    x = Tensor()
+    t = bench(work(clock, 0.001), clock=clock, device="cpu", rep_ms=1, grad_to_none=[x])
+    assert t.calls_per_sample == 1
+
+
+def test_calls_per_sample_estimate_caps():
+    assert bench_module._calls_per_sample(None, [], 0.0) == bench_module.MAX_CALLS_PER_SAMPLE
+    assert bench_module._calls_per_sample(None, [1e-9], 1.0) == bench_module.MAX_CALLS_PER_SAMPLE
+    assert bench_module._calls_per_sample(None, [], 5.0) == 1
+    assert bench_module._calls_per_sample(3, [1e-9], 1.0) == 3
+
+
+def drifting(clock: Clock, ms: float, slow_after_calls: int, factor: float):
+    calls = {"n": 0}
+
+    def run() -> None:
+        calls["n"] += 1
+        clock.now += (ms * (factor if calls["n"] > slow_after_calls else 1.0)) / 1e3
+
+    return run
+
+
+def test_interleave_pairs_rounds_so_drift_cancels_in_the_ratio():
+    clock = Clock()
+    state = {"slow": 1.0}
+
+    def variant(ms: float):
+        def run() -> None:
+            clock.now += ms * state["slow"] / 1e3
+
+        return run
+
+    rounds_seen = []
+
+    def slow_down() -> None:  # the machine gets 3x slower from round 3 on
+        rounds_seen.append(1)
+        if len(rounds_seen) >= 3:
+            state["slow"] = 3.0
+
+    result = interleave(
+        {"a": variant(2.0), "b": variant(1.0)},
+        rounds=4,
+        rep_ms=10,
+        warmup_ms=0,
+        setup={"a": slow_down},
+        clock=clock,
+        device="cpu",
+    )
+    a, b = result["a"], result["b"]
+    assert result.baseline is a
+    assert len(a.runs) == 4
+    assert a.within_run_spread == 0.0  # each run is steady
+    assert a.between_run_spread > 1.0  # but runs differ 3x
+    assert b.ratio_low >= 1.0 and b.ratio_high <= 3.0
+    text = str(result)
+    assert "within a run" in text and "between runs" in text and "baseline" in text
+    assert "4 rounds" in text
+    assert result.to_dict()["rounds"] == 4
+
+
+def test_interleave_rotates_the_order():
+    clock = Clock()
+    order: list[str] = []
+
+    def variant(label: str):
+        def run() -> None:
+            clock.now += 1e-3
+
+        return run
+
+    hooks = {label: (lambda label=label: order.append(label)) for label in "xyz"}
+    interleave(
+        {label: variant(label) for label in "xyz"},
+        rounds=3,
+        rep_ms=1,
+        warmup_ms=0,
+        setup=hooks,
+        clock=clock,
+        device="cpu",
+    )
+    assert order == list("xyzyzxzxy")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"rounds": 1}, "rounds must be >= 2"),
+        ({"baseline": "nope"}, "baseline='nope'"),
+        ({"setup": {"q": print}}, "setup names"),
+    ],
+)
+def test_interleave_bad_input(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        interleave({"a": print}, **kwargs)
+
+
+def test_interleave_needs_variants():
+    with pytest.raises(ValueError, match="variants is empty"):
+        interleave({})
