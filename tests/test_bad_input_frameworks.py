@@ -1283,6 +1283,7 @@ CASES: list[Case] = [
         )
         for fn, params, names in (
             ("peak_bandwidth", ("answer_gb_per_s",), {}),
+            ("elementwise_time", ("answer_ms",), {}),
             ("summary_statistics", ("median_ms", "iqr_ms"), {}),
             ("threads_to_fill", ("n",), {"n": "n_to_fill"}),
             ("amdahl_prediction", ("serial_fraction", "speedup_64"), {}),
@@ -1549,6 +1550,7 @@ FINITE = st.one_of(
 
 ONE_ANSWER = (
     "peak_bandwidth",
+    "elementwise_time",
     "threads_to_fill",
     "stream_bytes",
     "transfer_vs_hbm",
@@ -1634,6 +1636,7 @@ def test_each_check_passes_its_own_reference(name: str) -> None:
     """The property tests above would pass for a check that never passes: not so."""
     references = {
         "peak_bandwidth": 2 * 2_619_000e3 * 5120 / 8 / 1e9,
+        "elementwise_time": 2 * 2**30 / (2 * 2_619_000e3 * 5120 / 8) * 1e3,
         "threads_to_fill": 520,
         "stream_bytes": 12_000_000,
         "transfer_vs_hbm": 134,
