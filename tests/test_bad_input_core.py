@@ -53,11 +53,10 @@ from invalid_args import (
 )
 
 from labkit import notebook as nb
-from labkit.bandwidth import overlap, pipeline, strided, transfers
+from labkit.bandwidth import cstream, overlap, pipeline, strided, transfers
 from labkit.bandwidth import sizes as bw_sizes
 from labkit.bandwidth import stream as bandwidth
 from labkit.bandwidth import sweep as stream_sweep
-from labkit.cli.bench import cstream
 from labkit.core import units as rates
 from labkit.core.results import json_safe
 from labkit.machine import cpu, frameworks, gpu, nvidia, reference
@@ -805,7 +804,7 @@ CASES: list[Case] = [
             "n_elements": bad_positive_int,
             "timeout_s": st.one_of(bad_real, st.floats(max_value=0.0)),
         },
-        guards=("labkit.cli.bench.cstream.subprocess.Popen",),
+        guards=("labkit.bandwidth.cstream.subprocess.Popen",),
         run_valid=False,
     ),
     # ----------------------------------------------------------------- sync

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from labkit.bandwidth import strided, transfers
+from labkit.bandwidth import cstream, references, strided, transfers
 from labkit.bandwidth.stream import BandwidthResult, stream_bytes
 from labkit.cli.bench import bandwidth as bench_bandwidth
-from labkit.cli.bench import cstream
 from labkit.cli.main import main
 from labkit.machine import gpu, reference
 from labkit.timing.bench import Timing
@@ -123,7 +122,7 @@ def test_a_c_reference_that_crashes_is_skipped_not_fatal(
     result = bench_bandwidth.run_cpu(max_bytes=TINY, rounds=2)
     assert result.c_reference.status == "skipped" and "stopped" in result.c_reference.note
     assert result.references["triad"] == () and result.informational == ()
-    assert result.labkit["copy"].timing.n == 2 * bench_bandwidth.SAMPLES_PER_TURN
+    assert result.labkit["copy"].timing.n == 2 * references.SAMPLES_PER_TURN
 
 
 # --------------------------------------------------------------------------- the CPU contest
@@ -142,7 +141,7 @@ def test_run_cpu_measures_everyone_on_the_same_arrays() -> None:
     assert len(rows) == 6
     for row in rows:
         assert row.bytes_per_array == TINY and row.dtype == "float64"
-        assert row.timing.n == 2 * bench_bandwidth.SAMPLES_PER_TURN  # every round, every turn
+        assert row.timing.n == 2 * references.SAMPLES_PER_TURN  # every round, every turn
     assert result.labkit["triad"].bytes_per_call == 3 * TINY
     assert result.informational[0].bytes_per_call == 2 * TINY  # memcpy counted like copy
     assert result.ratio("copy") == pytest.approx(
@@ -151,8 +150,8 @@ def test_run_cpu_measures_everyone_on_the_same_arrays() -> None:
 
 
 def test_the_bar() -> None:
-    def contest(copy: float, triad: float) -> bench_bandwidth.CpuBandwidth:
-        return bench_bandwidth.CpuBandwidth(
+    def contest(copy: float, triad: float) -> references.CpuBandwidth:
+        return references.CpuBandwidth(
             bytes_per_array=8 * 10**6,
             rounds=1,
             labkit={"copy": _row("copy", copy), "triad": _row("triad", triad)},
@@ -160,7 +159,7 @@ def test_the_bar() -> None:
                 "copy": (_row("copy", 10.0), _row("copy", 20.0)),
                 "triad": (_row("triad", 20.0),),
             },
-            c_reference=bench_bandwidth.CReference("ok", "compiled with cc -O3"),
+            c_reference=references.CReference("ok", "compiled with cc -O3"),
         )
 
     met = contest(19.0, 25.0)

@@ -176,6 +176,8 @@ def test_cuda_wheels_on_a_gpu_without_driver():
     assert "torch (CUDA 12) and cupy-cuda12x (CUDA 12) need it." in finding.message
     assert "PCI device 0x2330" in finding.message
     assert "NVIDIA driver >= 525.60.13 (for CUDA 12)" in finding.fix and "reboot" in finding.fix
+    # torch needs no toolkit, CuPy does (or its [ctk] extra)
+    assert "need no CUDA Toolkit; CuPy does" in finding.fix and "[ctk]" in finding.fix
 
 
 def test_cuda13_wheel_without_driver_names_the_580_driver():

@@ -163,3 +163,53 @@ def test_interleave_bad_input(kwargs, match):
 def test_interleave_needs_variants():
     with pytest.raises(ValueError, match="variants is empty"):
         interleave({})
+
+
+def test_interleave_verdicts_say_only_what_every_round_agrees_on():
+    clock = Clock()
+    state = {"round": 0}
+
+    def variant(ms_by_round):
+        def run() -> None:
+            clock.now += ms_by_round[min(state["round"], len(ms_by_round) - 1)] / 1e3
+
+        return run
+
+    def next_round() -> None:
+        state["round"] += 1
+
+    result = interleave(
+        {
+            "base": variant([2.0, 2.0, 2.0, 2.0]),
+            "fast": variant([1.0, 1.0, 1.0, 1.0]),
+            "mixed": variant([1.0, 3.0, 1.0, 3.0]),
+        },
+        rounds=3,
+        rep_ms=4,
+        warmup_ms=0,
+        setup={"base": next_round},
+        clock=clock,
+        device="cpu",
+    )
+    verdicts = result.verdicts()
+    assert "fast against base: faster in every round" in verdicts
+    assert "mixed against base: faster in some rounds and slower in others" in verdicts
+    assert verdicts[-1].startswith("between-run spread at least 3× the within-run spread for mixed")
+    assert result["mixed"].drifted and not result["fast"].drifted
+    assert str(result).endswith(verdicts[-1])
+
+
+def test_no_drift_verdict():
+    clock = Clock()
+    result = interleave(
+        {"a": work(clock, 2.0), "b": work(clock, 4.0)},
+        rounds=2,
+        rep_ms=4,
+        warmup_ms=0,
+        clock=clock,
+        device="cpu",
+    )
+    assert result.verdicts() == [
+        "b against a: slower in every round",
+        "no between-run spread reaches 3× its within-run spread: no drift beyond the noise",
+    ]

@@ -276,5 +276,7 @@ def on_best_device(x: Any) -> CheckResult:
         exercise,
         True,
         True,
-        "It was created on the device pick_device chose, the same code on a laptop and a GPU.",
+        "It lives on the device pick_device chose, with the same code on a laptop and a GPU. "
+        "(The check sees only where it lives: creating it there, not copying it over, is up "
+        "to you.)",
     )

@@ -163,8 +163,18 @@ def _rule_driver(
                     f"({nvidia.library_error}), so no framework can use it{wheels}."
                 ),
                 fix=(
-                    f"Install {driver} {how}, then reboot. The torch and TensorFlow wheels bring "
-                    "their own CUDA runtime and cuDNN, so no CUDA Toolkit is needed."
+                    f"Install {driver} {how}, then reboot. torch's CUDA wheels and "
+                    "tensorflow[and-cuda] bring their own CUDA runtime and cuDNN, so they need no "
+                    "CUDA Toolkit"
+                    + (
+                        f"; CuPy does: {cupy_toolkit_text(cupy_wheel)}."
+                        if (
+                            cupy_wheel := next(
+                                (fw for fw in cuda_wheels if fw.name == "cupy"), None
+                            )
+                        )
+                        else "."
+                    )
                 ),
             )
         ]

@@ -29,6 +29,10 @@ from labkit.core.units import format_duration, format_speedup
 from labkit.core.validate import check_ms, check_positive_int
 from labkit.timing.bench import Timing, bench, quantile
 
+#: Between-run spread this many times the within-run spread (both as fractions of the
+#: median, the range against the IQR) is called drift: far more than one run's noise.
+DRIFT_FACTOR = 3.0
+
 
 def _median(values: list[float]) -> float:
     return quantile(sorted(values), 0.5)
@@ -60,6 +64,11 @@ class VariantRuns(JsonRecord):
     ratio: float
     ratio_low: float
     ratio_high: float
+
+    @property
+    def drifted(self) -> bool:
+        """Whether the run medians spread at least :data:`DRIFT_FACTOR` × more than one run's IQR."""
+        return self.between_run_spread >= DRIFT_FACTOR * max(self.within_run_spread, 1e-12)
 
 
 @dataclass(frozen=True)
@@ -123,7 +132,39 @@ class Interleaved(JsonRecord):
             for row in table
         ]
         lines.append(f"{self.rounds} rounds, variants in rotating order")
+        lines += self.verdicts()
         return "\n".join(lines)
+
+    def verdicts(self) -> list[str]:
+        """Conclusions from the data: each variant against the baseline, and drift.
+
+        Only what every round agrees on is called faster or slower; drift is
+        reported when some variant's between-run spread is at least
+        :data:`DRIFT_FACTOR` times its within-run spread.
+        """
+        lines = []
+        for i, v in enumerate(self.variants):
+            if i == self.baseline_index:
+                continue
+            if v.ratio_low > 1:
+                how = "faster in every round"
+            elif v.ratio_high < 1:
+                how = "slower in every round"
+            else:
+                how = "faster in some rounds and slower in others"
+            lines.append(f"{v.label} against {self.baseline.label}: {how}")
+        drifted = [v.label for v in self.variants if v.drifted]
+        if drifted:
+            lines.append(
+                f"between-run spread at least {DRIFT_FACTOR:g}× the within-run spread for "
+                f"{', '.join(drifted)}: the machine's state changed between runs"
+            )
+        else:
+            lines.append(
+                f"no between-run spread reaches {DRIFT_FACTOR:g}× its within-run spread: "
+                "no drift beyond the noise"
+            )
+        return lines
 
 
 def _format_spread(fraction: float) -> str:
