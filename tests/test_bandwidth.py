@@ -447,7 +447,7 @@ def test_transfer_sweep_lookup() -> None:
 def test_modules_import_no_framework() -> None:
     code = (
         "import labkit.bandwidth.stream, labkit.machine.memory, labkit.bandwidth.sweep, labkit.bandwidth.strided, "
-        "labkit.bandwidth.transfers, labkit.bandwidth.pipeline, labkit.cli.bench.bandwidth, labkit.cli.bench.cstream, sys; "
+        "labkit.bandwidth.transfers, labkit.bandwidth.pipeline, labkit.cli.bench.bandwidth, labkit.bandwidth.cstream, sys; "
         "print(sorted(m for m in ('torch', 'cupy', 'matplotlib', 'tensorflow', 'numpy') "
         "if m in sys.modules))"
     )
@@ -476,14 +476,14 @@ def test_plot_stream_sweep_marks_caches_and_labels_bytes() -> None:
     ax = plots.plot_stream_sweep(sweep)
     try:
         assert ax.get_xscale() == "log"
-        assert "GB/s" in ax.get_ylabel() and "working set" in ax.get_xlabel()
+        assert "GB/s" in ax.get_ylabel() and "bytes per array" in ax.get_xlabel()
         assert ax.get_title().startswith("STREAM kernels") and "\non " in ax.get_title()
         lines = [line for line in ax.get_lines() if line.get_linestyle() == ":"]
-        assert len(lines) == 2  # L1d and L2 are in range; L3 (300 MiB) is beyond 48 MiB
+        assert len(lines) == 2  # L1d and L2 ÷ 3 are in range; L3 ÷ 3 (100 MiB) is beyond 48 MiB
         labels = [t.get_text() for t in ax.get_xticklabels()]
         assert any("KiB" in t for t in labels) and any("MiB" in t for t in labels)
         notes = [t.get_text() for t in ax.texts]
-        assert any(t.startswith("L1d per core") for t in notes)
+        assert any(t.startswith("L1d: ") and "÷ 3 arrays" in t for t in notes)
         assert [t.get_text() for t in ax.get_legend().get_texts()] == ["copy", "triad"]
     finally:
         plt.close(ax.figure)

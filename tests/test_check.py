@@ -139,10 +139,13 @@ def test_stream_bytes() -> None:
     assert not check.stream_bytes(None).solved
 
 
-def test_transfer_vs_hbm() -> None:
-    assert check.transfer_vs_hbm(134).passed  # 3350 / 25
-    assert "Upside down" in check.transfer_vs_hbm(25 / 3350).message
-    assert not check.transfer_vs_hbm(10).passed
+def test_host_link_vs_hbm() -> None:
+    ref = 3350 / (32 * 16 * 128 / 130 / 8)
+    assert check.host_link_vs_hbm(ref).passed  # 53x, peak to peak
+    assert "Upside down" in check.host_link_vs_hbm(1 / ref).message
+    assert "128b/130b" in check.host_link_vs_hbm(3350 / 64).message
+    assert "Gen5" in check.host_link_vs_hbm(134).message
+    assert not check.host_link_vs_hbm(10).passed
 
 
 def test_roofline_prediction_uses_the_given_roofline() -> None:

@@ -10,6 +10,20 @@ the GPU and overlap what must move (:func:`labkit.bandwidth.overlap.copy_compute
 
 On a CPU-only machine the same function runs and says honestly what it
 measures: there is no transfer at all, only a memcpy standing in for one.
+That stand-in runs at main-memory speed, which on a small machine is about
+what a PCIe link delivers, so the CPU breakdown says nothing about a GPU's.
+:func:`predict_gpu` turns it into a *prediction* for a named GPU instead:
+the copies at the datasheet's host-link bandwidth, the compute at the
+datasheet's HBM bandwidth or FLOP/s, whichever bounds the op. The lesson is
+that the copies cost about the same on a GPU, while the compute gets a
+hundred times cheaper, so the copies' share explodes.
+
+The four rows (copy in, compute, copy back, all three together) are timed
+*interleaved*, several rounds in rotating order
+(:func:`labkit.timing.interleave`): timed one after the other, a change in
+the machine's load between them shows up as a difference between "all
+three" and the sum of the parts (the review saw 70.8 against 54.3 ms).
+``total_over_sum`` gives that ratio per round, with its range.
 """
 
 from __future__ import annotations
@@ -25,7 +39,8 @@ from labkit.core.validate import check_choice, check_int, check_ms
 from labkit.machine import memory as _memory
 from labkit.machine.memory import DEFAULT_FRACTION
 from labkit.machine.report import CPU_OR_CUDA, resolve_device
-from labkit.timing.bench import Timing, bench
+from labkit.timing.bench import Timing
+from labkit.timing.interleave import interleave
 
 OPS = ("scale", "sin", "matmul")
 
@@ -54,6 +69,9 @@ class PipelineBreakdown(JsonRecord):
     copy_back: Timing
     total: Timing
     note: str
+    #: Rounds of interleaved timing, and (all three together) / (sum of the parts) per round.
+    rounds: int = 1
+    total_over_sum: tuple[float, ...] = ()
 
     json_extra = ("copy_in_ms", "compute_ms", "copy_back_ms", "total_ms", "transfer_fraction")
 
@@ -93,6 +111,13 @@ class PipelineBreakdown(JsonRecord):
         if self.compute_ms > 0:
             ratio = (self.copy_in_ms + self.copy_back_ms) / self.compute_ms
             lines.append(f"copy in + copy back take {ratio:.2f}× the compute time")
+        if self.total_over_sum:
+            ratios = sorted(self.total_over_sum)
+            lines.append(
+                f"all three together / sum of the parts, per round: "
+                f"{ratios[len(ratios) // 2]:.2f}× ({ratios[0]:.2f}× to {ratios[-1]:.2f}×, "
+                f"{self.rounds} rounds, timed interleaved)"
+            )
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -134,6 +159,8 @@ def pipeline_breakdown(
     fraction: float = DEFAULT_FRACTION,
     warmup_ms: float = 10.0,
     rep_ms: float = 50.0,
+    rounds: int = 5,
+    flush_cache: bool = True,
 ) -> PipelineBreakdown:
     """Time copy-in, compute and copy-back of ``n_bytes`` of float32, and all three together.
 
@@ -141,6 +168,11 @@ def pipeline_breakdown(
     on a GPU), "sin", "matmul" (the data as a square matrix times itself:
     compute-bound) or any function of one tensor. ``device=None`` picks the
     GPU where there is one. ``pinned`` uses page-locked host buffers on a GPU.
+    The four rows are timed interleaved for ``rounds`` rounds (each row's
+    Timing holds the samples of all its rounds). ``flush_cache`` evicts the
+    caches before every call (on a CPU by reading a large buffer): without
+    it, one step timed on its own finds its buffers still in cache from its
+    previous call, which the steps of a real pipeline do not.
     """
     n_bytes = check_int("n_bytes", n_bytes, minimum=4)
     if not callable(op):
@@ -156,12 +188,17 @@ def pipeline_breakdown(
     on_gpu = device != "cpu"
     # Host: input and output (and, on the CPU, the "device" input, output and a temporary);
     # GPU: input, output and a temporary.
+    from labkit.bandwidth.strided import flush_bytes
+
     _memory.require_fits(
         n * 4,
         device="cpu",
         fraction=fraction,
         arrays=2 if on_gpu else 5,
-        what="pipeline_breakdown",
+        # the CPU's cache flush reads a buffer of twice the last-level cache
+        extra_bytes=flush_bytes("cpu") if flush_cache and not on_gpu else 0,
+        what="pipeline_breakdown"
+        + (" (its cache flush adds a buffer; flush_cache=False drops it)" if flush_cache else ""),
         name="n_bytes",
     )
     if on_gpu:
@@ -190,16 +227,35 @@ def pipeline_breakdown(
         x_dev.copy_(x_host, non_blocking=pin)
         y_host.copy_(compute(), non_blocking=pin)
 
-    kw: dict[str, Any] = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "device": device, "warn": False}
+    rounds = check_int("rounds", rounds, minimum=2)
+    from labkit.bandwidth.strided import ReadFlushHostSync
+
+    # Flush before every call: timed alone, a 16 MiB step's buffers (32 MiB) can stay in a
+    # last-level cache between calls, while the whole pipeline's four buffers cannot.
+    runs = interleave(
+        {"copy_in": copy_in, "compute": compute, "copy_back": copy_back, "total": whole},
+        rounds=rounds,
+        rep_ms=rep_ms / rounds * 2,
+        warmup_ms=warmup_ms,
+        device=ReadFlushHostSync() if device == "cpu" else device,
+        flush_l2=flush_cache,
+    )
     timings = {
-        key: bench(f, label=key, **kw)
-        for key, f in (
-            ("copy_in", copy_in),
-            ("compute", compute),
-            ("copy_back", copy_back),
-            ("total", whole),
+        key: Timing(
+            tuple(t for run in runs[key].runs for t in run.samples_ms), label=key, device=device
         )
+        for key in ("copy_in", "compute", "copy_back", "total")
     }
+    per_round = tuple(
+        total.median_ms / (a.median_ms + b.median_ms + c.median_ms)
+        for a, b, c, total in zip(
+            runs["copy_in"].runs,
+            runs["compute"].runs,
+            runs["copy_back"].runs,
+            runs["total"].runs,
+            strict=True,
+        )
+    )
     if on_gpu:
         note = (
             f"copy-in and copy-back cross the bus between the GPU and "
@@ -213,5 +269,155 @@ def pipeline_breakdown(
         n_bytes=n * 4,
         host_memory="pinned" if pin else "pageable",
         note=note,
+        rounds=rounds,
+        total_over_sum=per_round,
         **timings,
+    )
+
+
+# --------------------------------------------------------------------------- the GPU prediction
+
+
+@dataclass(frozen=True)
+class GpuSpec(JsonRecord):
+    """A GPU's datasheet peaks, with where each comes from: the inputs of :func:`predict_gpu`.
+
+    Peaks, not measurements: real copies and kernels reach less (published
+    measurements are quoted in ``measured_note``). FLOP/s are *dense*
+    (datasheets often print the 2:4-sparse figure, twice as high).
+    """
+
+    name: str
+    host_link: str
+    host_link_gb_per_s: float
+    memory_gb_per_s: float
+    fp32_tflop_per_s: float
+    tf32_dense_tflop_per_s: float
+    source: str
+    measured_note: str
+
+
+#: PCIe Gen5 x16: 32 GT/s per lane, 16 lanes, 128b/130b encoding = 63 GB/s each way
+#: (NVIDIA's "128 GB/s" counts both directions).
+PCIE_GEN5_X16_GB_PER_S = 32e9 * 16 * 128 / 130 / 8 / 1e9
+#: PCIe Gen4 x16: half of Gen5, 31.5 GB/s each way.
+PCIE_GEN4_X16_GB_PER_S = PCIE_GEN5_X16_GB_PER_S / 2
+
+H100_SXM = GpuSpec(
+    name="H100 SXM",
+    host_link="PCIe Gen5 x16",
+    host_link_gb_per_s=PCIE_GEN5_X16_GB_PER_S,
+    memory_gb_per_s=3350.0,
+    fp32_tflop_per_s=67.0,
+    tf32_dense_tflop_per_s=494.7,
+    source=(
+        "NVIDIA H100 datasheet table (FP32 67 TFLOP/s, TF32 tensor core 989 TFLOP/s 'with "
+        "sparsity, 1/2 lower without', HBM3 3,350 GB/s, PCIe Gen5 128 GB/s both ways), as "
+        "reproduced at archive-lib.hpctech.co.jp/gpuproduct/nvidia-h100.html; dense TF32 "
+        "494.7 TFLOP/s: glennklockwood.com/garden/processors/h100"
+    ),
+    measured_note=(
+        "measured on H100 nodes with nvbandwidth (SM copies): 35 GB/s host to device, 53 GB/s "
+        "device to host (github.com/NVIDIA/nvbandwidth/issues/24)"
+    ),
+)
+
+
+@dataclass(frozen=True)
+class GpuPrediction(JsonRecord):
+    """A measured CPU breakdown next to the same pipeline predicted for a GPU from its datasheet.
+
+    GPU times are lower bounds: bytes / peak bandwidth for the copies and for
+    a memory-bound op, FLOPs / peak FLOP/s for the matmul (FP32, which is
+    what torch uses for float32 matmuls by default, and TF32 tensor cores,
+    which ``torch.backends.cuda.matmul.allow_tf32 = True`` allows).
+    """
+
+    cpu: PipelineBreakdown
+    gpu: GpuSpec
+    copy_in_ms: float
+    compute_ms: float
+    copy_back_ms: float
+    compute_basis: str
+    compute_tf32_ms: float | None = None
+
+    @property
+    def copies_ms(self) -> float:
+        return self.copy_in_ms + self.copy_back_ms
+
+    @property
+    def transfer_fraction(self) -> float:
+        """Predicted share of the GPU pipeline's time spent copying."""
+        return self.copies_ms / (self.copies_ms + self.compute_ms)
+
+    def __str__(self) -> str:
+        cpu = self.cpu
+        rows = [
+            ("copy in", cpu.copy_in_ms, self.copy_in_ms),
+            (f"compute ({cpu.op})", cpu.compute_ms, self.compute_ms),
+            ("copy back", cpu.copy_back_ms, self.copy_back_ms),
+        ]
+        width = max(len(r[0]) for r in rows)
+        lines = [
+            f"{cpu.op} on {format_bytes(cpu.n_bytes)} of float32: this CPU (measured) against "
+            f"an {self.gpu.name} (predicted from its datasheet peaks)",
+            f"{''.ljust(width)}  {'this CPU':>10}  {self.gpu.name:>10}",
+        ]
+        for name, c, g in rows:
+            lines.append(f"{name.ljust(width)}  {format_duration(c):>10}  {format_duration(g):>10}")
+        lines.append(
+            f"{'share spent copying'.ljust(width)}  {cpu.transfer_fraction:>10.0%}  "
+            f"{self.transfer_fraction:>10.0%}"
+        )
+        lines.append(f"GPU compute: {self.compute_basis}")
+        if self.compute_tf32_ms is not None:
+            share = self.copies_ms / (self.copies_ms + self.compute_tf32_ms)
+            lines.append(
+                f"with TF32 tensor cores (dense): compute {format_duration(self.compute_tf32_ms)},"
+                f" copying {share:.0%} of the time"
+            )
+        lines.append(
+            f"GPU copies: {format_bytes(cpu.n_bytes)} each way over {self.gpu.host_link} at its "
+            f"theoretical {self.gpu.host_link_gb_per_s:.0f} GB/s per direction; "
+            f"{self.gpu.measured_note}"
+        )
+        return "\n".join(lines)
+
+
+def predict_gpu(breakdown: PipelineBreakdown, gpu: GpuSpec = H100_SXM) -> GpuPrediction:
+    """Predict ``breakdown``'s pipeline on ``gpu`` from its datasheet peaks (lower bounds).
+
+    scale and sin read and write ``n_bytes`` once each, so their compute is
+    bytes / HBM bandwidth (a sine is still memory-bound on a GPU); the matmul
+    does 2·side³ FLOPs, at the FP32 peak (and at the dense TF32 peak, shown
+    beside it). The copies move ``n_bytes`` each way over the host link.
+    """
+    if breakdown.op not in OPS:
+        raise ValueError(f"predict_gpu knows the work of {', '.join(OPS)}; got op={breakdown.op!r}")
+    n = breakdown.n_bytes
+    copy_ms = n / (gpu.host_link_gb_per_s * 1e9) * 1e3
+    tf32_ms = None
+    if breakdown.op == "matmul":
+        side = math.isqrt(n // 4)
+        flops = 2 * side**3
+        compute_ms = flops / (gpu.fp32_tflop_per_s * 1e12) * 1e3
+        tf32_ms = flops / (gpu.tf32_dense_tflop_per_s * 1e12) * 1e3
+        basis = (
+            f"2 × {side}³ = {flops / 1e9:.1f} GFLOP at the FP32 peak of "
+            f"{gpu.fp32_tflop_per_s:g} TFLOP/s (compute-bound)"
+        )
+    else:
+        compute_ms = 2 * n / (gpu.memory_gb_per_s * 1e9) * 1e3
+        basis = (
+            f"read and write {format_bytes(n)} at the HBM peak of "
+            f"{gpu.memory_gb_per_s:,.0f} GB/s (memory-bound)"
+        )
+    return GpuPrediction(
+        cpu=breakdown,
+        gpu=gpu,
+        copy_in_ms=copy_ms,
+        compute_ms=compute_ms,
+        copy_back_ms=copy_ms,
+        compute_basis=basis,
+        compute_tf32_ms=tf32_ms,
     )

@@ -8,19 +8,26 @@ from typing import TYPE_CHECKING, Any
 from labkit.plotting import bytes_ticks, plain_log_ticks, pyplot, style_axes
 
 if TYPE_CHECKING:
-    from labkit.bandwidth.pipeline import PipelineBreakdown
+    from labkit.bandwidth.pipeline import GpuPrediction, PipelineBreakdown
     from labkit.bandwidth.strided import StridedResult
     from labkit.bandwidth.sweep import StreamSweep
 
 
-def plot_stream_sweep(result: StreamSweep, ax: Any = None) -> Any:
-    """GB/s against working-set size for each STREAM kernel, with the cache sizes marked.
+#: Below this many bytes per array, torch's per-call overhead (a few µs) is a large part of a call.
+OVERHEAD_BYTES_PER_ARRAY = 1024**2
 
-    The x axis is the working set, all the bytes one call touches (2 arrays
-    for copy and scale, 3 for add and triad), so every kernel falls off a
-    cliff at the same place: where the data stops fitting in a cache. Dotted
-    lines mark the caches; L1d and L2 are per core, so with several threads
-    running the cliff can sit a little to their right.
+
+def plot_stream_sweep(result: StreamSweep, ax: Any = None) -> Any:
+    """GB/s against bytes per array for each STREAM kernel, with where the caches fill up.
+
+    The x axis is bytes *per array*, the first column of the sweep's table.
+    A dotted line marks the array size at which add's and triad's three
+    arrays fill a cache: the cache's size / 3. L1d and L2 are per core, so
+    for a run on several threads the line uses their total over the threads
+    (2 threads: twice one core's). Left of ~1 MiB per array (shaded) torch's
+    per-call overhead is a large part of every call, so the sweep cannot
+    show what L1 or L2 deliver there; a compiled loop that repeats inside
+    one call could.
     """
     from labkit.core.units import format_bytes
 
@@ -30,23 +37,28 @@ def plot_stream_sweep(result: StreamSweep, ax: Any = None) -> Any:
     for i, kernel in enumerate(result.kernels):
         rows = result.rows_for(kernel)
         ax.plot(
-            [r.bytes_per_call for r in rows],
+            [r.bytes_per_array for r in rows],
             [r.gb_per_s for r in rows],
             marker="o",
             ms=3,
             color=f"C{i}",
             label=kernel,
         )
-    xs = [r.bytes_per_call for r in result.rows]
+    xs = [r.bytes_per_array for r in result.rows]
     low, high = min(xs) / 1.5, max(xs) * 1.5
+    threads = max((r.threads or 1) for r in result.rows)
     per_core = result.device == "cpu"
+    arrays = 3
     for name, size in result.caches:
-        if low <= size <= high:
-            ax.axvline(size, color="0.4", ls=":", lw=1)
-            where = " per core" if per_core and name in ("L1d", "L2") else ""
+        copies = threads if per_core and name in ("L1d", "L2") else 1
+        total = size * copies
+        where = total / arrays
+        if low <= where <= high:
+            ax.axvline(where, color="0.4", ls=":", lw=1)
+            label = f"{copies} × {format_bytes(size)}" if copies > 1 else format_bytes(size)
             ax.annotate(
-                f"{name}{where}\n{format_bytes(size)}",
-                (size, 0.98),
+                f"{name}: {label}\n÷ {arrays} arrays",
+                (where, 0.98),
                 xycoords=("data", "axes fraction"),
                 xytext=(3, 0),
                 textcoords="offset points",
@@ -54,11 +66,22 @@ def plot_stream_sweep(result: StreamSweep, ax: Any = None) -> Any:
                 fontsize="x-small",
                 color="0.3",
             )
+    if result.device == "cpu" and low < OVERHEAD_BYTES_PER_ARRAY:
+        ax.axvspan(low, OVERHEAD_BYTES_PER_ARRAY, color="0.9", zorder=0)
+        ax.annotate(
+            "per-call overhead\nis a large part",
+            (low, 0.80),
+            xycoords=("data", "axes fraction"),
+            xytext=(4, 0),
+            textcoords="offset points",
+            fontsize="x-small",
+            color="0.3",
+        )
     style_axes(
         ax,
-        xlabel="working set: bytes of all arrays one call touches",
+        xlabel="bytes per array (add and triad touch 3 arrays, copy and scale 2)",
         ylabel="bandwidth (GB/s, STREAM counting)",
-        title=f"STREAM kernels by working-set size ({result.dtype})",
+        title=f"STREAM kernels by array size ({result.dtype}, {threads} threads)",
         device=result.device,
         logx=True,
     )
@@ -73,8 +96,10 @@ def plot_strided(result: StridedResult, *, ax: Any = None) -> Any:
     """Effective bandwidth against stride, with the bytes-only model for comparison.
 
     The model (one cache line fetched per value once the stride passes a
-    line) explains the first steps; where the measurement departs from it,
-    prefetchers and the TLB are at work.
+    line) explains the first steps. On a CPU a second line assumes the L2
+    prefetcher completes every line to its 128-byte pair (Intel's "spatial"
+    or adjacent-line prefetcher), which doubles the traffic at strides 32
+    and 64.
     """
     plt = pyplot()
     if ax is None:
@@ -89,6 +114,18 @@ def plot_strided(result: StridedResult, *, ax: Any = None) -> Any:
         color="0.5",
         label=f"bytes-only model ({result.line_bytes}-byte lines)",
     )
+    if result.device == "cpu":
+        pair = 2 * result.line_bytes
+        ax.plot(
+            strides,
+            [
+                base / (min(s * result.itemsize_bytes, pair) / result.itemsize_bytes)
+                for s in strides
+            ],
+            ":",
+            color="0.5",
+            label=f"lines fetched in pairs ({pair}-byte blocks)",
+        )
     ax.set_xscale("log", base=2)
     ax.set_xticks(strides, [str(s) for s in strides])
     ax.legend(fontsize="small")
@@ -104,40 +141,84 @@ def plot_strided(result: StridedResult, *, ax: Any = None) -> Any:
     return ax
 
 
+#: Where the "timed together" tick stops when the whole took far longer than its parts.
+TOGETHER_MAX_PERCENT = 130.0
+
+
 def plot_pipeline(
-    breakdowns: PipelineBreakdown | Iterable[PipelineBreakdown], *, ax: Any = None
+    breakdowns: PipelineBreakdown | GpuPrediction | Iterable[PipelineBreakdown | GpuPrediction],
+    *,
+    ax: Any = None,
 ) -> Any:
-    """Copy-in, compute and copy-back as stacked bars, one bar per operation.
+    """Each pipeline's copy-in, compute and copy-back as shares of 100%, one bar each.
 
-    Side by side, a memory-bound op (most of its bar is copying) and a
-    compute-heavy op (a sliver of copying) show when transfers dominate.
+    Shares, not ms: on a linear time axis a 1 ms bar vanishes next to a
+    100 ms one. The absolute times are written beside each bar. For a
+    measured breakdown a black tick marks "all three, timed together"
+    against the sum of the parts (100%). A :class:`GpuPrediction` draws the
+    same pipeline predicted for a GPU, hatched.
     """
-    from labkit.bandwidth.pipeline import PipelineBreakdown
+    from labkit.bandwidth.pipeline import GpuPrediction, PipelineBreakdown
+    from labkit.core.units import format_duration
 
-    items = [breakdowns] if isinstance(breakdowns, PipelineBreakdown) else list(breakdowns)
+    if isinstance(breakdowns, PipelineBreakdown | GpuPrediction):
+        items: list[Any] = [breakdowns]
+    else:
+        items = list(breakdowns)
     plt = pyplot()
     if ax is None:
-        _, ax = plt.subplots()
-    labels = [b.op for b in items]
-    parts = [
-        ("copy in", [b.copy_in_ms for b in items], "C0"),
-        ("compute", [b.compute_ms for b in items], "C1"),
-        ("copy back", [b.copy_back_ms for b in items], "C2"),
-    ]
-    left = [0.0] * len(items)
-    for name, values, color in parts:
-        ax.barh(labels, values, left=left, color=color, label=name)
-        left = [a + b for a, b in zip(left, values, strict=True)]
+        _, ax = plt.subplots(figsize=(8, 0.6 * len(items) + 2.4))
+    labels = []
     for y, b in enumerate(items):
-        ax.text(
-            left[y], y, f"  {b.transfer_fraction:.0%} moving data", va="center", fontsize="small"
+        predicted = isinstance(b, GpuPrediction)
+        parts = (b.copy_in_ms, b.compute_ms, b.copy_back_ms)
+        total = sum(parts)
+        labels.append(
+            f"{b.cpu.op}, {b.gpu.name} (predicted)" if predicted else f"{b.op}, {b.device}"
         )
-    ax.set_xlim(0, max(left) * 1.45)
-    ax.legend(loc="lower right", fontsize="small")
+        left = 0.0
+        for i, (name, ms) in enumerate(
+            zip(("copy in", "compute", "copy back"), parts, strict=True)
+        ):
+            share = 100 * ms / total if total else 0.0
+            ax.barh(
+                y,
+                share,
+                left=left,
+                color=f"C{i}",
+                hatch="//" if predicted else None,
+                edgecolor="white",
+                label=name if y == 0 else None,
+            )
+            left += share
+        text = f"  {format_duration(total)}; {b.transfer_fraction:.0%} copying"
+        marker = 0.0
+        if not predicted and total:
+            # a run where the whole took far longer than its parts would leave the axes:
+            # the tick stops at TOGETHER_MAX_PERCENT and the text gives the real time
+            marker = min(100 * b.total_ms / total, TOGETHER_MAX_PERCENT)
+            ax.plot(
+                [marker, marker],
+                [y - 0.4, y + 0.4],
+                color="black",
+                lw=2,
+                label="all three, timed together" if y == 0 else None,
+            )
+            text += f"; together {format_duration(b.total_ms)}"
+        ax.text(max(left, marker) + 1, y, text, va="center", fontsize="x-small", clip_on=True)
+    ax.set_yticks(range(len(items)), labels)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 170)
+    ax.set_xticks([0, 25, 50, 75, 100])
+    # below the axes: inside, it would cover the annotation of a row
+    ax.legend(
+        loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4, fontsize="x-small", frameon=False
+    )
+    first = items[0]
     return style_axes(
         ax,
-        xlabel="time per call (ms, medians)",
-        ylabel="operation",
+        xlabel="share of the pipeline's time (%; 100% = the sum of the three steps)",
+        ylabel="",
         title="Copy in → compute → copy back",
-        device=items[0].device,
+        device=first.cpu.device if isinstance(first, GpuPrediction) else first.device,
     )

@@ -10,8 +10,19 @@ CPU, 8 on a GPU); beyond it, every useful 4 bytes cost a whole line.
 :func:`strided_read` sums the same number of values, ``x[::stride]`` over an
 array ``stride`` times longer, for strides 1 to 64, and reports the
 *effective* bandwidth (useful bytes per second) and the slowdown against
-stride 1. Caches are flushed before every call (``bench(flush_l2=True)``), so
-every stride reads from main memory and only the access pattern differs.
+stride 1. Caches are flushed before every call, so every stride reads from
+main memory. On the CPU the flush *reads* a buffer of twice the last-level
+cache (:class:`ReadFlushHostSync`): flushing by writing would leave dirty
+lines whose write-backs to DRAM can land inside the next timed read.
+
+Two things change with the stride, not one: the memory traffic, and the
+kernel. torch sums a contiguous tensor with a vectorised loop and a strided
+view with a slower, gather-like one (in cache, ``x[::2].sum()`` already
+takes about twice as long per value as ``x.sum()``). So each stride is also
+timed on a short view whose whole span fits in the last-level cache
+(``in_cache`` in each row): the same kernel without main memory, a
+compute-only baseline to read the memory effect against.
+
 On a GPU (torch CUDA tensors) the same code shows uncoalesced loads.
 """
 
@@ -19,7 +30,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +43,7 @@ from labkit.machine import memory as _memory
 from labkit.machine.memory import DEFAULT_FRACTION, MemoryBudgetWarning
 from labkit.machine.report import CPU_OR_CUDA, resolve_device
 from labkit.timing.bench import Timing, bench
+from labkit.timing.synchronizers import HostSync
 
 DEFAULT_STRIDES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
 #: Bytes the memory system moves per access: a CPU cache line, a GPU sector.
@@ -58,8 +70,13 @@ class StridedRow(JsonRecord):
     span_bytes: int
     timing: Timing
     slowdown: float
+    #: The same strided sum over ``in_cache_elements`` values whose span fits in cache (no flush).
+    in_cache: Timing | None = None
+    in_cache_elements: int = 0
     median_ms: float = field(init=False)
     gb_per_s: float = field(init=False)
+    ns_per_value: float = field(init=False)
+    in_cache_ns_per_value: float | None = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "median_ms", self.timing.median_ms)
@@ -67,6 +84,13 @@ class StridedRow(JsonRecord):
         object.__setattr__(
             self, "gb_per_s", self.useful_bytes / (ms * 1e-3) / 1e9 if ms else math.inf
         )
+        object.__setattr__(self, "ns_per_value", ms * 1e6 / self.n_elements)
+        cached = (
+            self.in_cache.median_ms * 1e6 / self.in_cache_elements
+            if self.in_cache is not None and self.in_cache_elements
+            else None
+        )
+        object.__setattr__(self, "in_cache_ns_per_value", cached)
 
 
 @dataclass(frozen=True)
@@ -105,18 +129,72 @@ class StridedResult(JsonRecord):
         stride = check_int("stride", stride, minimum=1)
         return min(stride * self.itemsize_bytes, self.line_bytes) / self.itemsize_bytes
 
-    def table(self) -> str:
-        lines = [["stride", "median", "effective", "slowdown", "bytes-only model"]]
-        for r in self.rows:
-            lines.append(
-                [
-                    str(r.stride),
-                    format_duration(r.median_ms),
-                    format_gb_per_s(r.gb_per_s),
-                    f"{r.slowdown:.2f}×",
-                    f"{self.expected_slowdown(r.stride):.2f}×",
-                ]
+    def in_cache_slowdown(self, stride: int) -> float | None:
+        """Per-value time of the strided sum *in cache* at ``stride`` over stride 1's.
+
+        The kernel's own share of the slowdown: no main memory is involved.
+        None when the in-cache baseline was not measured.
+        """
+        here, base = self.row(stride).in_cache_ns_per_value, self.row(1).in_cache_ns_per_value
+        return None if here is None or not base else here / base
+
+    def pair_slowdown(self, stride: int) -> float:
+        """The bytes-only model if lines are fetched in 128-byte pairs (the L2 spatial prefetcher)."""
+        stride = check_int("stride", stride, minimum=1)
+        return min(stride * self.itemsize_bytes, 2 * self.line_bytes) / self.itemsize_bytes
+
+    def verdicts(self) -> str:
+        """What this run shows, decided by comparing values far apart (printed by notebook 02)."""
+        lines = []
+        if 2 in self.strides:
+            kernel = self.in_cache_slowdown(2)
+            if kernel is not None:
+                lines.append(
+                    f"In cache, the strided sum already takes {kernel:.2f}× longer per value at "
+                    "stride 2 than at stride 1: "
+                    + (
+                        "torch's strided kernel is slower than its contiguous one, so part of "
+                        "every slowdown in the table is the kernel, not the memory."
+                        if kernel >= 1.3
+                        else "here the kernel costs about the same at both strides."
+                    )
+                )
+        widest = max(self.strides)
+        if self.device == "cpu" and widest * self.itemsize_bytes >= 2 * self.line_bytes:
+            measured = self.slowdown(widest)
+            single, pair = self.expected_slowdown(widest), self.pair_slowdown(widest)
+            closer = (
+                f"closer to lines fetched in {2 * self.line_bytes}-byte pairs ({pair:.2f}×) "
+                f"than to single {self.line_bytes}-byte lines ({single:.2f}×)"
+                if measured >= math.sqrt(single * pair)
+                else f"closer to single {self.line_bytes}-byte lines ({single:.2f}×) than to "
+                f"{2 * self.line_bytes}-byte pairs ({pair:.2f}×)"
             )
+            lines.append(f"At stride {widest} the slowdown is {measured:.2f}×: {closer}.")
+        return "\n".join(lines)
+
+    def table(self) -> str:
+        with_cache = all(r.in_cache is not None for r in self.rows)
+        head = ["stride", "median", "effective", "slowdown", "bytes-only model"]
+        if with_cache:
+            head += ["per value", "in cache", "in-cache slowdown"]
+        lines = [head]
+        for r in self.rows:
+            line = [
+                str(r.stride),
+                format_duration(r.median_ms),
+                format_gb_per_s(r.gb_per_s),
+                f"{r.slowdown:.2f}×",
+                f"{self.expected_slowdown(r.stride):.2f}×",
+            ]
+            if with_cache:
+                cached = self.in_cache_slowdown(r.stride)
+                line += [
+                    format_duration(r.ns_per_value * 1e-6),
+                    format_duration((r.in_cache_ns_per_value or 0.0) * 1e-6),
+                    f"{cached:.2f}×" if cached is not None else "",
+                ]
+            lines.append(line)
         widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
         return "\n".join(
             "  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True)) for line in lines
@@ -128,12 +206,43 @@ class StridedResult(JsonRecord):
             f"Summing {first.n_elements:,} {self.dtype} values ({format_bytes(first.useful_bytes)}) "
             f"at increasing strides on {self.device} ({self.line_bytes}-byte "
             f"{'lines' if self.device == 'cpu' else 'sectors'}"
-            f"{', caches flushed before each call' if self.flushed else ''}):\n{self.table()}"
+            f"{', caches flushed before each call by reading a large buffer' if self.flushed else ''}"
+            f"; 'in cache': the same strided sum over {self.rows[0].in_cache_elements:,} values "
+            f"whose span fits in the last-level cache, no flush):\n{self.table()}"
         )
 
 
+class ReadFlushHostSync(HostSync):
+    """The host, with a cache flush that *reads* twice the last-level cache instead of writing it.
+
+    :class:`~labkit.timing.synchronizers.HostSync` flushes with ``fill(0)``:
+    every line of the flush buffer is then dirty, and evicting those lines
+    later writes them back to DRAM, possibly during the next timed read
+    (the review measured stride 1 at half of STREAM's bandwidth). A
+    multithreaded sum evicts the same caches and leaves clean lines.
+    """
+
+    def cache_flusher(self) -> Callable[[], None]:
+        import torch
+
+        nbytes = _memory.require_fits(
+            flush_bytes("cpu"),
+            what="strided_read's cache-flush buffer (twice the last-level cache; "
+            "flush_cache=False needs none)",
+        )
+        buffer = torch.ones(nbytes // 4, dtype=torch.float32)
+
+        def flush() -> None:
+            buffer.sum()
+
+        return flush
+
+    def __repr__(self) -> str:
+        return "ReadFlushHostSync()"
+
+
 def flush_bytes(device: str) -> int:
-    """Size of the buffer ``bench(flush_l2=True)`` writes between calls (counted in the budget)."""
+    """Size of the buffer the flush reads (CPU) or writes (GPU) between calls (in the budget)."""
     if device == "cpu":
         from labkit.timing.synchronizers import cpu_last_level_cache_bytes
 
@@ -161,8 +270,8 @@ def strided_read(
     dtype: str = "float32",
     fraction: float = DEFAULT_FRACTION,
     flush_cache: bool = True,
-    rep_ms: float = 20.0,
-    max_reps: int = 10,
+    rep_ms: float = 150.0,
+    max_reps: int = 30,
     show_progress: bool | None = None,
 ) -> StridedResult:
     """Sum ``n_elements`` values at each stride and compare the effective GB/s.
@@ -176,10 +285,15 @@ def strided_read(
             the default shrinks to fit, with a warning.
         device: "cpu", "cuda" or "cuda:N".
         dtype: "float32" (default), "float64", "float16" or "bfloat16".
-        flush_cache: overwrite the cache before every call so each stride
-            reads from main memory (the flush buffer counts in the budget).
+        flush_cache: evict the caches before every call so each stride
+            reads from main memory (the flush buffer counts in the budget;
+            on a CPU it is read, not written, so no dirty lines are left).
         rep_ms, max_reps: per-stride time budget and sample cap for
-            :func:`labkit.bench` (a cache flush costs tens of ms on a CPU).
+            :func:`labkit.bench`; at least ``min(10, max_reps)`` samples per stride.
+
+    Each stride is also timed without a flush on a view of
+    :func:`in_cache_elements` values whose span fits in a quarter of the
+    last-level cache: the kernel's own cost, to read the memory effect against.
     """
     # stride 1 is the baseline of every slowdown
     strides = tuple(sorted({*check_sizes(strides, "strides"), 1}))
@@ -223,7 +337,9 @@ def strided_read(
                 stacklevel=2,
             )
     x = _allocate(n * widest, device, dtype)
-    timings: list[tuple[int, Timing]] = []
+    n_cached = min(n, in_cache_elements(device, widest, itemsize))
+    sync: Any = ReadFlushHostSync() if device == "cpu" else device
+    timings: list[tuple[int, Timing, Timing]] = []
     for stride in progress(strides, desc=f"strided reads ({device})", show=show_progress):
         view = x[: n * stride : stride]
         total = float(view.sum())
@@ -236,14 +352,25 @@ def strided_read(
             view,
             warmup_ms=0.0,
             rep_ms=rep_ms,
-            min_reps=3,
+            min_reps=min(10, max_reps),
             max_reps=max_reps,
-            device=device,
+            device=sync,
             flush_l2=flush_cache,
             label=f"stride {stride}",
             warn=False,
         )
-        timings.append((stride, timing))
+        cached_view = x[: n_cached * stride : stride]
+        in_cache = bench(
+            _sum,
+            cached_view,
+            warmup_ms=10.0,
+            rep_ms=min(rep_ms, 50.0),
+            min_reps=10,
+            device=device,
+            label=f"stride {stride}, in cache",
+            warn=False,
+        )
+        timings.append((stride, timing, in_cache))
     del x
     base_ms = timings[0][1].median_ms
     rows = tuple(
@@ -254,8 +381,10 @@ def strided_read(
             span_bytes=n * stride * itemsize,
             timing=timing,
             slowdown=timing.median_ms / base_ms if base_ms > 0 else math.inf,
+            in_cache=in_cache,
+            in_cache_elements=n_cached,
         )
-        for stride, timing in timings
+        for stride, timing, in_cache in timings
     )
     return StridedResult(
         rows=rows,
@@ -267,5 +396,87 @@ def strided_read(
     )
 
 
+def in_cache_elements(device: str, widest: int, itemsize: int) -> int:
+    """Values for the in-cache baseline: the widest stride's span fills a quarter of the cache.
+
+    At least 65,536 values, so that torch still splits the sum across threads
+    (its grain size is 32,768 elements) as it does for the full-size read.
+    """
+    if device == "cpu":
+        from labkit.timing.synchronizers import cpu_last_level_cache_bytes
+
+        cache = cpu_last_level_cache_bytes()
+    else:
+        cache = flush_bytes(device) // 2
+    return max(65_536, cache // 4 // (widest * itemsize))
+
+
 def _sum(view: Any) -> Any:
     return view.sum()
+
+
+@dataclass(frozen=True)
+class LayoutCosts(JsonRecord):
+    """What a transposed (non-contiguous) matrix costs, measured: ``.contiguous()`` and a matmul.
+
+    ``clone`` is a plain copy of the matrix (one read and one write pass);
+    ``contiguous`` is ``x.t().contiguous()``, the same bytes in the other
+    order. ``matmul`` is ``a @ b`` and ``matmul_transposed`` is ``a @ b.t()``:
+    BLAS takes a transposed operand as a flag, so no copy is made.
+    """
+
+    side: int
+    timings: Any  # labkit.timing.interleave.Interleaved
+
+    def ms(self, label: str) -> float:
+        return float(self.timings[label].median_ms)
+
+    def __str__(self) -> str:
+        contiguous = self.ms("x.t().contiguous()") / self.ms("x.clone()")
+        matmul = self.ms("a @ b.t()") / self.ms("a @ b")
+        copy_share = self.ms("x.t().contiguous()") / self.ms("a @ b")
+        lines = [
+            f"{self.side}×{self.side} float32 ({format_bytes(self.side**2 * 4)}), timed interleaved:",
+            str(self.timings),
+            f"x.t().contiguous() reads and writes the whole matrix "
+            f"({format_bytes(2 * self.side**2 * 4)} moved), like a copy: {contiguous:.2f}× the "
+            f"time of x.clone() here, {copy_share:.2f}× the time of one matmul of this size.",
+            f"a @ b.t() takes {matmul:.2f}× a @ b: "
+            + (
+                "no slower, because BLAS reads the transposed operand in place"
+                if matmul <= 1.5
+                else "slower"
+            )
+            + ".",
+        ]
+        return "\n".join(lines)
+
+
+def layout_costs(side: int = 1024, *, rounds: int = 3, rep_ms: float = 100.0) -> LayoutCosts:
+    """Time ``.contiguous()`` of a transposed matrix against a copy, and a matmul with ``b.t()``.
+
+    Why: "make it contiguous" is advice with a price, a full pass over memory;
+    whether it pays depends on what reads the tensor next. A matmul does not
+    need it (BLAS handles transposes); a strided elementwise kernel may.
+    """
+    from labkit.timing.interleave import interleave
+
+    side = check_int("side", side, minimum=2)
+    import torch
+
+    x = torch.rand(side, side)
+    a, b = torch.rand(side, side), torch.rand(side, side)
+    out_copy = torch.empty_like(x)
+    out_mm = torch.empty(side, side)
+    timings = interleave(
+        {
+            "x.clone()": lambda: out_copy.copy_(x),
+            "x.t().contiguous()": lambda: out_copy.copy_(x.t()),
+            "a @ b": lambda: torch.matmul(a, b, out=out_mm),
+            "a @ b.t()": lambda: torch.matmul(a, b.t(), out=out_mm),
+        },
+        rounds=rounds,
+        rep_ms=rep_ms,
+        device="cpu",
+    )
+    return LayoutCosts(side=side, timings=timings)

@@ -10,7 +10,12 @@ never an exception, so a student notebook still runs top to bottom.
 a result is truthy only when the answer passed.
 """
 
-from labkit.check.bandwidth import HBM_GB_PER_S, PCIE_GB_PER_S, stream_bytes, transfer_vs_hbm
+from labkit.check.bandwidth import (
+    HBM_GB_PER_S,
+    PCIE_GEN5_X16_GB_PER_S,
+    host_link_vs_hbm,
+    stream_bytes,
+)
 from labkit.check.kernels import bank_conflicts, occupancy, sector_efficiency
 from labkit.check.models import (
     SYNC_LINES,
@@ -65,7 +70,7 @@ __all__ = [
     "H100_SMS",
     "H100_THREADS_PER_SM",
     "HBM_GB_PER_S",
-    "PCIE_GB_PER_S",
+    "PCIE_GEN5_X16_GB_PER_S",
     "TIMING_SAMPLES_MS",
     "SYNC_LINES",
     "CheckResult",
@@ -80,8 +85,8 @@ __all__ = [
     "peak_bandwidth",
     "roofline_exercise_ops",
     "roofline_prediction",
+    "host_link_vs_hbm",
     "stream_bytes",
     "summary_statistics",
     "threads_to_fill",
-    "transfer_vs_hbm",
 ]
