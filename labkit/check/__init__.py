@@ -38,7 +38,12 @@ from labkit.check.profiling import (
     top_operator,
 )
 from labkit.check.result import CheckResult
-from labkit.check.roofline import roofline_exercise_ops, roofline_prediction
+from labkit.check.roofline import (
+    intensity_exercise_op,
+    roofline_exercise_ops,
+    roofline_intensity,
+    roofline_prediction,
+)
 from labkit.check.scaling import accumulation_steps, bus_bandwidth, scaling_efficiency
 from labkit.check.setup import (
     H100_BUS_WIDTH_BITS,
@@ -83,7 +88,9 @@ __all__ = [
     "elementwise_time",
     "on_best_device",
     "peak_bandwidth",
+    "intensity_exercise_op",
     "roofline_exercise_ops",
+    "roofline_intensity",
     "roofline_prediction",
     "host_link_vs_hbm",
     "stream_bytes",

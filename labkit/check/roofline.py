@@ -72,3 +72,79 @@ def roofline_prediction(predictions: Any, roofline: Any) -> CheckResult:
         f"All {len(ops)} right. An op whose arithmetic intensity is below the ridge point waits "
         "on memory, whatever the processor's peak.",
     )
+
+
+# --- notebook 03: compute an arithmetic intensity by hand ---
+
+
+def intensity_exercise_op() -> Any:
+    """The op whose intensity the learner computes: 16 tokens through a 4096×4096 bfloat16 layer.
+
+    x is 16×4096, the weight W 4096×4096, y = x @ W is 16×4096, all
+    bfloat16 (2 bytes per element): a small-batch linear layer, the case
+    between the GEMV (batch 1) and a large matmul.
+    """
+    from labkit.roofline.model import matmul_cost
+
+    return matmul_cost(16, 4096, 4096, "bfloat16", name="linear 16×4096 @ 4096×4096")
+
+
+def roofline_intensity(answer: Any) -> CheckResult:
+    """Check a hand-computed arithmetic intensity (FLOP/byte) of :func:`intensity_exercise_op`.
+
+    The usual slips each get their own message: 4 bytes per element, one
+    FLOP per multiply-add, only the weight's bytes, or no weight at all.
+    """
+    from labkit.check.result import as_number, close_to
+
+    exercise = "arithmetic intensity by hand"
+    if unsolved(answer):
+        return todo(
+            exercise,
+            "FLOPs = 2·m·n·k (a multiply and an add per term); bytes = (m·k + k·n + m·n) × "
+            "bytes per element; intensity = FLOPs / bytes.",
+        )
+    value = as_number(answer, "answer_flop_per_byte")
+    op = intensity_exercise_op()
+    m, n, k = op.dim("m"), op.dim("n"), op.dim("k")
+    truth = op.arithmetic_intensity
+    if close_to(value, truth, 0.003):
+        return CheckResult(
+            exercise,
+            True,
+            True,
+            f"{truth:.3g} FLOP/byte: 16 rows share each weight, so the intensity is about 16× "
+            "the GEMV's 1 FLOP/byte in bfloat16 (batch size is the knob that moves it).",
+        )
+    flops, elements = 2 * m * n * k, m * k + k * n + m * n
+    slips = [
+        (
+            truth / 2,
+            "half the answer: bfloat16 has 2 bytes per element (not float32's 4), and a "
+            "multiply-add is 2 FLOPs; check both",
+        ),
+        (truth / 4, "a quarter of the answer: 2 bytes per element and 2 FLOPs per multiply-add"),
+        (
+            truth * 2,
+            "twice the answer: count 2 bytes per bfloat16 element (not 1) and 2 FLOPs "
+            "per multiply-add (not 4)",
+        ),
+        (
+            flops / (2 * k * n),
+            "that counts only the weight's bytes: x and y are read and written too",
+        ),
+        (
+            flops / (2 * (m * k + m * n)),
+            "that leaves out the weight matrix, which is most of the bytes (4096×4096 elements)",
+        ),
+    ]
+    for wrong, message in slips:
+        if close_to(value, wrong, 0.003):
+            return CheckResult(exercise, False, True, f"{value:.4g}: {message}.")
+    return CheckResult(
+        exercise,
+        False,
+        True,
+        f"{value:.4g} is not it. FLOPs = 2·{m}·{n}·{k}; bytes = ({m}·{k} + {k}·{n} + {m}·{n}) "
+        f"× 2 (= {elements:,} elements × 2 bytes); intensity = FLOPs / bytes.",
+    )

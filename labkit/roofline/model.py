@@ -38,6 +38,7 @@ OP_KINDS: tuple[str, ...] = ("add", "matmul", "conv2d", "sum")
 
 MEMORY_BOUND = "memory-bound"
 COMPUTE_BOUND = "compute-bound"
+NEAR_RIDGE = "near the ridge"
 
 
 # --------------------------------------------------------------------------- helpers
@@ -237,21 +238,32 @@ def sum_cost(n: int, dtype: str = "float32", *, name: str | None = None) -> OpCo
 
 @dataclass(frozen=True)
 class Roofline:
-    """A device's roofs: peak compute per dtype (GFLOP/s) and peak memory bandwidth (GB/s).
+    """A device's roofs: compute per dtype (GFLOP/s) and memory bandwidth (GB/s).
 
-    Units fit together: GB/s × FLOP/byte = GFLOP/s. Compute dtypes are the
-    storage dtypes plus "tf32" (float32 tensors on NVIDIA tensor cores).
-    Methods that take ``dtype=None`` use "float32" when it is present, else
-    the first dtype given.
+    ``peak_gflop_per_s`` holds the roofs the verdicts use. On a measured
+    roofline (:func:`labkit.roofline.measure.measure_roofline`) they are
+    *achieved BLAS ceilings*: the best matmul rate torch reached, not the
+    hardware's peak. ``theoretical_gflop_per_s`` holds the peaks computed
+    from the hardware (:func:`labkit.machine.peak.cpu_peak` on a CPU), where
+    known, so the gap between the two can be shown; ``theoretical_source``
+    says where they come from. Units fit together: GB/s × FLOP/byte =
+    GFLOP/s. Compute dtypes are the storage dtypes plus "tf32" (float32
+    tensors on NVIDIA tensor cores). Methods that take ``dtype=None`` use
+    "float32" when it is present, else the first dtype given.
     """
 
     device: str
     peak_gflop_per_s: Mapping[str, float]
     peak_gb_per_s: float
+    theoretical_gflop_per_s: Mapping[str, float] = field(default_factory=dict)
+    theoretical_source: str = ""
+    ceiling_kind: str = "compute roof"
 
-    def __post_init__(self) -> None:  # a read-only copy: the roofs cannot change afterwards
+    def __post_init__(self) -> None:  # read-only copies: the roofs cannot change afterwards
         peaks = types.MappingProxyType(dict(self.peak_gflop_per_s))
         object.__setattr__(self, "peak_gflop_per_s", peaks)
+        theory = types.MappingProxyType(dict(self.theoretical_gflop_per_s))
+        object.__setattr__(self, "theoretical_gflop_per_s", theory)
 
     @property
     def dtypes(self) -> tuple[str, ...]:
@@ -266,6 +278,11 @@ class Roofline:
         key = self.default_dtype if dtype is None else dtype
         return self.peak_gflop_per_s[check_choice("dtype", key, self.dtypes)]
 
+    def theoretical(self, dtype: str | None = None) -> float | None:
+        """The hardware peak of ``dtype`` in GFLOP/s, None where it is not known."""
+        key = self.default_dtype if dtype is None else dtype
+        return self.theoretical_gflop_per_s.get(key)
+
     def ridge_point(self, dtype: str | None = None) -> float:
         """The intensity (FLOP/byte) where the memory roof meets the compute roof: peak / bandwidth.
 
@@ -274,10 +291,29 @@ class Roofline:
         """
         return self.peak(dtype) / self.peak_gb_per_s
 
+    def verdict_ridge(self, dtype: str | None = None) -> float:
+        """The ridge :meth:`verdict` uses: the theoretical peak's where known, else the ceiling's.
+
+        The theoretical peak does not sink when the machine is busy, while a
+        measured ceiling can (a loaded run times slower matmuls); it is also
+        where the hardware's arithmetic, not one library's, takes over.
+        """
+        theory = self.theoretical(dtype)
+        return theory / self.peak_gb_per_s if theory else self.ridge_point(dtype)
+
     def attainable_gflop_per_s(self, ai: float, dtype: str | None = None) -> float:
         """The best rate an op of intensity ``ai`` (FLOP/byte) can reach: min(peak, ai × GB/s)."""
         intensity = check_real("ai", ai, low=0, low_open=True)
         return min(self.peak(dtype), intensity * self.peak_gb_per_s)
+
+    def fraction_of_roof(self, ai: float, gflop_per_s: float, dtype: str | None = None) -> float:
+        """An achieved rate as a fraction of the roof above it (its dtype's, at its intensity).
+
+        0.5 means the op runs at half of min(compute roof, ai × bandwidth):
+        what the kernel leaves on the table, or traffic beyond the minimum.
+        """
+        rate = check_real("gflop_per_s", gflop_per_s, low=0)
+        return rate / self.attainable_gflop_per_s(ai, dtype)
 
     def bound(self, op: OpCost, dtype: str | None = None) -> str:
         """ "memory-bound" when ``op``'s intensity is below the ridge point, else "compute-bound".
@@ -290,15 +326,42 @@ class Roofline:
             return MEMORY_BOUND
         return COMPUTE_BOUND
 
+    def verdict(self, op: OpCost, dtype: str | None = None, *, margin: float = 4.0) -> str:
+        """:meth:`bound` with a margin: "near the ridge" within ``margin``× of the ridge point.
+
+        A verdict printed from measured roofs must not flip when the machine
+        is loaded or another machine runs the notebook: an op at 4 FLOP/byte
+        against a ridge near 5 is "near the ridge", where either roof may
+        bind; one at 0.08 or 170 is not. The ridge is :meth:`verdict_ridge`.
+        """
+        factor = check_real("margin", margin, low=1)
+        key = op.dtype if dtype is None else dtype
+        ridge, ai = self.verdict_ridge(key), op.arithmetic_intensity
+        if ai * factor < ridge:
+            return MEMORY_BOUND
+        if ai > ridge * factor:
+            return COMPUTE_BOUND
+        return NEAR_RIDGE
+
     def __str__(self) -> str:
         from labkit.core.units import format_gflop_per_s
 
         lines = [f"Roofline of {self.device}: memory roof {three_digits(self.peak_gb_per_s)} GB/s"]
         for dtype, peak in self.peak_gflop_per_s.items():
-            lines.append(
-                f"  {dtype:>8}: compute roof {format_gflop_per_s(peak)}, "
+            line = (
+                f"  {dtype:>8}: {self.ceiling_kind} {format_gflop_per_s(peak)}, "
                 f"ridge point {three_digits(self.ridge_point(dtype))} FLOP/byte"
             )
+            theory = self.theoretical(dtype)
+            if theory:
+                line += (
+                    f"; theoretical peak {format_gflop_per_s(theory)}, ridge "
+                    f"{three_digits(theory / self.peak_gb_per_s)} FLOP/byte "
+                    f"(the ceiling is {peak / theory:.0%} of it)"
+                )
+            lines.append(line)
+        if self.theoretical_source:
+            lines.append(f"  theoretical peaks: {self.theoretical_source}")
         return "\n".join(lines)
 
 

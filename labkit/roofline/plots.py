@@ -12,47 +12,56 @@ if TYPE_CHECKING:
     from labkit.roofline.measure import OpMeasurement
     from labkit.roofline.model import Roofline
 
+#: A point given by hand: (label, FLOP/byte, GFLOP/s) or (label, FLOP/byte, GFLOP/s, dtype).
+PointTuple = tuple[str, float, float] | tuple[str, float, float, str]
+
 
 def plot_roofline(
     roofline: Roofline,
-    points: Iterable[OpMeasurement | tuple[str, float, float]] = (),
+    points: Iterable[OpMeasurement | PointTuple] = (),
     *,
     ax: Any = None,
+    title: str = "Roofline: measured roofs and operations",
 ) -> Any:
-    """The roofline (log-log): the memory roof, one compute roof per dtype, and measured ops.
+    """The roofline (log-log): the memory roof, a ceiling per dtype, the theoretical peaks, ops.
 
-    ``points`` are :class:`labkit.roofline.measure.OpMeasurement` results or
-    ``(label, FLOP/byte, GFLOP/s)`` tuples. A point under the slanted roof
-    is limited by memory, one under a flat roof by arithmetic; the distance
-    below its roof is what the kernel leaves on the table.
+    Each dtype has one colour: its achieved ceiling (solid), its theoretical
+    peak where the roofline has one (dashed), and the ops of that dtype
+    (stars), each joined by a dotted line to the roof above it and labelled
+    with the share of that roof it reached. ``points`` are
+    :class:`labkit.roofline.measure.OpMeasurement` results or tuples
+    ``(label, FLOP/byte, GFLOP/s[, dtype])`` (dtype: the default one).
     """
     from labkit.core.units import format_gflop_per_s, three_digits
 
-    marks = _roofline_points(points)
+    marks = _roofline_points(points, roofline)
     plt = pyplot()
     if ax is None:
-        _, ax = plt.subplots(figsize=(7.5, 5))
+        _, ax = plt.subplots(figsize=(8.5, 5.5))
     ridges = {dtype: roofline.ridge_point(dtype) for dtype in roofline.dtypes}
-    intensities = [ai for _, ai, _ in marks]
-    x_lo = min([min(ridges.values()) / 30, *(ai / 3 for ai in intensities)])
-    x_hi = max([max(ridges.values()) * 30, *(ai * 3 for ai in intensities)])
+    theory = {d: v for d, v in roofline.theoretical_gflop_per_s.items() if d in ridges}
     bw = roofline.peak_gb_per_s
-    top_ridge = max(ridges.values())
+    theory_ridges = [v / bw for v in theory.values()]
+    intensities = [ai for _, ai, _, _ in marks]
+    x_lo = min([min(ridges.values()) / 30, *(ai / 3 for ai in intensities)])
+    x_hi = max([max([*ridges.values(), *theory_ridges]) * 30, *(ai * 3 for ai in intensities)])
+    top = max([*roofline.peak_gflop_per_s.values(), *theory.values()])
     ax.plot(
-        [x_lo, top_ridge],
-        [bw * x_lo, bw * top_ridge],
+        [x_lo, top / bw],
+        [bw * x_lo, top],
         color="k",
         lw=2,
-        label=f"memory roof: {three_digits(bw)} GB/s",
+        label=f"memory roof (STREAM): {three_digits(bw)} GB/s",
     )
-    for i, (dtype, peak) in enumerate(roofline.peak_gflop_per_s.items()):
-        ridge, color = ridges[dtype], f"C{i}"
+    colors = {dtype: f"C{i}" for i, dtype in enumerate(roofline.dtypes)}
+    for j, (dtype, peak) in enumerate(roofline.peak_gflop_per_s.items()):
+        ridge, color = ridges[dtype], colors[dtype]
         ax.plot(
             [ridge, x_hi],
             [peak, peak],
             color=color,
             lw=2,
-            label=f"{dtype} roof: {format_gflop_per_s(peak)}",
+            label=f"{dtype} {roofline.ceiling_kind}: {format_gflop_per_s(peak)}",
         )
         ax.plot([ridge], [peak], "o", color=color, ms=5)
         ax.annotate(
@@ -60,23 +69,52 @@ def plot_roofline(
             (ridge, peak),
             color=color,
             textcoords="offset points",
-            xytext=(4, -12),
+            xytext=(4, -12 - 9 * j),  # stacked: ridges of several dtypes are often close
             fontsize="x-small",
         )
-    for label, ai, gflop_per_s in marks:
-        ax.plot([ai], [gflop_per_s], "*", color="C3", ms=11, zorder=3)
+        if dtype in theory:
+            ax.plot(
+                [theory[dtype] / bw, x_hi],
+                [theory[dtype]] * 2,
+                color=color,
+                lw=1.2,
+                ls="--",
+                label=f"{dtype} theoretical peak: {format_gflop_per_s(theory[dtype])}",
+            )
+    for i, (label, ai, rate, dtype) in enumerate(marks):
+        color = colors[dtype]
+        roof = roofline.attainable_gflop_per_s(ai, dtype)
+        ax.plot([ai, ai], [rate, roof], ls=":", color=color, lw=1)
+        ax.plot([ai], [rate], "*", color=color, ms=12, zorder=3, mec="k", mew=0.5)
         ax.annotate(
-            label, (ai, gflop_per_s), textcoords="offset points", xytext=(6, 4), fontsize="small"
+            f"{label} ({rate / roof:.0%} of roof)",
+            (ai, rate),
+            textcoords="offset points",
+            # alternate below-right and above-left: neighbours do not overlap, and neither
+            # label crosses the slanted roof a memory-bound point sits on
+            xytext=(-6, 6) if i % 2 else (6, -12),
+            ha="right" if i % 2 else "left",
+            fontsize="x-small",
         )
     ax.set_xlim(x_lo, x_hi)
-    lowest = min([bw * x_lo, *(g for _, _, g in marks)])
-    ax.set_ylim(lowest / 2, max(roofline.peak_gflop_per_s.values()) * 3)
-    ax.legend(fontsize="small", loc="upper left")
+    lowest = min([bw * x_lo, *(g for _, _, g, _ in marks)])
+    ax.set_ylim(lowest / 2, top * 3)
+    ax.legend(fontsize="x-small", loc="upper left")
+    ax.text(
+        0.99,
+        0.01,
+        "GFLOP/s against FLOP/byte of minimum traffic; a point's colour is its dtype",
+        transform=ax.transAxes,
+        ha="right",
+        va="bottom",
+        fontsize="xx-small",
+        color="0.35",
+    )
     return style_axes(
         ax,
         xlabel="arithmetic intensity (FLOP/byte)",
         ylabel="performance (GFLOP/s)",
-        title="Roofline: measured roofs and operations",
+        title=title,
         device=roofline.device,
         logx=True,
         logy=True,
@@ -84,18 +122,25 @@ def plot_roofline(
 
 
 def _roofline_points(
-    points: Iterable[OpMeasurement | tuple[str, float, float]],
-) -> list[tuple[str, float, float]]:
-    """(label, FLOP/byte, GFLOP/s) of each OpMeasurement or tuple; both numbers > 0 (a log axis)."""
+    points: Iterable[OpMeasurement | PointTuple], roofline: Roofline
+) -> list[tuple[str, float, float, str]]:
+    """(label, FLOP/byte, GFLOP/s, dtype) of each point; both numbers > 0 (a log axis).
+
+    An op whose dtype has no roof here is drawn against the default dtype's.
+    """
     from labkit.roofline.measure import OpMeasurement
 
     marks = []
     for i, point in enumerate(points):
         if isinstance(point, OpMeasurement):
             label, ai, rate = point.label, point.arithmetic_intensity, point.gflop_per_s
+            dtype = point.op.dtype
         else:
-            label, ai, rate = point
+            label, ai, rate = point[0], point[1], point[2]
+            dtype = point[3] if len(point) > 3 else roofline.default_dtype  # type: ignore[misc]
         ai = check_real(f"points[{i}] (FLOP/byte)", ai, low=0, low_open=True)
         rate = check_real(f"points[{i}] (GFLOP/s)", rate, low=0, low_open=True)
-        marks.append((label, ai, rate))
+        if dtype not in roofline.dtypes:
+            dtype = roofline.default_dtype
+        marks.append((label, ai, rate, dtype))
     return marks

@@ -1,0 +1,255 @@
+"""Issue 15: the CPU's theoretical peak (labkit.machine.peak) and the roofline's new pieces."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from labkit.machine import peak as peak_module
+from labkit.machine.cpu import CpuInfo
+from labkit.machine.peak import CpuPeak, amd_family, cpu_peak, read_clock_ghz, simd_lanes_fp32
+
+
+def fake_cpu(model: str, simd: tuple[str, ...], cores: int = 4) -> CpuInfo:
+    return CpuInfo(
+        model=model,
+        architecture="x86_64",
+        physical_cores=cores,
+        logical_cores=cores * 2,
+        simd_features=simd,
+        simd_source="test",
+        memory_total_bytes=None,
+        memory_available_bytes=None,
+        l1d_cache_bytes=None,
+        l2_cache_bytes=None,
+        l3_cache_bytes=None,
+    )
+
+
+AVX2 = ("SSE4.2", "AVX", "AVX2", "FMA3")
+AVX512 = (*AVX2, "AVX512F")
+
+
+def test_simd_lanes() -> None:
+    assert simd_lanes_fp32(AVX512) == ("AVX-512", 16)
+    assert simd_lanes_fp32(AVX2) == ("AVX2", 8)
+    assert simd_lanes_fp32(("NEON",)) == ("NEON", 4)
+    assert simd_lanes_fp32(("SSE4.2",)) == ("SSE", 4)
+
+
+def test_intel_avx512_server_core() -> None:
+    info = fake_cpu("Intel(R) Xeon(R) Platinum 8480+", (*AVX512, "AVX512_BF16", "AMX"), cores=2)
+    p = cpu_peak(info, cores=2, clock_ghz=2.0)
+    assert (p.simd_lanes_fp32, p.fma_units) == (16, 2)
+    assert p.gflop_per_s_fp32 == pytest.approx(2 * 16 * 2 * 2 * 2.0)  # 256
+    assert p.gflop_per_s_fp64 == pytest.approx(128)
+    assert p.gflop_per_s_bf16 == pytest.approx(2 * 1024 * 2.0)  # AMX tiles
+    assert p.flop_per_cycle_fp32 == 64
+    text = str(p)
+    assert "2 cores × 16 lanes × 2 FMA × 2 FLOP × 2.00 GHz = 256 GFLOP/s" in text
+    assert any("turbo" in a for a in p.assumptions)
+
+
+def test_xeon_silver_has_one_fma_unit() -> None:
+    p = cpu_peak(fake_cpu("Intel(R) Xeon(R) Silver 4214", AVX512), cores=1, clock_ghz=1.0)
+    assert p.fma_units == 1
+    assert p.gflop_per_s_fp32 == pytest.approx(32)
+
+
+def test_amd_zen4_avx512_is_double_pumped() -> None:
+    info = fake_cpu("AMD EPYC 9654 96-Core Processor", (*AVX512, "AVX512_BF16"))
+    zen4 = cpu_peak(info, cores=1, clock_ghz=1.0, family=25)
+    assert zen4.flop_per_cycle_fp32 == 32  # the same as AVX2 with two 256-bit FMA pipes
+    assert zen4.gflop_per_s_bf16 == pytest.approx(64)
+    assert any("Zen 4" in a for a in zen4.assumptions)
+    zen5 = cpu_peak(info, cores=1, clock_ghz=1.0, family=26)
+    assert zen5.flop_per_cycle_fp32 == 64
+
+
+def test_avx2_laptop_and_no_bf16() -> None:
+    p = cpu_peak(fake_cpu("Intel(R) Core(TM) i7-8550U", AVX2), cores=4, clock_ghz=1.8)
+    assert p.flop_per_cycle_fp32 == 32
+    assert p.gflop_per_s_fp32 == pytest.approx(4 * 32 * 1.8)
+    assert p.gflop_per_s_bf16 is None
+    assert p.gflop_per_s("bfloat16") is None
+    assert p.gflop_per_s("float64") == pytest.approx(p.gflop_per_s_fp32 / 2)
+    assert "bfloat16" not in str(p)
+
+
+def test_result_is_a_frozen_json_record() -> None:
+    p = cpu_peak(fake_cpu("x", AVX2), cores=1, clock_ghz=1.0)
+    assert isinstance(p, CpuPeak)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.cores = 3  # type: ignore[misc]
+    data = p.to_dict()
+    assert data["gflop_per_s_fp32"] == pytest.approx(32)
+    assert isinstance(data["assumptions"], list)
+
+
+def test_clock_sources() -> None:
+    assert read_clock_ghz("", "3700000") == (3.7, read_clock_ghz("", "3700000")[1])
+    assert "cpufreq" in read_clock_ghz("", "3700000")[1]
+    ghz, source = read_clock_ghz("cpu MHz\t\t: 2596.150\ncpu MHz\t: 2400.0\n", "")
+    assert ghz == pytest.approx(2.59615)
+    assert "current clock" in source
+    assert read_clock_ghz("no clock here", "") == (None, "unknown")
+
+
+def test_amd_family() -> None:
+    text = "vendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t: 17\n"
+    assert amd_family(text) == 25
+    assert amd_family("vendor_id\t: GenuineIntel\ncpu family\t: 6\n") is None
+
+
+def test_cores_follow_the_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    info = fake_cpu("x", AVX2, cores=64)
+    monkeypatch.setattr(peak_module, "allowed_cpus", lambda: set(range(128)))
+    monkeypatch.delenv("LABKIT_PROFILE", raising=False)
+    assert peak_module.usable_cores(info)[0] == 64  # physical, not hyper-threads
+    monkeypatch.setenv("LABKIT_PROFILE", "reference")
+    cores, source = peak_module.usable_cores(info)
+    assert cores == 2 and "profile" in source
+    monkeypatch.setattr(peak_module, "allowed_cpus", lambda: {0})
+    assert peak_module.usable_cores(info)[0] == 1  # 2 threads on one CPU: one core's peak
+
+
+def test_bad_overrides() -> None:
+    info = fake_cpu("x", AVX2)
+    with pytest.raises((TypeError, ValueError)):
+        cpu_peak(info, cores=0)
+    with pytest.raises((TypeError, ValueError)):
+        cpu_peak(info, clock_ghz=-1.0)
+
+
+# --------------------------------------------------------------------------- the roofline's new pieces
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from labkit.check.roofline import intensity_exercise_op, roofline_intensity  # noqa: E402
+from labkit.roofline import measure as roofline_measure  # noqa: E402
+from labkit.roofline import plots  # noqa: E402
+from labkit.roofline.model import (  # noqa: E402
+    COMPUTE_BOUND,
+    MEMORY_BOUND,
+    NEAR_RIDGE,
+    Roofline,
+    add_cost,
+    conv2d_cost,
+    matmul_cost,
+)
+from labkit.roofline.published import published_ridges  # noqa: E402
+
+
+def _roof(theory: bool = True) -> Roofline:
+    return Roofline(
+        device="cpu",
+        peak_gflop_per_s={"float32": 100.0, "bfloat16": 300.0},
+        peak_gb_per_s=20.0,
+        theoretical_gflop_per_s={"float32": 200.0} if theory else {},
+        theoretical_source="test",
+        ceiling_kind="achieved BLAS ceiling",
+    )
+
+
+def test_roofline_prints_the_ceiling_beside_the_theoretical_peak() -> None:
+    text = str(_roof())
+    assert "float32: achieved BLAS ceiling 100 GFLOP/s, ridge point 5.00 FLOP/byte" in text
+    assert "theoretical peak 200 GFLOP/s, ridge 10.0 FLOP/byte (the ceiling is 50% of it)" in text
+    assert "bfloat16: achieved BLAS ceiling 300 GFLOP/s, ridge point 15.0 FLOP/byte\n" in text
+    assert _roof().theoretical("bfloat16") is None
+    # a Roofline built the old way (labkit bench roofline) still works
+    plain = Roofline("cpu", {"float32": 100.0}, 20.0)
+    assert "compute roof 100 GFLOP/s" in str(plain) and "theoretical" not in str(plain)
+
+
+def test_verdict_has_a_margin_and_uses_the_theoretical_ridge() -> None:
+    roof = _roof()
+    assert roof.verdict_ridge("float32") == 10.0  # 200 / 20, not the ceiling's 5
+    assert roof.verdict_ridge("bfloat16") == 15.0  # no theoretical peak: the ceiling's
+    assert roof.verdict(add_cost(10**6)) == MEMORY_BOUND  # 0.083 × 4 < 10
+    assert roof.verdict(matmul_cost(1024, 1024, 1024)) == COMPUTE_BOUND  # 171 > 40
+    assert roof.verdict(matmul_cost(8, 8192, 16384)) == NEAR_RIDGE  # 4.0 FLOP/byte
+    assert roof.verdict(matmul_cost(8, 8192, 16384), margin=1) == MEMORY_BOUND
+    with pytest.raises(ValueError):
+        roof.verdict(add_cost(10), margin=0.5)
+
+
+def test_fraction_of_roof_and_placement_table() -> None:
+    roof = _roof()
+    assert roof.fraction_of_roof(1 / 12, 1.0) == pytest.approx(1.0 / (20 / 12))
+    assert roof.fraction_of_roof(171.0, 50.0) == pytest.approx(0.5)
+    m = roofline_measure.measure_op(matmul_cost(8, 8, 8), "cpu", warmup_ms=0, rep_ms=0.5)
+    p = roofline_measure.place(roof, m, "tiny matmul")
+    assert (p.name, p.dtype) == ("tiny matmul", "float32")
+    assert p.roof_gflop_per_s == roof.attainable_gflop_per_s(m.arithmetic_intensity)
+    assert p.fraction_of_roof == pytest.approx(m.gflop_per_s / p.roof_gflop_per_s)
+    table = roofline_measure.placement_table([p])
+    assert "of its roof" in table and p.verdict in table
+    assert p.verdict not in roofline_measure.placement_table([p], verdicts=False)
+    assert "roof  " in table  # two spaces: the sanitize file's padding rule sees one column gap
+
+
+def test_conv2d_writes_into_a_preallocated_output() -> None:
+    op = conv2d_cost(1, 3, 8, 8, 4, 3, 3, padding=1)
+    fn = roofline_measure._build(torch_module(), op, "cpu")
+    first, second = fn(), fn()
+    assert first.data_ptr() == second.data_ptr()  # the same tensor: nothing allocated per call
+    assert tuple(first.shape) == (1, 4, 8, 8)
+
+
+def torch_module():  # type: ignore[no-untyped-def]
+    import torch
+
+    return torch
+
+
+def test_dram_elements_follow_labkits_main_memory_size() -> None:
+    from labkit.bandwidth.sizes import dram_bytes_per_array
+
+    assert roofline_measure.dram_elements("float32") * 4 == dram_bytes_per_array()
+    assert roofline_measure.dram_elements("float64") * 8 == dram_bytes_per_array()
+
+
+def test_published_gpu_ridges_are_computed_from_cited_dense_figures() -> None:
+    rows = {p.compute: p for p in published_ridges("H100 SXM")}
+    assert rows["FP32 (CUDA cores)"].ridge_flop_per_byte == pytest.approx(66.9 / 3.35)  # ≈ 20
+    assert 140 < rows["TF32 tensor cores"].ridge_flop_per_byte < 150
+    assert 290 < rows["BF16/FP16 tensor cores"].ridge_flop_per_byte < 300
+    assert all(p.source.startswith("https://") and p.read_on for p in rows.values())
+    assert "dense" in str(rows["TF32 tensor cores"])
+    with pytest.raises(ValueError, match="gpu must be one of"):
+        published_ridges("H999")
+
+
+def test_intensity_exercise_messages() -> None:
+    truth = intensity_exercise_op().arithmetic_intensity
+    assert truth == pytest.approx(2 * 16 * 4096 * 4096 / ((16 * 4096 * 2 + 4096 * 4096) * 2))
+    assert roofline_intensity(truth).passed
+    assert not roofline_intensity(None).solved
+    assert "bfloat16 has 2 bytes" in roofline_intensity(truth / 2).message
+    assert "twice the answer" in roofline_intensity(truth * 2).message
+    assert "only the weight" in roofline_intensity(16.0).message
+    assert "leaves out the weight" in roofline_intensity(2048.0).message
+    assert "FLOPs = 2·16·4096·4096" in roofline_intensity(3.0).message
+    with pytest.raises(TypeError):
+        roofline_intensity("15.9")
+
+
+def test_plot_ties_points_to_their_dtype_and_draws_the_theoretical_peak() -> None:
+    roof = _roof()
+    ax = plots.plot_roofline(roof, [("add", 1 / 12, 1.0), ("bf16 mm", 100.0, 150.0, "bfloat16")])
+    try:
+        labels = [line.get_label() for line in ax.get_lines()]
+        assert "float32 theoretical peak: 200 GFLOP/s" in labels
+        assert "float32 achieved BLAS ceiling: 100 GFLOP/s" in labels
+        texts = [t.get_text() for t in ax.texts]
+        assert "add (60% of roof)" in texts  # 1.0 of 20/12
+        assert "bf16 mm (50% of roof)" in texts  # against bfloat16's 300, not float32's 100
+        stars = [line for line in ax.get_lines() if line.get_marker() == "*"]
+        assert [s.get_color() for s in stars] == ["C0", "C1"]
+    finally:
+        plt.close(ax.figure)
