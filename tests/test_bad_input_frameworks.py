@@ -1445,7 +1445,7 @@ def test_the_table_covers_every_module_in_scope() -> None:
         "check",
     } <= modules, sorted(modules)
     # The CLI's flags come from argparse (bools, checked there); its rows are the sizes a person types.
-    assert sum(1 for c in CASES if c.target.startswith("labkit.cli.bench.")) >= 3
+    assert sum(1 for c in CASES if c.target.startswith("labkit.cli.bench.")) >= 2
     assert len({c.target for c in CASES}) >= 110
 
 
