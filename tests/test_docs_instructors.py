@@ -179,8 +179,8 @@ def _notebook_headings(path: Path) -> tuple[dict[int, str], dict[int, str]]:
     }
     bold = re.findall(r"^\*\*Exercise (\d+): (.+?)\*\*", text, flags=re.MULTILINE)
     exercises.update({int(n): t for n, t in bold})
-    for title in re.findall(r"^## \d+ · Exercise: (.+)$", text, flags=re.MULTILINE):
-        exercises[1] = title
+    for i, title in enumerate(re.findall(r"^## \d+ · Exercise: (.+)$", text, flags=re.MULTILINE)):
+        exercises[i + 1] = title
     return sections, exercises
 
 

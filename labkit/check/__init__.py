@@ -29,6 +29,7 @@ from labkit.check.parallelism import (
     H100_THREADS_PER_SM,
     amdahl_prediction,
     threads_to_fill,
+    tile_waves,
 )
 from labkit.check.pipelines import knee_batch, largest_batch, loader_workers
 from labkit.check.profiling import (
@@ -96,4 +97,5 @@ __all__ = [
     "stream_bytes",
     "summary_statistics",
     "threads_to_fill",
+    "tile_waves",
 ]

@@ -114,7 +114,7 @@ def elementwise_time(answer_ms: Any) -> CheckResult:
         False,
         True,
         f"{value:.4g} ms is not it. Divide the bytes read plus written ({moved:,}) by the "
-        "bandwidth from exercise 1a in bytes per second, and convert seconds to ms.",
+        "bandwidth from exercise 1 in bytes per second, and convert seconds to ms.",
     )
 
 

@@ -1,17 +1,30 @@
-"""Amdahl's law with a *measured* serial fraction.
+"""Amdahl's law with a serial fraction inferred from measured speedups.
 
 If a fraction f of a program cannot run in parallel, n workers speed it up by
 at most S(n) = 1 / (f + (1 − f) / n), and never by more than 1/f however many
-workers there are. Most texts assume an f. Here it is measured:
+workers there are. Most texts assume an f. Here it is inferred:
 :func:`measure_thread_scaling` times a workload on 1, 2, ... threads, and the
 Karp–Flatt metric e = (1/S − 1/n) / (1 − 1/n) turns each measured speedup
 into the serial fraction that would explain it. Thread start-up, joins and
 shared memory bandwidth count as "serial" too, which is the point: e is what
 the hardware actually delivers, not what the code looks like.
 
-The default workload has a genuine serial part (a pure-Python loop, which
-runs on one core whatever torch's thread count) followed by a parallel torch
-matmul, so f is visibly above zero. The formulas are pure functions.
+The default workload has a serial part we chose (``python_steps`` of a
+pure-Python loop, which runs on one core whatever torch's thread count)
+followed by a parallel torch matmul (``matmul_size``), so f is set by those
+two constants and by the machine. On a 2-core machine f rests on one
+speedup, S(2); its uncertainty comes from the spread of that speedup over
+interleaved rounds (:attr:`ScalingPoint.speedup_low` / ``speedup_high``).
+Any prediction beyond the thread counts measured is an extrapolation: it
+assumes the parallel part keeps scaling perfectly. The formulas are pure
+functions.
+
+Amdahl's law gives 1 <= S(n) <= n for every f in [0, 1]. A run outside that
+range is not described by it: S < 1 (Karp–Flatt e > 1) means the threads
+cost more than they save (fork and join, contention for cores that other
+programs hold), and S > n (e < 0) is super-linear (e.g. each thread's share
+now fits in its core's cache). :attr:`ThreadScaling.regime` says which, and
+then no serial fraction is reported and nothing is extrapolated.
 """
 
 from __future__ import annotations
@@ -61,15 +74,20 @@ def karp_flatt(speedup: float, n: float) -> float:
     return (1.0 / s - 1.0 / workers) / (1.0 - 1.0 / workers)
 
 
-def fit_serial_fraction(threads: Sequence[float], speedups: Sequence[float]) -> float:
+def fit_serial_fraction(
+    threads: Sequence[float], speedups: Sequence[float], *, clamp: bool = True
+) -> float:
     """The serial fraction f that best fits several measured speedups, clamped to [0, 1].
 
     Amdahl's law rearranges to 1/S − 1/n = f · (1 − 1/n): a line through the
     origin, so f is its least-squares slope
     Σ (1/S − 1/n)(1 − 1/n) / Σ (1 − 1/n)². With one point (n = 2) this is
     exactly the Karp–Flatt value. Points with n = 1 carry no information and
-    are ignored. A negative fit (super-linear speedup) is clamped to 0, since
-    Amdahl's law has no negative serial part.
+    are ignored. A negative fit (super-linear speedup) is clamped to 0 and a
+    fit above 1 (a slowdown) to 1, since Amdahl's law has no serial part
+    outside [0, 1]; ``clamp=False`` returns the raw slope, which is how
+    :func:`measure_thread_scaling` tells such runs apart (see
+    :attr:`ThreadScaling.regime`).
     """
     if len(threads) != len(speedups):
         raise ValueError(
@@ -90,7 +108,8 @@ def fit_serial_fraction(threads: Sequence[float], speedups: Sequence[float]) -> 
             f"threads must include a count above 1 (with a speedup for it): fit_serial_fraction "
             f"needs a measurement on more than 1 thread, got threads={list(threads)!r}"
         )
-    return min(1.0, max(0.0, numerator / denominator))
+    slope = numerator / denominator
+    return min(1.0, max(0.0, slope)) if clamp else slope
 
 
 # --------------------------------------------------------------------------- measurement
@@ -105,23 +124,96 @@ class ScalingPoint:
     speedup: float
     serial_fraction: float | None  # Karp–Flatt; None on 1 thread
     timing: Timing
+    #: The lowest and highest speedup over the interleaved rounds (each round's
+    #: 1-thread median ÷ this count's median in the same round); None with 1 round.
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+
+
+#: :attr:`ThreadScaling.regime`: the speedups lie between 1 and n, as Amdahl's law allows.
+AMDAHL = "amdahl"
+#: The speedups are below 1 (Karp–Flatt e > 1): overhead or contention dominates the run.
+OVERHEAD = "overhead"
+#: The speedups are above n (Karp–Flatt e < 0): super-linear, e.g. the shares now fit in cache.
+SUPERLINEAR = "superlinear"
 
 
 @dataclass(frozen=True)
 class ThreadScaling:
     """Measured speedups over thread counts and the serial fraction fitted to them.
 
-    ``serial_fraction`` is None when only 1 thread could be measured (a
-    1-core machine): without a second thread nothing can be said about f.
+    ``serial_fraction`` is None when no serial fraction can be inferred:
+    when only 1 thread could be measured (a 1-core machine), or when the
+    speedups lie outside what Amdahl's law allows (:attr:`regime` is
+    :data:`OVERHEAD` or :data:`SUPERLINEAR`), where a fitted f would be a
+    clamp, not an inference. ``serial_fraction_low`` / ``_high`` are the
+    fits to the highest and the lowest speedups over the rounds (None with 1
+    round): the band that :meth:`predicted_range` and the plot carry into
+    the extrapolation. ``band_clamped`` is True when a round's speedup fell
+    outside [1, n], so an end of that band was clamped to 0 or 1.
     """
 
     workload: str
     points: tuple[ScalingPoint, ...]
     serial_fraction: float | None
     device: str = "cpu"
+    serial_fraction_low: float | None = None
+    serial_fraction_high: float | None = None
+    rounds: int = 1
+    band_clamped: bool = False
+
+    @property
+    def max_measured_threads(self) -> int:
+        """The largest thread count measured: predictions beyond it are extrapolations."""
+        return max(p.threads for p in self.points)
+
+    @property
+    def raw_serial_fraction(self) -> float | None:
+        """The least-squares Karp–Flatt fit before clamping (None: nothing above 1 thread)."""
+        measured = [p for p in self.points if p.threads > 1 and math.isfinite(p.speedup)]
+        if not measured:
+            return None
+        return fit_serial_fraction(
+            [p.threads for p in measured], [p.speedup for p in measured], clamp=False
+        )
+
+    @property
+    def regime(self) -> str | None:
+        """:data:`AMDAHL`, :data:`OVERHEAD` (e > 1) or :data:`SUPERLINEAR` (e < 0); None on 1 thread.
+
+        Amdahl's law allows 1 <= S(n) <= n, i.e. a fit e in [0, 1]. Outside
+        that range the law does not describe the run, and nothing is
+        extrapolated from it.
+        """
+        e = self.raw_serial_fraction
+        if e is None:
+            return None
+        if e > 1.0:
+            return OVERHEAD
+        if e < 0.0:
+            return SUPERLINEAR
+        return AMDAHL
+
+    def predicted_range(self, n: float) -> tuple[float, float] | None:
+        """Amdahl's S(n) for the highest and the lowest fitted f (None without a spread)."""
+        if (
+            self.regime != AMDAHL
+            or self.serial_fraction_low is None
+            or self.serial_fraction_high is None
+        ):
+            return None
+        return (
+            amdahl_speedup(self.serial_fraction_high, n),
+            amdahl_speedup(self.serial_fraction_low, n),
+        )
 
     def predicted_speedup(self, n: float) -> float:
         """Amdahl's prediction for ``n`` threads from the fitted serial fraction."""
+        if self.regime in (OVERHEAD, SUPERLINEAR):
+            raise ValueError(
+                f"the measured speedups are {'below 1' if self.regime == OVERHEAD else 'above n'}"
+                ", which Amdahl's law does not describe, so nothing can be predicted from them"
+            )
         if self.serial_fraction is None:
             raise ValueError(
                 "no serial fraction was measured (only 1 thread ran), so nothing can be predicted"
@@ -131,9 +223,33 @@ class ThreadScaling:
     @property
     def max_speedup(self) -> float | None:
         """1 / f: the speedup no number of threads can beat (inf when f = 0)."""
-        if self.serial_fraction is None:
+        if self.serial_fraction is None or self.regime != AMDAHL:
             return None
         return math.inf if self.serial_fraction == 0 else 1.0 / self.serial_fraction
+
+    def regime_text(self) -> str:
+        """One sentence on why Amdahl's law does not apply ("" when it does, or on 1 thread)."""
+        counts = ", ".join(str(p.threads) for p in self.points if p.threads > 1)
+        plural = "s" if len(self.points) > 2 else ""
+        e = self.raw_serial_fraction
+        if self.regime == OVERHEAD:
+            return (
+                f"the speedup{plural} on {counts} threads {'are' if plural else 'is'} below 1 "
+                f"(Karp–Flatt e = {e:.3f}, above 1): the threads cost more than they save, so "
+                "overhead or contention for the cores (other programs, thread wake-up and "
+                "joins) dominates this run. Amdahl's law gives a speedup of at least 1 for "
+                "every serial fraction, so it does not describe this run: no serial fraction "
+                "is inferred and nothing is extrapolated"
+            )
+        if self.regime == SUPERLINEAR:
+            return (
+                f"the speedup{plural} on {counts} threads {'are' if plural else 'is'} above the "
+                f"thread count (Karp–Flatt e = {e:.3f}, below 0): super-linear, e.g. each "
+                "thread's share of the data now fits in its core's cache. Amdahl's law gives at "
+                "most S(n) = n, so it does not describe this run: no serial fraction is "
+                "inferred and nothing is extrapolated"
+            )
+        return ""
 
     def __str__(self) -> str:
         from labkit.core.units import format_duration, format_speedup
@@ -146,13 +262,40 @@ class ThreadScaling:
                 f"{format_duration(p.median_ms)}, "
                 f"speedup {format_speedup(p.speedup)}{e}"
             )
+        if self.regime in (OVERHEAD, SUPERLINEAR):
+            lines.append(f"  {self.regime_text()}.")
+            return "\n".join(lines)
         if self.serial_fraction is None:
-            lines.append("  only 1 thread here: the serial fraction cannot be measured")
-        else:
+            lines.append("  only 1 thread here: the serial fraction cannot be inferred")
+            return "\n".join(lines)
+        top = self.max_measured_threads
+        lines.append(
+            f"  serial fraction inferred from the speedup{'s' if len(self.points) > 2 else ''} "
+            f"on {', '.join(str(p.threads) for p in self.points if p.threads > 1)} "
+            f"thread{'s' if top > 1 else ''}: f = {self.serial_fraction:.3f}"
+        )
+        if self.serial_fraction_low is not None and self.serial_fraction_high is not None:
+            clamped = (
+                " (clamped to [0, 1]: in some round the speedup fell outside 1 to n)"
+                if self.band_clamped
+                else ""
+            )
             lines.append(
-                f"  fitted serial fraction f = {self.serial_fraction:.3f}: Amdahl predicts "
-                f"{format_speedup(self.predicted_speedup(64))} on 64 threads, never more than "
-                f"{format_speedup(self.max_speedup or math.inf)}"
+                f"  over {self.rounds} interleaved rounds the speedups give f between "
+                f"f = {self.serial_fraction_low:.3f} and f = {self.serial_fraction_high:.3f}"
+                f"{clamped}"
+            )
+        if top < 64:
+            band = self.predicted_range(64)
+            spread = (
+                ""
+                if band is None
+                else f" (from {format_speedup(band[0])} to {format_speedup(band[1])} over that range)"
+            )
+            lines.append(
+                f"  extrapolated beyond the {top} threads measured, assuming the parallel part "
+                f"keeps scaling perfectly: {format_speedup(self.predicted_speedup(64))} on 64 "
+                f"threads{spread}, never more than {format_speedup(self.max_speedup or math.inf)}"
             )
         return "\n".join(lines)
 
@@ -172,9 +315,9 @@ def measure_thread_scaling(
     *,
     matmul_size: int = 512,
     python_steps: int = 30_000,
-    rounds: int = 3,
+    rounds: int = 5,
     warmup_ms: float = 20.0,
-    rep_ms: float = 60.0,
+    rep_ms: float = 40.0,
     show_progress: bool | None = None,
 ) -> ThreadScaling:
     """Time a workload with torch on each thread count and derive the serial fraction.
@@ -188,7 +331,8 @@ def measure_thread_scaling(
         python_steps: iterations of the serial Python loop ("matmul+python").
         rounds: the thread counts are timed in turn, ``rounds`` times over,
             and each count's samples are pooled. Interleaving spreads a burst
-            of background load over all counts instead of biasing one ratio.
+            of background load over all counts instead of biasing one ratio;
+            the per-round speedups give the spread of S and of f.
         warmup_ms, rep_ms: :func:`labkit.bench` budgets per count per round.
         show_progress: a progress bar; None follows :mod:`labkit.core.progress`.
 
@@ -209,6 +353,7 @@ def measure_thread_scaling(
     name, fn = _workload(workload, matmul_size, python_steps)
 
     samples: dict[int, list[float]] = {n: [] for n in counts}
+    round_medians: dict[int, list[float]] = {n: [] for n in counts}
     first_call: dict[int, float | None] = {}
     warmups: dict[int, int] = dict.fromkeys(counts, 0)
     plan = [(r, n) for r in range(rounds) for n in counts]
@@ -216,6 +361,7 @@ def measure_thread_scaling(
         with torch_threads(n):
             t = bench(fn, warmup_ms=warmup, rep_ms=rep, device="cpu", warn=False)
         samples[n].extend(t.samples_ms)
+        round_medians[n].append(t.median_ms)
         first_call.setdefault(n, t.first_call_ms)
         warmups[n] += t.warmup_calls
     timings = {
@@ -233,14 +379,37 @@ def measure_thread_scaling(
     for n in counts:
         speedup = base_ms / timings[n].median_ms if timings[n].median_ms > 0 else math.inf
         e = karp_flatt(speedup, n) if n > 1 and math.isfinite(speedup) else None
-        points.append(ScalingPoint(n, timings[n].median_ms, speedup, e, timings[n]))
+        per_round = [
+            one / mine
+            for one, mine in zip(round_medians[1], round_medians[n], strict=True)
+            if mine > 0
+        ]
+        low, high = (min(per_round), max(per_round)) if rounds > 1 and per_round else (None, None)
+        points.append(ScalingPoint(n, timings[n].median_ms, speedup, e, timings[n], low, high))
     measured = [p for p in points if p.threads > 1 and math.isfinite(p.speedup)]
-    f = (
-        fit_serial_fraction([p.threads for p in measured], [p.speedup for p in measured])
-        if measured
-        else None
+    f = f_low = f_high = None
+    clamped = False
+    if measured:
+        threads_measured = [p.threads for p in measured]
+        raw = fit_serial_fraction(threads_measured, [p.speedup for p in measured], clamp=False)
+        if 0.0 <= raw <= 1.0:  # else Amdahl's law does not describe the run: no f at all
+            f = raw
+            highs = [p.speedup_high for p in measured]
+            lows = [p.speedup_low for p in measured]
+            if all(s is not None for s in highs + lows):
+                raw_low = fit_serial_fraction(threads_measured, highs, clamp=False)  # type: ignore[arg-type]
+                raw_high = fit_serial_fraction(threads_measured, lows, clamp=False)  # type: ignore[arg-type]
+                f_low, f_high = min(1.0, max(0.0, raw_low)), min(1.0, max(0.0, raw_high))
+                clamped = (f_low, f_high) != (raw_low, raw_high)
+    return ThreadScaling(
+        workload=name,
+        points=tuple(points),
+        serial_fraction=f,
+        serial_fraction_low=f_low,
+        serial_fraction_high=f_high,
+        rounds=rounds,
+        band_clamped=clamped,
     )
-    return ThreadScaling(workload=name, points=tuple(points), serial_fraction=f)
 
 
 def _check_threads(threads: Sequence[int]) -> tuple[int, ...]:

@@ -54,40 +54,96 @@ def plot_size_sweep(
 
 
 def plot_amdahl(scaling: ThreadScaling, *, ax: Any = None, max_threads: int = 64) -> Any:
-    """Measured speedups, Amdahl's curve for the measured serial fraction, and the ideal line.
+    """Measured speedups, Amdahl's curve for the inferred serial fraction, and the ideal line.
 
-    The curve extends the few thread counts a laptop has to ``max_threads``:
-    with a serial fraction f the speedup flattens towards 1/f (the dashed
-    line) long before the ideal S(n) = n, which is the lesson of the law.
+    The curve is solid over the thread counts that were measured and dashed
+    beyond them, up to ``max_threads``, on a shaded background: that part is
+    an extrapolation (it assumes the parallel part keeps scaling perfectly),
+    and its band spans the serial fractions the rounds' spread allows. With
+    a serial fraction f the speedup flattens towards 1/f (the dashed
+    horizontal line) long before the ideal S(n) = n, which is the lesson of
+    the law. Each measured point carries a bar from its lowest to its highest
+    speedup over the rounds.
+
+    When the speedups lie outside what Amdahl's law allows (S < 1: overhead
+    or contention dominates; S > n: super-linear; see
+    :attr:`~labkit.parallelism.amdahl.ThreadScaling.regime`), no curve, band
+    or limit is drawn: only the ideal line, the measured points and a note
+    saying why.
     """
-    from labkit.parallelism.amdahl import amdahl_speedup
+    from labkit.parallelism.amdahl import OVERHEAD, SUPERLINEAR, amdahl_speedup
 
     max_threads = check_int("max_threads", max_threads, minimum=2)
     plt = pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(6.5, 4.5))
-    top = max(max_threads, *(p.threads for p in scaling.points))
+    measured_top = scaling.max_measured_threads
+    top = max(max_threads, measured_top)
     ns = [top ** (i / 100) for i in range(101)]
     ax.plot(ns, ns, ls=":", color="0.5", label="ideal: S(n) = n")
     f = scaling.serial_fraction
-    if f is not None:
-        ax.plot(
-            ns,
-            [amdahl_speedup(f, n) for n in ns],
-            color="C1",
-            label=f"Amdahl, measured f = {f:.3f}",
+    regime = scaling.regime
+    if regime in (OVERHEAD, SUPERLINEAR):
+        note = (
+            "speedup below 1: overhead or contention dominates;\n"
+            if regime == OVERHEAD
+            else "speedup above n: super-linear;\n"
+        ) + "Amdahl's law does not describe this run\n(no fit, nothing extrapolated)"
+        ax.text(
+            0.97,
+            0.05,
+            note,
+            transform=ax.transAxes,
+            ha="right",
+            va="bottom",
+            fontsize="small",
+            bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "C3"},
         )
+    elif f is not None:
+        inside = [n for n in ns if n <= measured_top] + [float(measured_top)]
+        outside = [float(measured_top)] + [n for n in ns if n > measured_top]
+        ax.plot(
+            inside,
+            [amdahl_speedup(f, n) for n in inside],
+            color="C1",
+            label=f"Amdahl, inferred f = {f:.3f} (threads measured)",
+        )
+        if len(outside) > 1:
+            ax.axvspan(measured_top, top, color="0.93", zorder=0)
+            ax.plot(
+                outside,
+                [amdahl_speedup(f, n) for n in outside],
+                color="C1",
+                ls="--",
+                label=f"extrapolation beyond {measured_top} threads (not measured)",
+            )
+            low, high = scaling.serial_fraction_low, scaling.serial_fraction_high
+            if low is not None and high is not None:
+                ax.fill_between(
+                    outside,
+                    [amdahl_speedup(high, n) for n in outside],
+                    [amdahl_speedup(low, n) for n in outside],
+                    color="C1",
+                    alpha=0.2,
+                    lw=0,
+                    label=f"f from {low:.3f} to {high:.3f} (spread over {scaling.rounds} rounds)",
+                )
         if f > 0:
-            ax.axhline(1 / f, color="C1", ls="--", lw=1, label=f"limit 1/f = {1 / f:.3g}×")
+            ax.axhline(1 / f, color="C1", ls="-.", lw=1, label=f"limit 1/f = {1 / f:.3g}×")
+    xs = [p.threads for p in scaling.points]
     ax.plot(
-        [p.threads for p in scaling.points],
-        [p.speedup for p in scaling.points],
-        "o",
-        color="C0",
-        ms=7,
-        zorder=3,
-        label="measured",
+        xs, [p.speedup for p in scaling.points], "o", color="C0", ms=7, zorder=3, label="measured"
     )
+    bars = [p for p in scaling.points if p.speedup_low is not None and p.speedup_high is not None]
+    if bars:
+        ax.vlines(
+            [p.threads for p in bars],
+            [p.speedup_low for p in bars],
+            [p.speedup_high for p in bars],
+            color="C0",
+            lw=2,
+            zorder=3,
+        )
     ax.legend(fontsize="small", loc="upper left")
     style_axes(
         ax,

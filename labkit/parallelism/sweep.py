@@ -30,7 +30,7 @@ from labkit.core.units import format_gflop_per_s, format_rate, round3
 from labkit.core.validate import check_choice, check_ms, check_positive_int, check_sizes
 from labkit.machine import memory as _memory
 from labkit.parallelism.crossover import crossover_size
-from labkit.parallelism.threads import cpu_threads, torch_threads
+from labkit.parallelism.threads import cpu_threads, numpy_blas_threads, torch_threads
 from labkit.timing.bench import Timing, bench
 
 #: The operations a size sweep can run.
@@ -163,7 +163,21 @@ class SizeSweep:
             rows.append(row)
         widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
         lines = [f"{what} ({self.dtype}), throughput by size"]
-        lines += ["  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True)) for r in rows]
+        noisy_rows = {
+            size
+            for size in self.sizes
+            for result in self.backends
+            if (point := result.point(size)) is not None and point.timing.noisy
+        }
+        for i, r in enumerate(rows):
+            line = "  ".join(cell.rjust(w) for cell, w in zip(r, widths, strict=True))
+            lines.append(line + (" *" if i > 0 and self.sizes[i - 1] in noisy_rows else ""))
+        lines.append(
+            "Each cell is one median (labkit.bench), measured once; section 2b of notebook 01 "
+            "repeats interleaved rounds to show the spread between runs."
+        )
+        if noisy_rows:
+            lines.append("* noisy: in this row at least one IQR is more than 10% of its median")
         if self.has_backend("torch-cuda") and self.has_backend("torch-all-threads"):
             crossover = self.crossover()
             lines.append(
@@ -184,12 +198,27 @@ def available_backends() -> tuple[str, ...]:
     return BACKENDS if has_gpu() else BACKENDS[:-1]
 
 
-def backend_label(backend: str) -> str:
-    """How tables and legends name a backend: "torch, 2 threads", "torch, CUDA", ..."""
+def backend_label(backend: str, op: str | None = None) -> str:
+    """How tables and legends name a backend: "torch, 2 threads", "torch, CUDA", ...
+
+    With ``op="matmul"`` NumPy's label gives its BLAS thread count
+    (:func:`~labkit.parallelism.threads.numpy_blas_threads`), since that
+    matmul runs on BLAS's own pool, not torch's: "NumPy (BLAS, 2 threads)",
+    or "NumPy (BLAS, default threads)" when nothing sets it. NumPy's add
+    runs on one thread.
+    """
     threads = cpu_threads()
+    numpy_label = "NumPy"
+    if op is not None and check_choice("op", op, OPS) == "matmul":
+        blas = numpy_blas_threads()
+        numpy_label = (
+            "NumPy (BLAS, default threads)"
+            if blas is None
+            else f"NumPy (BLAS, {blas} thread{'s' if blas > 1 else ''})"
+        )
     labels = {
-        "python": "Python loop",
-        "numpy": "NumPy",
+        "python": "Python loop (float64)",  # Python floats, whatever the sweep's dtype
+        "numpy": numpy_label,
         "torch-1-thread": "torch, 1 thread",
         "torch-all-threads": f"torch, {threads} thread{'s' if threads > 1 else ''}",
         "torch-cuda": "torch, CUDA",
@@ -265,7 +294,8 @@ def sweep(
         op: "add" (``c = a + b`` on vectors of n elements) or "matmul" (n×n).
         sizes: the n to run; default :data:`DEFAULT_SIZES`. Sorted, duplicates dropped.
         backends: keys from :data:`BACKENDS`; default :func:`available_backends`.
-        dtype: "float32" or "float64" (the Python loop always uses Python floats).
+        dtype: "float32" or "float64". The Python loop always computes in
+            Python floats, which are float64: its column says so.
         warmup_ms, rep_ms: :func:`labkit.bench`'s budgets per point. Small
             defaults keep a sweep short; every point still gets >= 5 samples.
         python_max_size: the largest n the Python loop runs (default
@@ -276,11 +306,17 @@ def sweep(
 
     Inputs are seeded by the size, so every backend gets the same numbers;
     each backend's result is checked against float64 NumPy before it is timed
-    (a + b at up to 65,536 elements, matmuls up to n = 512), and outputs
-    are preallocated so the time is the arithmetic, not the allocator. GPU
+    (a + b at up to 65,536 elements, matmuls up to n = 512). NumPy's and
+    torch's outputs are preallocated (``out=``), so their time is the
+    arithmetic, not the allocator; the Python loop builds a new list on
+    every call, as Python code would. GPU
     times are compute only: the data already lives on the GPU. All backends
     run at one size before the next size starts, so a burst of background
     load distorts neighbouring points of every curve rather than one curve.
+    Each point is one median, measured once: the table marks a row whose
+    IQR exceeds 10% of a median, and :mod:`labkit.parallelism.grain` shows
+    how to get a spread between runs (interleaved rounds). NumPy's matmul
+    runs on its BLAS library's threads (its label says how many).
     """
     from labkit.core.progress import progress
 
@@ -341,7 +377,7 @@ def sweep(
     results = tuple(
         BackendSweep(
             backend=key,
-            label=backend_label(key),
+            label=backend_label(key, op),
             device=_device_of(key),
             points=tuple(points[key]),
             skipped=tuple(skipped[key]),

@@ -55,3 +55,37 @@ def _torch_threads(n: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+#: The variables OpenBLAS and MKL read for their thread count, in the order they take effect.
+_BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def numpy_blas_threads() -> int | None:
+    """How many threads NumPy's BLAS (its matmul) uses, or None when nothing sets it.
+
+    NumPy's ufuncs (``a + b``) run on one thread, but its matmul calls a
+    BLAS library (OpenBLAS in the PyPI wheels) that starts its own pool
+    when NumPy is imported: the count comes from ``OPENBLAS_NUM_THREADS``
+    (or ``GOTO_NUM_THREADS``, ``MKL_NUM_THREADS``), then ``OMP_NUM_THREADS``,
+    else every core. threadpoolctl, where installed, reads the live count.
+    Under a profile (:mod:`labkit.machine.profile`) these variables are set
+    to the profile's thread count.
+    """
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        threadpool_info = None
+    if threadpool_info is not None:
+        counts = [
+            int(pool["num_threads"])
+            for pool in threadpool_info()
+            if pool.get("user_api") == "blas" and "numpy" in str(pool.get("filepath", ""))
+        ]
+        if counts:
+            return max(counts)
+    for name in (*_BLAS_THREAD_VARIABLES, "OMP_NUM_THREADS"):
+        value = os.environ.get(name, "").strip().split(",")[0]
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return None
