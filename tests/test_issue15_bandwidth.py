@@ -80,7 +80,8 @@ def test_strided_read_measures_an_in_cache_baseline_per_stride() -> None:
         (1, 2), n_elements=4096, flush_cache=False, rep_ms=1.0, max_reps=3
     )
     assert all(r.in_cache is not None and r.in_cache_ns_per_value for r in result.rows)
-    assert result.rows[0].in_cache_elements == min(4096, strided.in_cache_elements("cpu", 2, 4))
+    for row in result.rows:  # sized per stride, from the summed last-level cache
+        assert row.in_cache_elements == min(4096, strided.in_cache_elements("cpu", row.stride, 4))
 
 
 def test_layout_costs_runs_and_names_what_it_compares() -> None:
@@ -146,8 +147,10 @@ def test_format_references_gives_a_wide_band_verdict() -> None:
         best_reference=lambda k: row(21.0),
     )
     text = references.format_references(cpu)
-    assert "copy: labkit / best reference (C loop) = 0.95×, comparable" in text
+    assert "copy: labkit / best reference (C loop) = 0.95×, within 10%" in text
     assert "triad: labkit / best reference (C loop) = 0.48×, well below" in text
+    cpu.ratio = lambda k: {"copy": 0.8, "triad": 1.0}[k]
+    assert "0.80×, somewhat below the reference" in references.format_references(cpu)
 
 
 def test_the_host_link_exercise_is_peak_to_peak_gen5() -> None:
@@ -160,3 +163,140 @@ def test_the_host_link_exercise_is_peak_to_peak_gen5() -> None:
     assert "Gen4" in check.bandwidth.host_link_vs_hbm(134).message
     assert not check.bandwidth.host_link_vs_hbm(...).solved
     assert math.isclose(check.bandwidth.H100_MEASURED_H2D_GB_PER_S, 35.2)
+
+
+# --------------------------------------------------------------------------- issue 15, nb02 review
+
+
+def test_strided_verdicts_say_when_the_run_was_disturbed() -> None:
+    # stride 1 at 0.004 GB/s against a 0.04 GB/s DRAM figure: not memory-bound
+    slow = _strided_result({1: 1.0, 2: 2.0, 64: 17.0}, {1: 0.1, 2: 0.11, 64: 0.2})
+    assert slow.row(1).gb_per_s == pytest.approx(0.004)
+    text = slow.verdicts(dram_gb_per_s=0.04)
+    assert text.startswith("this run was disturbed: stride 1") and len(text.splitlines()) == 2
+    assert "not printed" in text
+    assert not slow.disturbances(dram_gb_per_s=0.005)
+    # an in-cache strided sum 10x faster than the contiguous one
+    odd = _strided_result({1: 1.0, 2: 2.0, 64: 17.0}, {1: 1.0, 2: 0.1, 64: 1.0})
+    assert "in cache, a strided sum" in odd.verdicts()
+    # stride 64 barely slower than stride 1 although it fetches 16x the lines
+    flat = _strided_result({1: 1.0, 2: 1.1, 64: 2.0}, {1: 0.1, 2: 0.11, 64: 0.2})
+    assert "a wide stride took less than half" in flat.verdicts()
+
+
+def test_in_cache_views_fit_a_quarter_of_the_summed_last_level_cache(monkeypatch) -> None:
+    monkeypatch.setattr(strided, "_cpu_last_level_cache_bytes", lambda: 8 * 2**20)
+    for stride in (1, 2, 16, 64):
+        count = strided.in_cache_elements("cpu", stride, 4)
+        assert count * stride * 4 <= 2 * 2**20 or count == strided.MIN_IN_CACHE_ELEMENTS
+    assert strided.flush_bytes("cpu") == 16 * 2**20
+    from labkit.bandwidth import sizes
+
+    total = sizes.last_level_cache_bytes("cpu")
+    if total:  # the flush covers every instance of the last-level cache, summed
+        monkeypatch.undo()
+        assert strided.flush_bytes("cpu") == 2 * total
+
+
+def test_layout_costs_flag_a_transposed_copy_faster_than_a_plain_one() -> None:
+    class Timings:
+        def __init__(self, ms: dict[str, float]) -> None:
+            self.ms = ms
+
+        def __getitem__(self, label: str) -> SimpleNamespace:
+            return SimpleNamespace(median_ms=self.ms[label])
+
+        def __str__(self) -> str:
+            return "(table)"
+
+    def costs(copy: float, transposed: float, mm: float, mmt: float) -> str:
+        ms = {strided.COPY: copy, strided.TRANSPOSED: transposed, "a @ b": mm, "a @ b.t()": mmt}
+        return str(strided.LayoutCosts(side=4, timings=Timings(ms)))
+
+    assert "this run was disturbed: the transposed copy" in costs(8.0, 0.8, 40.0, 40.0)
+    text = costs(1.0, 1.5, 40.0, 40.0)
+    assert "The transposed copy (what x.t().contiguous() does)" in text and "1.50×" in text
+    assert "about the same, because BLAS" in text
+    assert "slower here" in costs(1.0, 1.5, 40.0, 56.0)  # 1.4x is no longer "no slower"
+
+
+def _sweep_rows(ms_by_bytes: dict[int, float]) -> tuple:
+    from labkit.bandwidth import stream
+
+    rows = []
+    for size, ms in ms_by_bytes.items():
+        n = size // 8
+        rows.append(
+            stream.BandwidthResult(
+                kernel="triad",
+                device="cpu",
+                dtype="float64",
+                n_elements=n,
+                bytes_per_array=size,
+                bytes_per_call=stream.stream_bytes("triad", n),
+                calls_per_sample=1,
+                timing=_timing(ms),
+                implementation="torch",
+                threads=2,
+            )
+        )
+    return tuple(rows)
+
+
+def test_the_sweep_reading_comes_from_the_numbers(monkeypatch) -> None:
+    from labkit.bandwidth import sweep as sweep_mod
+
+    monkeypatch.setattr(sweep_mod, "last_level_cache_bytes", lambda device: 32 * 2**20)
+    kib, mib = 1024, 2**20
+    # loaded: every threaded call about 8 ms whatever its size
+    stalled = sweep_mod.StreamSweep(
+        _sweep_rows({8 * kib: 0.003, 392 * kib: 8.0, 4 * mib: 8.0, 512 * mib: 65.0}),
+        "cpu",
+        "float64",
+    )
+    assert stalled.reading().startswith("this run was disturbed")
+    # quiet: 4 MiB arrays (12 MiB working set) in cache at 100 GB/s, DRAM at 25 GB/s
+    quiet = sweep_mod.StreamSweep(
+        _sweep_rows({8 * kib: 0.003, 392 * kib: 0.012, 4 * mib: 0.126, 512 * mib: 64.4}),
+        "cpu",
+        "float64",
+    )
+    assert quiet.reading().startswith("Arrays that fit in a cache streamed faster")
+    assert quiet.fixed_cost_ms() == pytest.approx(0.003)
+    assert quiet.overhead_bytes_per_array() == 392 * kib  # 3 µs is 25% of 12 µs, 2% of 126 µs
+    flat = sweep_mod.StreamSweep(
+        _sweep_rows({8 * kib: 0.003, 392 * kib: 0.05, 4 * mib: 0.5, 512 * mib: 64.4}),
+        "cpu",
+        "float64",
+    )
+    assert flat.reading().startswith("No cache-sized array streamed")
+
+
+def test_numpy_copy_is_shown_but_not_the_bar() -> None:
+    assert "memmove" in references.WRITE_ALLOCATE_NOTE
+    assert references.COMPARABLE == 0.90 and references.WELL_BELOW == 0.75
+
+
+def test_the_pipeline_prints_its_copy_rate_and_how_much_cheaper_each_part_gets() -> None:
+    def breakdown(copy_ms: float, compute_ms: float) -> pipeline.PipelineBreakdown:
+        values = {
+            "op": "scale",
+            "device": "cpu",
+            "n_bytes": 16 * 2**20,
+            "host_memory": "pageable",
+            "note": "",
+            "copy_in": _timing(copy_ms),
+            "compute": _timing(compute_ms),
+            "copy_back": _timing(copy_ms),
+            "total": _timing(2 * copy_ms + compute_ms),
+        }
+        return pipeline.PipelineBreakdown(**values)
+
+    quiet = breakdown(1.0, 1.0)
+    assert quiet.copy_gb_per_s == pytest.approx(2 * 16 * 2**20 / 1e-3 / 1e9)
+    assert quiet.copy_reading(30.0).startswith("The copies ran at main-memory speed")
+    assert breakdown(8.0, 8.0).copy_reading(30.0).startswith("this run was disturbed")
+    text = str(pipeline.predict_gpu(quiet))
+    assert "the copies get cheaper too, but far less than the compute" in text
+    assert "issues/6" in text and "issues/24" in text
+    assert "memcpy" not in pipeline.CPU_NOTE

@@ -4,19 +4,21 @@
 the picture most tutorials start from. :func:`pipeline_breakdown` times each
 step and the whole, so a notebook can show *when* that picture is a trap:
 for a one-pass operation (``x * 2``) the two copies over PCIe take far
-longer than the compute on the GPU, while a matmul of the same data is
-compute-bound and the transfers fade. The fix is to keep data resident on
+longer than the compute on the GPU, while a matmul of the same data does far
+more work per byte, so the copies take a smaller share (on an H100 at FP32
+still about two thirds, by :func:`predict_gpu`'s datasheet arithmetic). The fix is to keep data resident on
 the GPU and overlap what must move (:func:`labkit.bandwidth.overlap.copy_compute_overlap`).
 
 On a CPU-only machine the same function runs and says honestly what it
-measures: there is no transfer at all, only a memcpy standing in for one.
-That stand-in runs at main-memory speed, which on a small machine is about
-what a PCIe link delivers, so the CPU breakdown says nothing about a GPU's.
-:func:`predict_gpu` turns it into a *prediction* for a named GPU instead:
+measures: there is no transfer at all, only a host-to-host ``copy_``
+(ordinary stores, on torch's threads) standing in for one, so the CPU
+breakdown says nothing about a PCIe link. :meth:`PipelineBreakdown.copy_reading`
+checks the stand-in against this machine's main-memory bandwidth.
+:func:`predict_gpu` turns the breakdown into a *prediction* for a named GPU:
 the copies at the datasheet's host-link bandwidth, the compute at the
-datasheet's HBM bandwidth or FLOP/s, whichever bounds the op. The lesson is
-that the copies cost about the same on a GPU, while the compute gets a
-hundred times cheaper, so the copies' share explodes.
+datasheet's HBM bandwidth or FLOP/s, whichever bounds the op. The lesson,
+which the prediction prints from the numbers: the copies get cheaper on a
+GPU too, but far less than the compute, so the copies' share rises.
 
 The four rows (copy in, compute, copy back, all three together) are timed
 *interleaved*, several rounds in rotating order
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.core.results import JsonRecord
-from labkit.core.units import format_bytes, format_duration
+from labkit.core.units import format_bytes, format_duration, format_gb_per_s
 from labkit.core.validate import check_choice, check_int, check_ms
 from labkit.machine import memory as _memory
 from labkit.machine.memory import DEFAULT_FRACTION
@@ -46,8 +48,8 @@ OPS = ("scale", "sin", "matmul")
 
 CPU_NOTE = (
     "On the CPU there is nothing to transfer: x.to('cpu') returns x itself and costs nothing. "
-    "The copy-in and copy-back rows time a memcpy into a separate, preallocated buffer: what "
-    "moving the data would cost at main-memory speed, with no PCIe bus in the way."
+    "The copy-in and copy-back rows time torch's copy_ into a separate, preallocated buffer "
+    "(a host-to-host copy with ordinary stores, on torch's threads), with no PCIe bus in the way."
 )
 
 
@@ -99,6 +101,29 @@ class PipelineBreakdown(JsonRecord):
     def transfer_fraction(self) -> float:
         return (self.copy_in_ms + self.copy_back_ms) / self.sum_ms if self.sum_ms else 0.0
 
+    @property
+    def copy_gb_per_s(self) -> float:
+        """The copy-in's rate, STREAM counting (read + write of ``n_bytes``): compare with STREAM copy."""
+        return 2 * self.n_bytes / (self.copy_in_ms * 1e-3) / 1e9 if self.copy_in_ms else math.inf
+
+    def copy_reading(self, dram_gb_per_s: float) -> str:
+        """Is the stand-in copy memory-bound? One of two fixed sentences (printed by notebook 02).
+
+        A host copy of a DRAM-sized buffer should run near the STREAM
+        bandwidth measured in the same session (``dram_gb_per_s``); under
+        half of it, its time includes a delay that is not memory traffic.
+        """
+        if self.copy_gb_per_s < 0.5 * dram_gb_per_s:
+            return (
+                "this run was disturbed: the copies ran at under half the main-memory bandwidth "
+                "measured in section 2 (both STREAM counting), so their times include a delay "
+                "that is not memory traffic."
+            )
+        return (
+            "The copies ran at main-memory speed: at least half the bandwidth measured in "
+            "section 2 (both STREAM counting)."
+        )
+
     def table(self) -> str:
         rows = [
             ("copy in", self.copy_in_ms),
@@ -111,6 +136,10 @@ class PipelineBreakdown(JsonRecord):
         if self.compute_ms > 0:
             ratio = (self.copy_in_ms + self.copy_back_ms) / self.compute_ms
             lines.append(f"copy in + copy back take {ratio:.2f}× the compute time")
+        lines.append(
+            f"copy in: {format_gb_per_s(self.copy_gb_per_s)}, STREAM counting (read + write of "
+            f"{format_bytes(self.n_bytes)})"
+        )
         if self.total_over_sum:
             ratios = sorted(self.total_over_sum)
             lines.append(
@@ -317,8 +346,11 @@ H100_SXM = GpuSpec(
         "494.7 TFLOP/s: glennklockwood.com/garden/processors/h100"
     ),
     measured_note=(
-        "measured on H100 nodes with nvbandwidth (SM copies): 35 GB/s host to device, 53 GB/s "
-        "device to host (github.com/NVIDIA/nvbandwidth/issues/24)"
+        "measured pinned copies on H100 systems reach about 57 GB/s host to device (nvbandwidth, "
+        "three of four GPUs of one VM: github.com/NVIDIA/nvbandwidth/issues/6) and, in one "
+        "report its author found anomalous, 35 GB/s host to device against 53 GB/s back "
+        "(SM copies: github.com/NVIDIA/nvbandwidth/issues/24); pageable memory adds a staging "
+        "copy on top"
     ),
 )
 
@@ -330,7 +362,10 @@ class GpuPrediction(JsonRecord):
     GPU times are lower bounds: bytes / peak bandwidth for the copies and for
     a memory-bound op, FLOPs / peak FLOP/s for the matmul (FP32, which is
     what torch uses for float32 matmuls by default, and TF32 tensor cores,
-    which ``torch.backends.cuda.matmul.allow_tf32 = True`` allows).
+    which ``torch.set_float32_matmul_precision("high")`` or
+    ``torch.backends.cuda.matmul.allow_tf32 = True`` enables). The copies
+    use the pinned link peak, while a plain ``.to("cuda")`` copies pageable
+    memory through a staging buffer, so real pageable copies are slower still.
     """
 
     cpu: PipelineBreakdown
@@ -376,6 +411,18 @@ class GpuPrediction(JsonRecord):
                 f"with TF32 tensor cores (dense): compute {format_duration(self.compute_tf32_ms)},"
                 f" copying {share:.0%} of the time"
             )
+        copies_cheaper = (cpu.copy_in_ms + cpu.copy_back_ms) / self.copies_ms
+        compute_cheaper = cpu.compute_ms / self.compute_ms if self.compute_ms else math.inf
+        lines.append(
+            f"on the GPU the copies take 1/{copies_cheaper:.0f} of this CPU's copy time, the "
+            f"compute 1/{compute_cheaper:.0f} of its compute time: "
+            + (
+                "the copies get cheaper too, but far less than the compute, so their share rises."
+                if compute_cheaper >= 3 * copies_cheaper
+                else "the compute gets not much cheaper than the copies here, so the share of "
+                "copying does not rise much."
+            )
+        )
         lines.append(
             f"GPU copies: {format_bytes(cpu.n_bytes)} each way over {self.gpu.host_link} at its "
             f"theoretical {self.gpu.host_link_gb_per_s:.0f} GB/s per direction; "

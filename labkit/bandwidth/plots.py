@@ -13,21 +13,19 @@ if TYPE_CHECKING:
     from labkit.bandwidth.sweep import StreamSweep
 
 
-#: Below this many bytes per array, torch's per-call overhead (a few µs) is a large part of a call.
-OVERHEAD_BYTES_PER_ARRAY = 1024**2
-
-
 def plot_stream_sweep(result: StreamSweep, ax: Any = None) -> Any:
     """GB/s against bytes per array for each STREAM kernel, with where the caches fill up.
 
     The x axis is bytes *per array*, the first column of the sweep's table.
     A dotted line marks the array size at which add's and triad's three
-    arrays fill a cache: the cache's size / 3. L1d and L2 are per core, so
-    for a run on several threads the line uses their total over the threads
-    (2 threads: twice one core's). Left of ~1 MiB per array (shaded) torch's
-    per-call overhead is a large part of every call, so the sweep cannot
-    show what L1 or L2 deliver there; a compiled loop that repeats inside
-    one call could.
+    arrays fill a cache: the cache's size / 3. L1d and L2 are private to a
+    core on most CPUs, so for a run on several threads the line uses their
+    total over the threads (2 threads: twice one core's); where cores share
+    an L2 (some Intel E-core and Apple clusters) that overstates it. The
+    shaded region is measured (:meth:`StreamSweep.overhead_bytes_per_array`):
+    there the sweep's fastest call is at least a fifth of every call, so a
+    fixed per-call cost is a large part and the sweep cannot show what L1 or
+    L2 deliver; a compiled loop that repeats inside one call could.
     """
     from labkit.core.units import format_bytes
 
@@ -66,10 +64,11 @@ def plot_stream_sweep(result: StreamSweep, ax: Any = None) -> Any:
                 fontsize="x-small",
                 color="0.3",
             )
-    if result.device == "cpu" and low < OVERHEAD_BYTES_PER_ARRAY:
-        ax.axvspan(low, OVERHEAD_BYTES_PER_ARRAY, color="0.9", zorder=0)
+    overhead = result.overhead_bytes_per_array()
+    if overhead is not None and low < overhead:
+        ax.axvspan(low, overhead, color="0.9", zorder=0)
         ax.annotate(
-            "per-call overhead\nis a large part",
+            "fastest call ≥ 1/5\nof each call",
             (low, 0.80),
             xycoords=("data", "axes fraction"),
             xytext=(4, 0),

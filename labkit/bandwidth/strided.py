@@ -12,16 +12,20 @@ array ``stride`` times longer, for strides 1 to 64, and reports the
 *effective* bandwidth (useful bytes per second) and the slowdown against
 stride 1. Caches are flushed before every call, so every stride reads from
 main memory. On the CPU the flush *reads* a buffer of twice the last-level
-cache (:class:`ReadFlushHostSync`): flushing by writing would leave dirty
-lines whose write-backs to DRAM can land inside the next timed read.
+cache, all its instances summed (:class:`ReadFlushHostSync`): flushing by
+writing would leave dirty lines whose write-backs to DRAM can land inside
+the next timed read. The flush is *meant* to evict; :meth:`StridedResult.verdicts`
+checks that stride 1 reads at main-memory speed before it reads anything
+into the slowdowns.
 
 Two things change with the stride, not one: the memory traffic, and the
 kernel. torch sums a contiguous tensor with a vectorised loop and a strided
-view with a slower, gather-like one (in cache, ``x[::2].sum()`` already
-takes about twice as long per value as ``x.sum()``). So each stride is also
-timed on a short view whose whole span fits in the last-level cache
-(``in_cache`` in each row): the same kernel without main memory, a
-compute-only baseline to read the memory effect against.
+view with a different, gather-like one (in cache ``x[::2].sum()`` can take
+longer per value than ``x.sum()``; the verdict says whether it does on a run).
+So each stride is also timed on a short view whose whole span is at most a
+quarter of the last-level cache, sized per stride (``in_cache`` in each row):
+the same kernel without main memory, a compute-only baseline to read the
+memory effect against.
 
 On a GPU (torch CUDA tensors) the same code shows uncoalesced loads.
 """
@@ -70,7 +74,8 @@ class StridedRow(JsonRecord):
     span_bytes: int
     timing: Timing
     slowdown: float
-    #: The same strided sum over ``in_cache_elements`` values whose span fits in cache (no flush).
+    #: The same strided sum over ``in_cache_elements`` values, spanning at most a quarter of the
+    #: last-level cache (no flush).
     in_cache: Timing | None = None
     in_cache_elements: int = 0
     median_ms: float = field(init=False)
@@ -103,6 +108,8 @@ class StridedResult(JsonRecord):
     itemsize_bytes: int
     line_bytes: int
     flushed: bool
+    #: The cache the in-cache views were sized against (all instances summed; None: unknown).
+    last_level_cache_bytes: int | None = None
 
     @property
     def strides(self) -> tuple[int, ...]:
@@ -143,15 +150,61 @@ class StridedResult(JsonRecord):
         stride = check_int("stride", stride, minimum=1)
         return min(stride * self.itemsize_bytes, 2 * self.line_bytes) / self.itemsize_bytes
 
-    def verdicts(self) -> str:
-        """What this run shows, decided by comparing values far apart (printed by notebook 02)."""
+    def disturbances(self, dram_gb_per_s: float | None = None) -> tuple[str, ...]:
+        """Physically implausible timings in this run, one sentence each (empty: none found).
+
+        A run on a loaded machine can be dominated by a fixed delay per call
+        (threads waiting for a core), which the median does not remove when it
+        hits most calls. Three checks compare values far apart: stride 1 must
+        read at no less than half of ``dram_gb_per_s`` (the STREAM figure
+        measured in the same session), since it reads main memory with no
+        waste; no stride may be more than 2× *faster* per value in cache than
+        stride 1; and no flushed stride may be less than half as slow as the
+        lines it must fetch (``expected_slowdown``).
+        """
+        found = []
+        if dram_gb_per_s and 1 in self.strides and self.row(1).gb_per_s < 0.5 * dram_gb_per_s:
+            found.append(
+                "this run was disturbed: stride 1 read at under half the main-memory bandwidth "
+                "measured in section 2, so the baseline is not memory-bound (a fixed delay per "
+                "call, e.g. threads waiting for a core) and the slowdowns are not interpretable."
+            )
+        cached = [self.in_cache_slowdown(s) for s in self.strides]
+        if any(c is not None and c < 0.5 for c in cached):
+            found.append(
+                "this run was disturbed: in cache, a strided sum took under half the time per "
+                "value of the contiguous one, which no kernel does; the stride-1 in-cache time "
+                "includes a delay that is not the kernel."
+            )
+        if self.flushed and any(
+            self.slowdown(s) < 0.5 * self.expected_slowdown(s) for s in self.strides
+        ):
+            found.append(
+                "this run was disturbed: a wide stride took less than half the time that fetching "
+                "its cache lines takes at stride 1's bandwidth, so stride 1 itself was slowed by "
+                "something other than memory."
+            )
+        return tuple(found)
+
+    def verdicts(self, dram_gb_per_s: float | None = None) -> str:
+        """What this run shows, decided by comparing values far apart (printed by notebook 02).
+
+        ``dram_gb_per_s``: this machine's STREAM main-memory bandwidth, to
+        check that stride 1 is memory-bound. Where :meth:`disturbances` finds
+        a problem, the first one is printed instead of the kernel and
+        prefetcher verdicts (always two lines).
+        """
+        found = self.disturbances(dram_gb_per_s)
+        if found:
+            # two lines, like a conclusion: the first problem found, and what is withheld
+            return found[0] + "\nThe kernel and prefetcher verdicts are not printed for this run."
         lines = []
         if 2 in self.strides:
             kernel = self.in_cache_slowdown(2)
             if kernel is not None:
                 lines.append(
-                    f"In cache, the strided sum already takes {kernel:.2f}× longer per value at "
-                    "stride 2 than at stride 1: "
+                    f"In cache, the strided sum takes {kernel:.2f}× the time per value at "
+                    "stride 2 that it takes at stride 1: "
                     + (
                         "torch's strided kernel is slower than its contiguous one, so part of "
                         "every slowdown in the table is the kernel, not the memory."
@@ -172,6 +225,19 @@ class StridedResult(JsonRecord):
             )
             lines.append(f"At stride {widest} the slowdown is {measured:.2f}×: {closer}.")
         return "\n".join(lines)
+
+    def _in_cache_span(self) -> str:
+        """How large the in-cache views were, against the last-level cache (fixed wording)."""
+        spans = [r.in_cache_elements * r.stride * self.itemsize_bytes for r in self.rows]
+        cache = self.last_level_cache_bytes
+        if not cache:
+            return "last-level cache size unknown, so whether the views fit is not known"
+        fits = max(spans) <= cache // 2
+        return (
+            f"each view spans at most {format_bytes(max(spans))}, "
+            + ("within half" if fits else "MORE than half")
+            + f" of the {format_bytes(cache)} last-level cache"
+        )
 
     def table(self) -> str:
         with_cache = all(r.in_cache is not None for r in self.rows)
@@ -207,8 +273,8 @@ class StridedResult(JsonRecord):
             f"at increasing strides on {self.device} ({self.line_bytes}-byte "
             f"{'lines' if self.device == 'cpu' else 'sectors'}"
             f"{', caches flushed before each call by reading a large buffer' if self.flushed else ''}"
-            f"; 'in cache': the same strided sum over {self.rows[0].in_cache_elements:,} values "
-            f"whose span fits in the last-level cache, no flush):\n{self.table()}"
+            f"; 'in cache': the same strided sum, no flush, over fewer values ("
+            f"{self._in_cache_span()}):\n{self.table()}"
         )
 
 
@@ -227,7 +293,7 @@ class ReadFlushHostSync(HostSync):
 
         nbytes = _memory.require_fits(
             flush_bytes("cpu"),
-            what="strided_read's cache-flush buffer (twice the last-level cache; "
+            what="strided_read's cache-flush buffer (twice the summed last-level cache; "
             "flush_cache=False needs none)",
         )
         buffer = torch.ones(nbytes // 4, dtype=torch.float32)
@@ -244,9 +310,7 @@ class ReadFlushHostSync(HostSync):
 def flush_bytes(device: str) -> int:
     """Size of the buffer the flush reads (CPU) or writes (GPU) between calls (in the budget)."""
     if device == "cpu":
-        from labkit.timing.synchronizers import cpu_last_level_cache_bytes
-
-        return 2 * cpu_last_level_cache_bytes()
+        return 2 * _cpu_last_level_cache_bytes()
     import torch
 
     from labkit.timing.synchronizers import DEFAULT_FLUSH_BYTES
@@ -337,7 +401,8 @@ def strided_read(
                 stacklevel=2,
             )
     x = _allocate(n * widest, device, dtype)
-    n_cached = min(n, in_cache_elements(device, widest, itemsize))
+    llc = _cpu_last_level_cache_bytes() if device == "cpu" else flush_bytes(device) // 2
+    cached_counts: dict[int, int] = {}
     sync: Any = ReadFlushHostSync() if device == "cpu" else device
     timings: list[tuple[int, Timing, Timing]] = []
     for stride in progress(strides, desc=f"strided reads ({device})", show=show_progress):
@@ -359,6 +424,7 @@ def strided_read(
             label=f"stride {stride}",
             warn=False,
         )
+        n_cached = cached_counts[stride] = min(n, in_cache_elements(device, stride, itemsize))
         cached_view = x[: n_cached * stride : stride]
         in_cache = bench(
             _sum,
@@ -382,7 +448,7 @@ def strided_read(
             timing=timing,
             slowdown=timing.median_ms / base_ms if base_ms > 0 else math.inf,
             in_cache=in_cache,
-            in_cache_elements=n_cached,
+            in_cache_elements=cached_counts[stride],
         )
         for stride, timing, in_cache in timings
     )
@@ -393,22 +459,40 @@ def strided_read(
         itemsize_bytes=itemsize,
         line_bytes=LINE_BYTES["cpu" if device == "cpu" else "cuda"],
         flushed=flush_cache,
+        last_level_cache_bytes=llc or None,
     )
 
 
-def in_cache_elements(device: str, widest: int, itemsize: int) -> int:
-    """Values for the in-cache baseline: the widest stride's span fills a quarter of the cache.
+def _cpu_last_level_cache_bytes() -> int:
+    """All the last-level cache the process's CPUs share, summed over instances.
 
-    At least 65,536 values, so that torch still splits the sum across threads
-    (its grain size is 32,768 elements) as it does for the full-size read.
+    :func:`labkit.bandwidth.sizes.last_level_cache_bytes` (a 4-CCD EPYC has
+    four L3s; two sockets, two); where sysfs says nothing, the timing
+    module's per-CPU figure.
+    """
+    from labkit.bandwidth.sizes import last_level_cache_bytes
+    from labkit.timing.synchronizers import cpu_last_level_cache_bytes
+
+    return last_level_cache_bytes("cpu") or cpu_last_level_cache_bytes()
+
+
+#: Fewest values an in-cache view sums: below this a call is mostly torch's overhead.
+MIN_IN_CACHE_ELEMENTS = 4096
+
+
+def in_cache_elements(device: str, stride: int, itemsize: int) -> int:
+    """Values for the in-cache baseline at ``stride``: its span is a quarter of the last-level cache.
+
+    Sized per stride, so the view fits the cache at every stride on every
+    machine (a fixed count would span 16 MiB at stride 64, more than many
+    laptops' L3). At least :data:`MIN_IN_CACHE_ELEMENTS`; the span check in
+    :class:`StridedResult`'s header says where even that does not fit.
     """
     if device == "cpu":
-        from labkit.timing.synchronizers import cpu_last_level_cache_bytes
-
-        cache = cpu_last_level_cache_bytes()
+        cache = _cpu_last_level_cache_bytes()
     else:
         cache = flush_bytes(device) // 2
-    return max(65_536, cache // 4 // (widest * itemsize))
+    return max(MIN_IN_CACHE_ELEMENTS, cache // 4 // (stride * itemsize))
 
 
 def _sum(view: Any) -> Any:
@@ -419,9 +503,12 @@ def _sum(view: Any) -> Any:
 class LayoutCosts(JsonRecord):
     """What a transposed (non-contiguous) matrix costs, measured: ``.contiguous()`` and a matmul.
 
-    ``clone`` is a plain copy of the matrix (one read and one write pass);
-    ``contiguous`` is ``x.t().contiguous()``, the same bytes in the other
-    order. ``matmul`` is ``a @ b`` and ``matmul_transposed`` is ``a @ b.t()``:
+    "copy" is ``out.copy_(x)``, what ``x.clone()`` does without allocating
+    the result (one read and one write pass); "transposed copy" is
+    ``out.copy_(x.t())``, what ``x.t().contiguous()`` does without
+    allocating: the same bytes in the other order. The allocation and the
+    first touch of its pages are left out of both, on purpose: they are the
+    same for both and would hide the memory pattern. ``matmul`` is ``a @ b`` and ``matmul_transposed`` is ``a @ b.t()``:
     BLAS takes a transposed operand as a flag, so no copy is made.
     """
 
@@ -432,24 +519,43 @@ class LayoutCosts(JsonRecord):
         return float(self.timings[label].median_ms)
 
     def __str__(self) -> str:
-        contiguous = self.ms("x.t().contiguous()") / self.ms("x.clone()")
+        contiguous = self.ms(TRANSPOSED) / self.ms(COPY)
         matmul = self.ms("a @ b.t()") / self.ms("a @ b")
-        copy_share = self.ms("x.t().contiguous()") / self.ms("a @ b")
+        copy_share = self.ms(TRANSPOSED) / self.ms("a @ b")
         lines = [
             f"{self.side}×{self.side} float32 ({format_bytes(self.side**2 * 4)}), timed interleaved:",
             str(self.timings),
-            f"x.t().contiguous() reads and writes the whole matrix "
-            f"({format_bytes(2 * self.side**2 * 4)} moved), like a copy: {contiguous:.2f}× the "
-            f"time of x.clone() here, {copy_share:.2f}× the time of one matmul of this size.",
-            f"a @ b.t() takes {matmul:.2f}× a @ b: "
-            + (
-                "no slower, because BLAS reads the transposed operand in place"
-                if matmul <= 1.5
-                else "slower"
-            )
-            + ".",
         ]
+        if contiguous < 0.5:
+            # the same bytes in a worse order cannot take half the time of the plain copy
+            lines.append(
+                "this run was disturbed: the transposed copy took under half the time of the "
+                "plain copy of the same bytes, so the copy's time includes a delay that is not "
+                "memory traffic; the two are not comparable here."
+            )
+        else:
+            lines.append(
+                f"The transposed copy (what x.t().contiguous() does) reads and writes the whole "
+                f"matrix ({format_bytes(2 * self.side**2 * 4)} moved): its median time is "
+                f"{contiguous:.2f}× the plain copy's, {copy_share:.2f}× one matmul's of this size."
+            )
+        lines.append(
+            f"a @ b.t() takes {matmul:.2f}× the time of a @ b: "
+            + (
+                "about the same, because BLAS reads the transposed operand in place"
+                if matmul <= MATMUL_SAME
+                else "slower here"
+            )
+            + "."
+        )
         return "\n".join(lines)
+
+
+#: Labels of the two copies :func:`layout_costs` times (what is timed, not the method it stands for).
+COPY = "out.copy_(x)"
+TRANSPOSED = "out.copy_(x.t())"
+#: ``a @ b.t()`` is "about the same" as ``a @ b`` up to this time ratio (the noise between rounds).
+MATMUL_SAME = 1.2
 
 
 def layout_costs(side: int = 1024, *, rounds: int = 3, rep_ms: float = 100.0) -> LayoutCosts:
@@ -470,8 +576,8 @@ def layout_costs(side: int = 1024, *, rounds: int = 3, rep_ms: float = 100.0) ->
     out_mm = torch.empty(side, side)
     timings = interleave(
         {
-            "x.clone()": lambda: out_copy.copy_(x),
-            "x.t().contiguous()": lambda: out_copy.copy_(x.t()),
+            COPY: lambda: out_copy.copy_(x),
+            TRANSPOSED: lambda: out_copy.copy_(x.t()),
             "a @ b": lambda: torch.matmul(a, b, out=out_mm),
             "a @ b.t()": lambda: torch.matmul(a, b.t(), out=out_mm),
         },

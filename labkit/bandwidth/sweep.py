@@ -1,9 +1,12 @@
-"""The STREAM size sweep: bandwidth from L1-sized to DRAM-sized arrays, the cache hierarchy as steps.
+"""The STREAM size sweep: bandwidth from L1-sized to DRAM-sized arrays.
 
-A kernel over arrays that fit in L1 runs at the speed of L1; as the arrays
-grow past each cache the bandwidth drops to the next level's, until main
-memory sets the floor. :func:`stream_sweep` measures that staircase, and
-:func:`labkit.bandwidth.plots.plot_stream_sweep` draws it with the cache sizes marked.
+On a quiet machine, arrays that fit in a cache stream faster than main
+memory, and small arrays are limited by torch's per-call overhead.
+:func:`stream_sweep` measures every size, and
+:func:`labkit.bandwidth.plots.plot_stream_sweep` draws it with the cache sizes
+marked. What a given run shows is not assumed: :meth:`StreamSweep.reading`
+says it from the numbers, including when a loaded machine's scheduling
+delays (threads waiting for a core) hide the caches altogether.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.bandwidth import stream as _bandwidth
-from labkit.bandwidth.sizes import cache_sizes, default_sizes
+from labkit.bandwidth.sizes import cache_sizes, default_sizes, last_level_cache_bytes
 from labkit.bandwidth.stream import (
     ARRAYS,
     DTYPE,
@@ -27,11 +30,19 @@ from labkit.bandwidth.stream import (
 )
 from labkit.core.progress import progress
 from labkit.core.results import JsonRecord, dataclass_json
-from labkit.core.units import format_bytes, format_gb_per_s
+from labkit.core.units import format_bytes, format_duration, format_gb_per_s
 from labkit.core.validate import check_int, check_sizes
 from labkit.machine import memory as _memory
 from labkit.machine.memory import DEFAULT_FRACTION
 from labkit.machine.report import CPU_OR_CUDA, resolve_device
+
+#: torch splits an elementwise kernel across threads only above this many elements
+#: (``at::internal::GRAIN_SIZE``, aten/src/ATen/Parallel.h).
+GRAIN_SIZE = 32_768
+#: A threaded call that moves at most SMALL_CALL_BYTES and takes this long is disturbed:
+#: waking threads costs µs (tens of µs on many cores), and 4 MiB take under 1 ms at 5 GB/s.
+DISTURBED_MS = 1.0
+SMALL_CALL_BYTES = 4 * 2**20
 
 
 @dataclass(frozen=True)
@@ -92,6 +103,81 @@ class StreamSweep(JsonRecord):
             )
         return max(rows, key=lambda r: r.gb_per_s)
 
+    def fixed_cost_ms(self, kernel: str = "triad") -> float | None:
+        """The smallest time per call of ``kernel`` over the sweep: a floor on its per-call overhead."""
+        rows = self.rows_for(kernel) if kernel in self.kernels else ()
+        return min((r.median_ms for r in rows), default=None)
+
+    def overhead_bytes_per_array(self, kernel: str = "triad", *, share: float = 0.2) -> int | None:
+        """The largest array up to which the smallest call's time is at least ``share`` of a call.
+
+        Measured, not assumed: on the left of it, a fixed cost per call (at
+        least :meth:`fixed_cost_ms`) is a large part of every call, so the
+        sweep cannot show what the fastest caches deliver. None: no rows.
+        """
+        floor = self.fixed_cost_ms(kernel)
+        if floor is None:
+            return None
+        limit = None
+        for r in self.rows_for(kernel):
+            if floor < share * r.median_ms:
+                break
+            limit = r.bytes_per_array
+        return limit
+
+    def reading(self, kernel: str = "triad") -> str:
+        """What this run's sweep shows, in one of a fixed set of sentences (printed by notebook 02).
+
+        First a plausibility check: above torch's grain size (32,768
+        elements) a CPU call wakes its other threads, which costs µs (tens
+        of µs on many cores); if at least half of the multithreaded calls
+        (all kernels) that move at most :data:`SMALL_CALL_BYTES` took
+        :data:`DISTURBED_MS` or more, threads were waiting for a core, and
+        the cache steps are not visible. Otherwise: whether the *median*
+        multithreaded row that fits in the last-level cache beats the largest
+        (main memory) by at least 1.5× (a median, so one lucky sample does
+        not decide it).
+        """
+        rows = self.rows_for(kernel) if kernel in self.kernels else ()
+        if not rows:
+            return f"no {kernel} rows to read"
+        threaded = [r for r in self.rows if r.n_elements > GRAIN_SIZE and (r.threads or 1) > 1]
+        # calls that move at most SMALL_CALL_BYTES take well under DISTURBED_MS on any machine
+        small = [r for r in threaded if r.bytes_per_call <= SMALL_CALL_BYTES]
+        if self.device == "cpu" and small:
+            stalled = [r for r in small if r.median_ms >= DISTURBED_MS]
+            if 2 * len(stalled) >= len(small):
+                return (
+                    f"this run was disturbed: {len(stalled)} of the {len(small)} multithreaded "
+                    f"calls that move at most {format_bytes(SMALL_CALL_BYTES)} took at least "
+                    f"{format_duration(DISTURBED_MS)}, far more than waking threads costs, so "
+                    "threads waited for a core (a loaded machine); the time per call hides the "
+                    "caches, and the cache steps are not visible in this run."
+                )
+        dram = rows[-1]
+        cache = last_level_cache_bytes(self.device)
+        cached = sorted(
+            r.gb_per_s
+            for r in rows
+            if r is not dram
+            and r.n_elements > GRAIN_SIZE
+            and (cache is None or r.bytes_per_array * ARRAYS[kernel] <= cache)
+        )
+        typical = cached[len(cached) // 2] if cached else None
+        if typical is not None and typical >= 1.5 * dram.gb_per_s:
+            return (
+                f"Arrays that fit in a cache streamed faster than main memory: the median {kernel} "
+                f"row that fits the last-level cache (and uses torch's threads) reached "
+                f"{format_gb_per_s(typical)}, {typical / dram.gb_per_s:.2f}× its "
+                f"{format_gb_per_s(dram.gb_per_s)} at the largest size."
+            )
+        return (
+            f"No cache-sized array streamed 1.5× faster than main memory in this run (median "
+            f"{kernel} row that fits the last-level cache against the largest size, "
+            f"{format_gb_per_s(dram.gb_per_s)}): per-call overhead or the machine's load hides "
+            "the caches."
+        )
+
     def table(self) -> str:
         """Bytes per array down, kernels across, GB/s in the cells; skipped sizes say so."""
         header = ["per array", *self.kernels]
@@ -150,8 +236,9 @@ def stream_sweep(
 
     One set of buffers, as large as the largest size, is allocated once and
     every size uses its leading part. Arrays under ~100 KiB are timed many
-    calls per sample, and there the time is mostly torch's per-call overhead
-    (a few µs), not the cache: the same lesson as a GPU's launch overhead.
+    calls per sample, and there the time is mostly torch's per-call overhead,
+    not the cache: the same lesson as a GPU's launch overhead.
+    :meth:`StreamSweep.overhead_bytes_per_array` measures how far that reaches.
     """
     kernels = check_kernels(kernels)
     points_per_decade = check_int("points_per_decade", points_per_decade, minimum=1)

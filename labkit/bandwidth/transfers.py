@@ -84,7 +84,8 @@ class DeviceCopy(JsonRecord):
     traffic measured other ways: torch timed with raw CUDA events and no
     labkit, CuPy's ``copyto`` kernel and CuPy's ``cudaMemcpyAsync``. Every
     copy is credited with 2 × the array (read + write), like STREAM and
-    like the datasheet peak, which counts both directions of the memory bus.
+    like the datasheet peak, which is the total of reads and writes together
+    (the memory bus carries one or the other at a time).
     """
 
     labkit: BandwidthResult
