@@ -9,19 +9,39 @@ formula is the one of Williams, Waterman and Patterson's roofline article
 Two of its inputs cannot be read from the operating system, and this module
 says so in :attr:`CpuPeak.assumptions` rather than hiding it:
 
-- **FMA units per core.** Assumed 2 for AVX2 and AVX-512 cores (Intel
-  Haswell and later server cores, AMD Zen 2 and later), 1 for older SSE
-  cores. AMD Zen 4 (family 25 with AVX-512) executes a 512-bit FMA as two
-  halves on its two 256-bit pipes: one 512-bit FMA per cycle, the same 32
-  FP32 FLOP/cycle as AVX2. Zen 5 (family 26) has full 512-bit pipes. Some
-  Intel Xeon Silver/Bronze parts have one 512-bit FMA unit, not two: the
-  model name decides where it says so.
+- **FMA units per core.** Keyed on the vendor, the AMD family/model and the
+  model name, documented cases only; anything else is *assumed* and the
+  assumption says the peak may be off by 2×:
+
+  - AMD Zen 1/Zen+ (family 23, model < 0x30): AVX2 on two 128-bit FMA pipes,
+    one 256-bit FMA per cycle (1 unit of 8 lanes). Zen 2/Zen 3: 2 × 256-bit.
+  - AMD Zen 4 (family 25 with AVX-512): a 512-bit FMA runs as two halves on
+    the two 256-bit pipes, one 512-bit FMA per cycle (numberworld.org's
+    Zen 4/Zen 5 AVX-512 teardown).
+  - AMD Zen 5 (family 26): two full 512-bit pipes on desktop and server
+    parts (Ryzen 9000 "Granite Ridge", EPYC "Turin"); mobile Zen 5 ("Ryzen
+    AI", Strix Point, family 26 model 0x20) has reduced vector pipelines
+    (chipsandcheese.com/2024/08/10/amds-strix-point-zen-5-hits-mobile), so
+    every other family-26 part is taken as Zen 4-like (1 × 512-bit).
+  - Intel AVX-512 server cores: two 512-bit FMA units on Xeon Platinum and
+    Gold 6xxx; one on Skylake/Cascade Lake Gold 5xxx except the 5122 and
+    5222 (John McCalpin, Intel forums, "Calculate the Max Flops on
+    Skylake": "The Gold 5000 processors have one AVX512 unit (except for the
+    Gold 5122...)"), and on Silver and Bronze 41xx/42xx/31xx/32xx.
+  - Intel client AVX-512 cores (Core i3/i5/i7/i9 of Ice Lake, Tiger Lake,
+    Rocket Lake; not the Core-X "…X"/"…XE" parts): one 512-bit FMA per cycle.
+  - Intel AVX2 cores (Haswell and later): 2 × 256-bit.
 - **The clock.** The highest of ``/sys/.../cpufreq/cpuinfo_max_freq`` (the
-  maximum the kernel knows) where it exists, else the "cpu MHz" line of
-  ``/proc/cpuinfo`` (the current clock; in a VM often the nominal one).
-  Turbo clocks are higher with few cores busy, and AVX-512 clocks can be
-  lower on Intel: a measured rate above this "peak" means the clock used
-  was too low, not that the library beat the hardware.
+  maximum the kernel knows: with intel_pstate/amd-pstate, the single-core
+  *boost* clock, so the peak is then an upper bound for all-core and
+  AVX-512 work) where it exists, else the "cpu MHz" line of
+  ``/proc/cpuinfo`` (the current clock; in a VM often the nominal one, below
+  the boost clock, so a measured rate can exceed the "peak"). The printed
+  assumption says which of the two applies.
+- **bfloat16.** AVX512_BF16 taken as twice the FP32 rate (VDPBF16PS does two
+  multiply-adds per FP32 lane) and AMX-BF16 as 1024 FLOP/cycle per core;
+  both are per-microarchitecture throughputs not read from the OS and not
+  verified for every CPU, and the assumption says so.
 """
 
 from __future__ import annotations
@@ -37,6 +57,7 @@ from labkit.machine.cpu import CpuInfo, allowed_cpus, cpu_info
 #: Where Linux keeps /proc/cpuinfo and the cpufreq tree; tests point these at fakes.
 _PROC_CPUINFO = Path("/proc/cpuinfo")
 _SYS_CPUFREQ = Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
+_SYS_CPU = Path("/sys/devices/system/cpu")
 
 
 @dataclass(frozen=True)
@@ -115,35 +136,110 @@ def amd_family(text: str | None = None) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def amd_model(text: str | None = None) -> int | None:
+    """The "model" number of /proc/cpuinfo for an AMD CPU (Zen 1/Zen+ are family 23, < 0x30)."""
+    if text is None:
+        try:
+            text = _PROC_CPUINFO.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+    if "AuthenticAMD" not in text:
+        return None
+    match = re.search(r"^model\s*:\s*(\d+)", text, flags=re.MULTILINE)
+    return int(match.group(1)) if match else None
+
+
+#: Said after every FMA count the OS cannot confirm.
+_MAY_BE_OFF = "the FMA count is assumed, not read from the OS, and the peak may be off by 2×"
+
+
 def fma_units(
-    info: CpuInfo, simd: str, family: int | None = None
+    info: CpuInfo, simd: str, family: int | None = None, model_number: int | None = None
 ) -> tuple[int, int, tuple[str, ...]]:
-    """(FMA units per core, FP32 lanes each, the assumption) for ``info``; see the module text."""
+    """(FMA units per core, FP32 lanes each, the assumption) for ``info``; see the module text.
+
+    Only documented cases get a plain statement; every other CPU gets the
+    usual count and an assumption saying the peak may be off by 2×, because
+    a wrong unit count doubles or halves the peak and nothing here can
+    measure it.
+    """
     model = info.model.lower()
     lanes = simd_lanes_fp32(info.simd_features)[1]
     is_amd = "amd" in model or "epyc" in model or "ryzen" in model or family is not None
-    if simd == "AVX-512" and is_amd:
-        if family is not None and family >= 26:
-            return 2, lanes, ("Zen 5: two full 512-bit FMA pipes per core",)
+    if is_amd and simd in ("AVX-512", "AVX2"):
+        return _amd_fma(model, simd, lanes, family, model_number)
+    if simd == "AVX-512":
+        return _intel_avx512_fma(model, lanes)
+    if simd == "AVX2":
+        return 2, lanes, ("Intel AVX2 core: two 256-bit FMA units (Haswell and later)",)
+    if simd == "NEON":
+        return 2, lanes, ("2 NEON FMA pipes per core (Neoverse N1; Apple M-class and V1 have 4)",)
+    return 1, lanes, (f"1 {simd} multiply-add per cycle per core (no FMA3)",)
+
+
+def _amd_fma(
+    model: str, simd: str, lanes: int, family: int | None, model_number: int | None
+) -> tuple[int, int, tuple[str, ...]]:
+    """The FMA count of an AMD AVX2/AVX-512 core by family, model and name (module text)."""
+    if simd == "AVX2":
+        if family == 23 and model_number is not None and model_number < 0x30:
+            return (
+                1,
+                lanes,
+                ("Zen 1/Zen+: AVX2 on two 128-bit FMA pipes, one 256-bit FMA per cycle",),
+            )
+        if family in (23, 25) and model_number is not None:
+            return 2, lanes, ("Zen 2/Zen 3: two 256-bit FMA pipes per core",)
+        return (
+            2,
+            lanes,
+            (f"AMD AVX2 core taken as Zen 2 or later (two 256-bit FMA pipes); {_MAY_BE_OFF}",),
+        )
+    if family is not None and family >= 26:
+        desktop = re.search(r"ryzen [3579] 9\d{3}", model) is not None and "ryzen ai" not in model
+        if "epyc" in model or desktop:
+            return 2, lanes, ("Zen 5 desktop/server: two full 512-bit FMA pipes per core",)
         return (
             1,
             lanes,
             (
-                "AMD with AVX-512 taken as Zen 4: a 512-bit FMA runs as two halves on two "
-                "256-bit pipes, one 512-bit FMA per cycle (Zen 5 has two)",
+                "Zen 5 taken as mobile-like (not EPYC or desktop Ryzen 9000): one 512-bit FMA "
+                f"per cycle, as on Zen 4; {_MAY_BE_OFF}",
             ),
         )
-    if simd == "AVX-512" and ("silver" in model or "bronze" in model):
-        return 1, lanes, ("Xeon Silver/Bronze: one 512-bit FMA unit per core",)
-    if simd in ("AVX-512", "AVX2"):
+    if family == 25:
         return (
-            2,
+            1,
             lanes,
-            (f"2 FMA units per core, usual for {simd} cores (not readable from the OS)",),
+            ("Zen 4: a 512-bit FMA runs as two halves on two 256-bit pipes, one per cycle",),
         )
-    if simd == "NEON":
-        return 2, lanes, ("2 NEON FMA pipes per core (Neoverse N1; Apple M-class and V1 have 4)",)
-    return 1, lanes, (f"1 {simd} multiply-add per cycle per core (no FMA3)",)
+    return (
+        1,
+        lanes,
+        (f"AMD with AVX-512 taken as Zen 4 (one 512-bit FMA per cycle); {_MAY_BE_OFF}",),
+    )
+
+
+def _intel_avx512_fma(model: str, lanes: int) -> tuple[int, int, tuple[str, ...]]:
+    """The 512-bit FMA count of an Intel AVX-512 core by model name (module text)."""
+    gold = re.search(r"gold\s+(5)(\d)(\d\d)", model)
+    if gold:
+        generation, sku = gold.group(2), gold.group(0).split()[-1]
+        if generation in ("1", "2"):
+            if sku in ("5122", "5222"):
+                return 2, lanes, (f"Xeon Gold {sku}: two 512-bit FMA units (the exception)",)
+            return 1, lanes, ("Skylake/Cascade Lake Xeon Gold 5xxx: one 512-bit FMA unit",)
+    if re.search(r"(silver\s+4[12]\d\d|bronze\s+3[12]\d\d)", model):
+        return 1, lanes, ("Skylake/Cascade Lake Xeon Silver/Bronze: one 512-bit FMA unit",)
+    if re.search(r"(platinum|gold\s+6\d{3})", model):
+        return 2, lanes, ("Xeon Platinum/Gold 6xxx: two 512-bit FMA units per core",)
+    if re.search(r"core\(tm\)|\bcore\b", model) and not re.search(r"\d+x[e]?\b", model):
+        return 1, lanes, ("Intel client AVX-512 core: one 512-bit FMA per cycle",)
+    return (
+        2,
+        lanes,
+        (f"Intel AVX-512 core taken as having two 512-bit FMA units; {_MAY_BE_OFF}",),
+    )
 
 
 def read_clock_ghz(
@@ -168,25 +264,81 @@ def read_clock_ghz(
     return None, "unknown"
 
 
+def clock_caveat(clock_source: str) -> str:
+    """What the clock used means for the peak, by where it came from (one of three sentences)."""
+    if clock_source.startswith("cpufreq"):
+        return (
+            "the clock is the maximum (single-core boost) clock: all-core and AVX-512 clocks "
+            "are lower, so this peak is an upper bound"
+        )
+    if clock_source.startswith("/proc"):
+        return (
+            "the clock is the current one: boost clocks can be higher (then a measured rate "
+            "can exceed this peak), AVX-512 clocks on Intel lower"
+        )
+    return "the clock was given or guessed, not read from the hardware: the peak scales with it"
+
+
 def usable_cores(info: CpuInfo) -> tuple[int, str]:
     """Cores a run here may use: physical cores within the affinity, capped by the profile's threads.
 
     The peak must count the cores the measured matmul ran on: under the
     reference profile torch runs 2 threads, so a 64-core server's peak for
     that run is 2 cores' worth, while 2 threads on 1 core get 1 core's.
-    Hyper-threads share a core's FMA units and add nothing to the peak.
+    Hyper-threads share a core's FMA units and add nothing to the peak, so
+    the CPUs of the affinity are counted as distinct (package, core) pairs
+    from sysfs. Without a profile (a student's ``make lab``) every such core
+    counts. Where torch is already imported, its thread count caps the
+    result too: the matmul ran on that many threads.
     """
     from labkit.machine import profile as _profile
 
     affinity = allowed_cpus()
     allowed = len(affinity) if affinity is not None else info.logical_cores or 1
     physical = info.physical_cores or allowed
-    cores = max(1, min(allowed, physical))
+    distinct = _distinct_physical_cores(affinity) if affinity is not None else None
+    cores = max(1, min(allowed, physical) if distinct is None else min(distinct, physical))
     source = "physical cores this process may use"
+    if distinct is not None and distinct < allowed:
+        source += f" ({allowed} CPUs in the affinity are {distinct} cores: hyper-threads)"
     active = _profile.active()
     if active is not None and active.threads < cores:
-        return active.threads, f"the {active.name} profile's {active.threads} threads"
+        cores, source = active.threads, f"the {active.name} profile's {active.threads} threads"
+    threads = _torch_threads()
+    if threads is not None and threads < cores:
+        # the measured matmul runs on torch's threads: a peak for more cores than that
+        # would make every share of it too low
+        return threads, f"torch's {threads} threads (fewer than the {cores} cores)"
     return cores, source
+
+
+def _distinct_physical_cores(cpus: set[int], root: Path | None = None) -> int | None:
+    """How many distinct (package, core) pairs ``cpus`` cover (Linux sysfs; else None).
+
+    Two hyper-thread siblings of one core share its FMA units, so they count once.
+    """
+    base = _SYS_CPU if root is None else root
+    seen: set[tuple[str, str]] = set()
+    for cpu in cpus:
+        topology = base / f"cpu{cpu}" / "topology"
+        try:
+            package = (topology / "physical_package_id").read_text(encoding="utf-8").strip()
+            core = (topology / "core_id").read_text(encoding="utf-8").strip()
+        except OSError:
+            return None
+        seen.add((package, core))
+    return len(seen) or None
+
+
+def _torch_threads() -> int | None:
+    """torch's intra-op threads where torch is already imported (never imports it)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    try:
+        return int(torch.get_num_threads()) if torch is not None else None
+    except Exception:  # a stub or a half-imported torch
+        return None
 
 
 def cpu_peak(
@@ -195,6 +347,7 @@ def cpu_peak(
     cores: int | None = None,
     clock_ghz: float | None = None,
     family: int | None = None,
+    model_number: int | None = None,
 ) -> CpuPeak:
     """This CPU's theoretical peak FP32/FP64 (and bfloat16) GFLOP/s, inputs and assumptions stated.
 
@@ -204,6 +357,7 @@ def cpu_peak(
         clock_ghz: override the clock (default :func:`read_clock_ghz`; 2.0 GHz, said so,
             where neither source exists).
         family: AMD "cpu family" (default read from /proc/cpuinfo when ``info`` is None).
+        model_number: AMD "model" (same default): tells Zen 1/Zen+ from Zen 2 in family 23.
     """
     given_info = info is not None
     info = cpu_info() if info is None else info
@@ -219,23 +373,29 @@ def cpu_peak(
     else:
         clock = check_real("clock_ghz", clock_ghz, low=0, low_open=True)
         clock_source = "given"
-    assumptions.append(
-        "turbo clocks with few cores busy are higher, AVX-512 clocks on Intel can be lower"
-    )
+    assumptions.append(clock_caveat(clock_source))
     if family is None and not given_info:
         family = amd_family()
+    if model_number is None and not given_info:
+        model_number = amd_model()
     simd, lanes = simd_lanes_fp32(info.simd_features)
-    units, lanes, fma_note = fma_units(info, simd, family)
+    units, lanes, fma_note = fma_units(info, simd, family, model_number)
     assumptions.extend(fma_note)
     fp32 = n_cores * lanes * units * 2 * clock
     features = set(info.simd_features)
     bf16: float | None = None
     if "AMX" in features:
         bf16 = n_cores * 1024 * clock
-        assumptions.append("AMX-BF16: 1024 FLOP/cycle per core (one TMUL tile multiply)")
+        assumptions.append(
+            "AMX-BF16: 1024 FLOP/cycle per core (one TMUL tile multiply; Intel's figure, "
+            "not verified on this CPU)"
+        )
     elif "AVX512_BF16" in features:
         bf16 = 2 * fp32
-        assumptions.append("AVX512_BF16 dot products: twice the FP32 rate")
+        assumptions.append(
+            "AVX512_BF16 dot products: twice the FP32 rate (a per-microarchitecture "
+            "throughput, not verified on this CPU)"
+        )
     return CpuPeak(
         model=info.model,
         cores=n_cores,
@@ -252,4 +412,14 @@ def cpu_peak(
     )
 
 
-__all__ = ["CpuPeak", "amd_family", "cpu_peak", "read_clock_ghz", "simd_lanes_fp32", "usable_cores"]
+__all__ = [
+    "CpuPeak",
+    "amd_family",
+    "amd_model",
+    "clock_caveat",
+    "cpu_peak",
+    "fma_units",
+    "read_clock_ghz",
+    "simd_lanes_fp32",
+    "usable_cores",
+]

@@ -19,9 +19,23 @@ from labkit.roofline.measure import (
     placement_table,
     tf32_mode,
 )
-from labkit.roofline.model import OpCost, Roofline, add_cost, conv2d_cost, matmul_cost, sum_cost
+from labkit.roofline.model import (
+    OpCost,
+    Roofline,
+    add_cost,
+    conv2d_cost,
+    matmul_cost,
+    separate_gemv_gflop_per_s,
+    sum_cost,
+    weight_reuse,
+)
 from labkit.roofline.plots import plot_roofline
-from labkit.roofline.published import PUBLISHED_PEAKS, PublishedPeak, published_ridges
+from labkit.roofline.published import (
+    PUBLISHED_PEAKS,
+    PublishedPeak,
+    compare_ridge,
+    published_ridges,
+)
 
 __all__ = [
     "PUBLISHED_PEAKS",
@@ -32,6 +46,7 @@ __all__ = [
     "Roofline",
     "RooflinePlacement",
     "add_cost",
+    "compare_ridge",
     "conv2d_cost",
     "dram_elements",
     "matmul_cost",
@@ -42,6 +57,8 @@ __all__ = [
     "placement_table",
     "plot_roofline",
     "published_ridges",
+    "separate_gemv_gflop_per_s",
     "sum_cost",
     "tf32_mode",
+    "weight_reuse",
 ]

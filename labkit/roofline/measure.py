@@ -5,10 +5,10 @@ the course draws is measured on the machine in front of the learner, with
 the spec-style peak beside it:
 
 - the compute roofs by timing big matmuls per dtype (:func:`measure_peak_compute`).
-  That is an *achieved BLAS ceiling*, not the hardware's peak: the best
-  median rate over several sizes (a maximum, so biased upward by noise), and
-  circular for a matmul placed under it (the biggest matmul sits on it by
-  construction). :func:`measure_roofline` therefore also carries the
+  That is an *achieved BLAS ceiling*, not the hardware's peak: the fastest
+  sample of the best size (biased upward, kept high under load so verdicts
+  do not flip), circular for a matmul placed under it. The memory roof and
+  the ops are medians, so a share of the ceiling is biased low. :func:`measure_roofline` therefore also carries the
   theoretical peak (:func:`labkit.machine.peak.cpu_peak` on a CPU), with
   its assumptions. Whether a CPU has fast bfloat16 (AVX512-BF16, AMX) is
   measured, not assumed: where it has none, the bfloat16 ceiling comes out
@@ -42,7 +42,7 @@ CPU_DTYPES: tuple[str, ...] = ("float32", "float64", "bfloat16")
 GPU_DTYPES: tuple[str, ...] = ("float32", "tf32", "bfloat16", "float16")
 COMPUTE_DTYPES: tuple[str, ...] = (*DTYPE_BYTES, "tf32")
 
-#: Matmul sizes tried for the peak; the best median-based rate wins.
+#: Matmul sizes tried for the peak; the size whose fastest sample is fastest wins.
 CPU_PEAK_SIZES: tuple[int, ...] = (256, 512, 1024, 2048, 4096)
 GPU_PEAK_SIZES: tuple[int, ...] = (1024, 2048, 4096, 8192)
 #: Sizes up to this n are always timed, whatever ``max_call_ms`` predicts (about 0.2 s
@@ -510,7 +510,8 @@ def _build(torch: Any, op: OpCost, dev: str) -> Any:
     if op.kind in ("add", "sum"):
         x, y = randn(d["n"]), randn(d["n"])
         if op.kind == "sum":
-            return lambda: torch.sum(x)
+            total = torch.empty((), dtype=kind, device=dev)  # preallocated like every output
+            return lambda: torch.sum(x, 0, out=total)
         out = torch.empty_like(x)
         return lambda: torch.add(x, y, out=out)
     if op.kind == "matmul":
@@ -567,7 +568,7 @@ class RooflinePlacement:
 def place(
     roofline: Roofline, measured: OpMeasurement, name: str | None = None
 ) -> RooflinePlacement:
-    """Place ``measured`` under ``roofline``'s roofs for its own dtype."""
+    """Place ``measured`` under its dtype's roofs (its median rate: biased low against the ceiling)."""
     op = measured.op
     dtype = op.dtype if op.dtype in roofline.dtypes else roofline.default_dtype
     ai = op.arithmetic_intensity

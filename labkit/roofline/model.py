@@ -365,6 +365,58 @@ class Roofline:
         return "\n".join(lines)
 
 
+#: How far above the separate-GEMV limit a batched rate must be to show weight reuse.
+REUSE_MARGIN = 1.5
+
+#: The three sentences :func:`weight_reuse` prints (notebooks mask exactly these).
+REUSED = (
+    "faster than separate matrix-vector passes could run at the memory roof (over 1.5× their "
+    "limit): the weight was reused across the rows"
+)
+NOT_REUSED = (
+    "no faster than separate matrix-vector passes could run at the memory roof: no sign "
+    "that the weight was reused"
+)
+REUSE_UNCLEAR = (
+    "within 1.5× of what separate matrix-vector passes could reach at the memory roof: "
+    "this run cannot tell whether the weight was reused"
+)
+
+
+def separate_gemv_gflop_per_s(roofline: Roofline, op: OpCost) -> float:
+    """The fastest rate a matmul of ``op``'s shape could reach as m separate GEMVs.
+
+    Each of the m passes reads the whole k×n weight again, so together they
+    run at most at a GEMV's intensity times the memory roof, whatever m is.
+    A batched rate above that means the weight was read fewer than m times.
+    """
+    if op.kind != "matmul":
+        raise ValueError(f"separate GEMVs only make sense for a matmul, got a {op.kind}")
+    gemv = matmul_cost(1, op.dim("k"), op.dim("n"), op.dtype)
+    dtype = op.dtype if op.dtype in roofline.dtypes else roofline.default_dtype
+    return roofline.attainable_gflop_per_s(gemv.arithmetic_intensity, dtype)
+
+
+def weight_reuse(roofline: Roofline, measured: Any) -> str:
+    """Whether a batched matmul reused its weight: its rate against :func:`separate_gemv_gflop_per_s`.
+
+    The share of the roof cannot say this: near the ridge the roofline's
+    min() is most optimistic, so a kernel that does reuse the weight can
+    still reach a small share there. The rate can: m separate GEMVs cannot
+    beat the memory roof at a GEMV's intensity. Beyond :data:`REUSE_MARGIN`
+    of it (the memory roof is a median, which load lowers) the weight was
+    reused; one of :data:`REUSED`, :data:`NOT_REUSED`, :data:`REUSE_UNCLEAR`.
+    ``measured`` is a :class:`labkit.roofline.measure.OpMeasurement` (its
+    ``op`` and ``gflop_per_s``).
+    """
+    limit = separate_gemv_gflop_per_s(roofline, measured.op)
+    if measured.gflop_per_s > REUSE_MARGIN * limit:
+        return REUSED
+    if measured.gflop_per_s <= limit:
+        return NOT_REUSED
+    return REUSE_UNCLEAR
+
+
 def predict_bound(op_cost: OpCost, roofline: Roofline, dtype: str | None = None) -> str:
     """Which roof limits ``op_cost`` on ``roofline``: "memory-bound" or "compute-bound".
 

@@ -28,7 +28,9 @@ def plot_roofline(
     Each dtype has one colour: its achieved ceiling (solid), its theoretical
     peak where the roofline has one (dashed), and the ops of that dtype
     (stars), each joined by a dotted line to the roof above it and labelled
-    with the share of that roof it reached. ``points`` are
+    with the share of that roof it reached. The slanted memory roof stops at
+    each dtype's own ceiling (in that dtype's colour above the lowest one),
+    and a dashed slanted part continues it to the theoretical peak. ``points`` are
     :class:`labkit.roofline.measure.OpMeasurement` results or tuples
     ``(label, FLOP/byte, GFLOP/s[, dtype])`` (dtype: the default one).
     """
@@ -46,14 +48,25 @@ def plot_roofline(
     x_lo = min([min(ridges.values()) / 30, *(ai / 3 for ai in intensities)])
     x_hi = max([max([*ridges.values(), *theory_ridges]) * 30, *(ai * 3 for ai in intensities)])
     top = max([*roofline.peak_gflop_per_s.values(), *theory.values()])
+    # the slanted roof ends at each dtype's own ceiling: drawn up to the highest ceiling, it
+    # would pass above the lower ones, and a reader would read a float32 op's attainable
+    # rate off it above the float32 ceiling
+    low_ridge = min(ridges.values())
     ax.plot(
-        [x_lo, top / bw],
-        [bw * x_lo, top],
+        [x_lo, low_ridge],
+        [bw * x_lo, bw * low_ridge],
         color="k",
         lw=2,
         label=f"memory roof (STREAM): {three_digits(bw)} GB/s",
     )
     colors = {dtype: f"C{i}" for i, dtype in enumerate(roofline.dtypes)}
+    for dtype in sorted(ridges, key=lambda d: -ridges[d]):  # longest first: shorter on top
+        ax.plot(
+            [low_ridge, ridges[dtype]],
+            [bw * low_ridge, bw * ridges[dtype]],
+            color=colors[dtype],
+            lw=2,
+        )
     for j, (dtype, peak) in enumerate(roofline.peak_gflop_per_s.items()):
         ridge, color = ridges[dtype], colors[dtype]
         ax.plot(
@@ -73,9 +86,10 @@ def plot_roofline(
             fontsize="x-small",
         )
         if dtype in theory:
+            t_ridge = theory[dtype] / bw
             ax.plot(
-                [theory[dtype] / bw, x_hi],
-                [theory[dtype]] * 2,
+                [min(ridge, t_ridge), t_ridge, x_hi],
+                [bw * min(ridge, t_ridge), theory[dtype], theory[dtype]],
                 color=color,
                 lw=1.2,
                 ls="--",

@@ -48,7 +48,10 @@ class PublishedPeak(JsonRecord):
 #: https://www.clawkipedia.org/wiki/nvidia-h100. NVIDIA's own datasheet
 #: (https://www.nvidia.com/en-us/data-center/h100/) could not be opened when this
 #: table was written: check the figures there before relying on a digit.
-H100_SOURCE = "https://glennklockwood.com/garden/processors/h100 (NVIDIA H100 SXM5 figures)"
+H100_SOURCE = (
+    "NVIDIA's H100 SXM5 figures as reproduced on https://glennklockwood.com/garden/processors/h100"
+    " (a third-party page; NVIDIA's datasheet could not be opened here)"
+)
 H100_READ_ON = "2026-12-01"
 H100_MEMORY_TB_PER_S = 3.35
 
@@ -92,4 +95,48 @@ def published_ridges(gpu: str = "H100 SXM") -> tuple[PublishedPeak, ...]:
     return rows
 
 
-__all__ = ["PUBLISHED_PEAKS", "PublishedPeak", "published_ridges"]
+#: How far apart two ridges must be before :func:`compare_ridge` calls one higher.
+RIDGE_MARGIN = 2.0
+
+#: The three sentences :func:`compare_ridge` prints (notebooks mask exactly these).
+CPU_RIDGE_LOWER = (
+    "this CPU's float32 ridge is below the GPU's: an op between the two ridges is "
+    "compute-bound here and memory-bound there"
+)
+CPU_RIDGE_HIGHER = (
+    "this CPU's float32 ridge is above the GPU's: an op between the two ridges is "
+    "memory-bound here and compute-bound there"
+)
+RIDGES_CLOSE = (
+    "this CPU's float32 ridge is within 2× of the GPU's: few ops lie between the two ridges"
+)
+
+
+def compare_ridge(cpu_ridge_flop_per_byte: float, gpu: PublishedPeak) -> str:
+    """Which ridge is higher, this CPU's (FLOP/byte) or ``gpu``'s; one of three sentences.
+
+    A CPU's ridge depends on its cores, width, clock and memory: a 2-core run
+    sits far below an H100's FP32 ridge of 20, an all-core AVX-512 server
+    can sit above it. So the comparison is printed from the numbers, with a
+    :data:`RIDGE_MARGIN` so that noise in the memory roof cannot flip it.
+    """
+    from labkit.core.validate import check_real
+
+    cpu = check_real("cpu_ridge_flop_per_byte", cpu_ridge_flop_per_byte, low=0, low_open=True)
+    ratio = cpu / gpu.ridge_flop_per_byte
+    if ratio * RIDGE_MARGIN < 1:
+        return CPU_RIDGE_LOWER
+    if ratio > RIDGE_MARGIN:
+        return CPU_RIDGE_HIGHER
+    return RIDGES_CLOSE
+
+
+__all__ = [
+    "CPU_RIDGE_HIGHER",
+    "CPU_RIDGE_LOWER",
+    "PUBLISHED_PEAKS",
+    "RIDGES_CLOSE",
+    "PublishedPeak",
+    "compare_ridge",
+    "published_ridges",
+]
