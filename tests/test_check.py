@@ -54,7 +54,7 @@ def test_peak_bandwidth_right_answer() -> None:
 @pytest.mark.parametrize(
     ("answer", "hint"),
     [
-        (REF_GB_PER_S / 2, "both clock edges"),
+        (REF_GB_PER_S / 2, "two transfers per clock"),
         (REF_GB_PER_S * 8, "in bits"),
         (REF_GB_PER_S * 1000, "1000×"),
         (REF_GB_PER_S / 1000, "1000×"),

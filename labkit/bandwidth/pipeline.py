@@ -413,11 +413,16 @@ class GpuPrediction(JsonRecord):
             )
         copies_cheaper = (cpu.copy_in_ms + cpu.copy_back_ms) / self.copies_ms
         compute_cheaper = cpu.compute_ms / self.compute_ms if self.compute_ms else math.inf
+        copies = (
+            f"1/{copies_cheaper:.0f} of this CPU's copy time"
+            if copies_cheaper >= 1.5
+            else f"{1 / copies_cheaper:.2f}× this CPU's copy time"
+        )
         lines.append(
-            f"on the GPU the copies take 1/{copies_cheaper:.0f} of this CPU's copy time, the "
+            f"on the GPU the copies take {copies}, the "
             f"compute 1/{compute_cheaper:.0f} of its compute time: "
             + (
-                "the copies get cheaper too, but far less than the compute, so their share rises."
+                "the compute gets far cheaper than the copies, so the copies' share rises."
                 if compute_cheaper >= 3 * copies_cheaper
                 else "the compute gets not much cheaper than the copies here, so the share of "
                 "copying does not rise much."

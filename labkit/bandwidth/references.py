@@ -278,7 +278,7 @@ def format_references(cpu: CpuBandwidth) -> str:
                 + (
                     " [memmove: may use non-temporal stores, not compared]"
                     if r.implementation == NUMPY_COPY
-                    else " [non-temporal stores, not compared]"
+                    else " [may use non-temporal stores, not compared]"
                 ),
                 r,
             )

@@ -165,9 +165,10 @@ class StridedResult(JsonRecord):
         found = []
         if dram_gb_per_s and 1 in self.strides and self.row(1).gb_per_s < 0.5 * dram_gb_per_s:
             found.append(
-                "this run was disturbed: stride 1 read at under half the main-memory bandwidth "
-                "measured in section 2, so the baseline is not memory-bound (a fixed delay per "
-                "call, e.g. threads waiting for a core) and the slowdowns are not interpretable."
+                "the stride-1 baseline is not memory-bound: it read at under half the "
+                "main-memory bandwidth measured in section 2 (a cost per call besides the "
+                "memory: torch's reduction, its threads, or other load), so the slowdowns are "
+                "not interpretable."
             )
         cached = [self.in_cache_slowdown(s) for s in self.strides]
         if any(c is not None and c < 0.5 for c in cached):

@@ -150,8 +150,8 @@ class StreamSweep(JsonRecord):
                 return (
                     f"this run was disturbed: {len(stalled)} of the {len(small)} multithreaded "
                     f"calls that move at most {format_bytes(SMALL_CALL_BYTES)} took at least "
-                    f"{format_duration(DISTURBED_MS)}, far more than waking threads costs, so "
-                    "threads waited for a core (a loaded machine); the time per call hides the "
+                    f"{format_duration(DISTURBED_MS)}, far longer than a kernel that size needs, so "
+                    "threads probably waited for a core (a loaded machine); the time per call hides the "
                     "caches, and the cache steps are not visible in this run."
                 )
         dram = rows[-1]

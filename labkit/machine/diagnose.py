@@ -186,7 +186,7 @@ def _rule_driver(
                 message=f"The NVIDIA driver is installed but failed to start: {nvidia.init_error}.",
                 fix=(
                     "Run nvidia-smi for the driver's own diagnosis; a driver update without "
-                    "a reboot (library and kernel module out of step) is the most common cause, "
+                    "a reboot (library and kernel module out of step) is a common cause, "
                     "and a reboot fixes it."
                 ),
             )
@@ -380,7 +380,7 @@ def _rule_tensorflow(
                 severity="warning",
                 message=(
                     "TensorFlow will reserve nearly all GPU memory the first time it uses the GPU, "
-                    "so torch or CuPy in the same process (or notebook kernel) will run out of memory."
+                    "so torch or CuPy in the same process (or notebook kernel) can run out of memory."
                 ),
                 fix=(
                     "Before TensorFlow touches the GPU, run: for gpu in "
@@ -402,7 +402,8 @@ def cupy_toolkit_text(cupy: FrameworkInfo) -> str:
     """
     return (
         "a CUDA Toolkit, or the wheel's [ctk] extra that brings its libraries from pip "
-        f'(pip install "{_dist(cupy)}[ctk]"): CuPy compiles its kernels at run time with NVRTC'
+        f'(pip install "{_dist(cupy)}[ctk]"): the wheel does not bundle the CUDA libraries it '
+        "loads (NVRTC, with which it compiles its kernels at run time, cuBLAS, cuFFT and others)"
     )
 
 

@@ -171,9 +171,21 @@ def fma_units(
     if simd == "AVX-512":
         return _intel_avx512_fma(model, lanes)
     if simd == "AVX2":
-        return 2, lanes, ("Intel AVX2 core: two 256-bit FMA units (Haswell and later)",)
+        return (
+            2,
+            lanes,
+            (
+                f"Intel AVX2 core taken as two 256-bit FMA units (Haswell and later big cores; Atom-class E-cores have fewer); {_MAY_BE_OFF}",
+            ),
+        )
     if simd == "NEON":
-        return 2, lanes, ("2 NEON FMA pipes per core (Neoverse N1; Apple M-class and V1 have 4)",)
+        return (
+            2,
+            lanes,
+            (
+                f"2 NEON FMA pipes per core taken (Neoverse N1; other Arm cores have more); {_MAY_BE_OFF}",
+            ),
+        )
     return 1, lanes, (f"1 {simd} multiply-add per cycle per core (no FMA3)",)
 
 
@@ -260,7 +272,7 @@ def read_clock_ghz(
             cpuinfo_text = ""
     mhz = [float(v) for v in re.findall(r"^cpu MHz\s*:\s*([\d.]+)", cpuinfo_text, re.MULTILINE)]
     if mhz and max(mhz) > 0:
-        return max(mhz) / 1e3, '/proc/cpuinfo "cpu MHz" (current clock; no cpufreq maximum here)'
+        return max(mhz) / 1e3, '/proc/cpuinfo "cpu MHz" (no cpufreq maximum here)'
     return None, "unknown"
 
 
@@ -268,13 +280,15 @@ def clock_caveat(clock_source: str) -> str:
     """What the clock used means for the peak, by where it came from (one of three sentences)."""
     if clock_source.startswith("cpufreq"):
         return (
-            "the clock is the maximum (single-core boost) clock: all-core and AVX-512 clocks "
-            "are lower, so this peak is an upper bound"
+            "the clock is cpufreq's maximum: usually the highest boost clock (then all-core and "
+            "AVX-512 clocks are lower and this peak is an upper bound), but with some drivers "
+            "(acpi-cpufreq without CPPC) the base clock (then a measured rate can exceed it)"
         )
     if clock_source.startswith("/proc"):
         return (
-            "the clock is the current one: boost clocks can be higher (then a measured rate "
-            "can exceed this peak), AVX-512 clocks on Intel lower"
+            "the clock is /proc/cpuinfo's: the measured current clock where the kernel can "
+            "read the CPU's counters, the nominal clock in most VMs; boost clocks can be higher "
+            "(then a measured rate can exceed this peak), AVX-512 clocks on Intel lower"
         )
     return "the clock was given or guessed, not read from the hardware: the peak scales with it"
 

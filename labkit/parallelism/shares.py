@@ -12,9 +12,10 @@ the clock the peak assumed (``/proc/cpuinfo`` "cpu MHz" is the nominal clock
 in many VMs), the real clock is higher and every share of the peak is an
 overestimate: the printout says so.
 
-The add's share is not the matmul's on equal terms: an add does one FLOP per
-element and it is not a fused multiply-add, so even with its data in cache it
-can reach at most half of an FMA peak. The printout gives the bytes its best
+The add's share is not the matmul's on equal terms: an add counts one FLOP per
+element (torch computes it as a fused multiply-add with multiplier 1,
+aten/src/ATen/native/ufunc/add.h, where the peak counts an FMA as 2), so even
+with its data in cache it can reach at most half of an FMA peak. The printout gives the bytes its best
 point held next to this CPU's last-level cache, so the reader can see whether
 that point ran from cache or from memory.
 """
@@ -32,8 +33,8 @@ if TYPE_CHECKING:
 
 #: The verdicts on the peak's clock and the add's best point (the sanitize file masks exactly these).
 CLOCK_TOO_LOW = (
-    "above the {clock} the peak assumed: the reported clock is below the real (boost) clock, "
-    "so the shares of peak above are overestimates"
+    "above the {clock} the peak assumed: the reported clock or the assumed FMA count is too "
+    "low, so the shares of peak above are overestimates"
 )
 CLOCK_PLAUSIBLE = (
     "not above the {clock} the peak assumed: no sign that the reported clock is too low"
@@ -102,13 +103,13 @@ class PeakShares(JsonRecord):
                 f"{self.matmul_share:.0%} of the theoretical FP32 peak",
                 f"best add, torch on all threads: {format_gflop_per_s(self.add_gflop_per_s)}, "
                 f"{self.add_share:.0%} of the theoretical FP32 peak; an add is one FLOP per element "
-                "and not a fused multiply-add, so even from cache it can reach at most half of "
-                "that peak",
+                "(one FMA with multiplier 1, where the peak counts an FMA as 2), so even from cache "
+                "it can reach at most half of that peak",
                 f"the add's fastest size holds {format_bytes(self.add_best_bytes)} in its three "
                 f"arrays, {cache}",
                 f"the matmul's share of the peak is {self.matmul_share / self.add_share:.1f}× the "
                 "add's: the matmul reuses every number it loads and runs FMAs; the add reuses "
-                "nothing and does one plain addition per element",
+                "nothing and counts one FLOP per element",
                 f"best 1-thread matmul, torch: {format_gflop_per_s(self.one_thread_matmul_gflop_per_s)}"
                 f", {self.one_thread_share:.0%} of the theoretical FP32 peak of one core "
                 f"({format_gflop_per_s(self.one_core_peak_gflop_per_s)})",

@@ -7,13 +7,14 @@ from memory and writes its output back: on arrays far larger than the
 caches, the chain moves about 21 arrays' worth of bytes for one result.
 ``torch.nn.functional.gelu(x, approximate="tanh")`` is one fused kernel: it
 reads ``x`` once and writes ``y`` once, 2 arrays. Both do the same FLOPs, so
-fusion raises the arithmetic intensity about tenfold, and for a memory-bound
+fusion raises the arithmetic intensity 7.7- to 10.5-fold, and for a memory-bound
 op that is the speedup to expect.
 
-The byte counts are the minimum traffic: each write also reads its cache
-line first (write-allocate), about 30 arrays for the chain's 9 writes and 3
-for the fused kernel's one, so the true ratio is about 10.0, not 10.5, and
-every GB/s printed is a lower bound on what the memory moved.
+The byte counts are STREAM's, each array read or written counted once. A
+write to a line not read first also costs a read (write-allocate): seven of
+the chain's nine ops write in place into a buffer they have just read, so the
+chain moves about 23 arrays and the fused kernel 3, a ratio of about 7.7 rather
+than 10.5; every GB/s printed is a lower bound on what the memory moved.
 
 Both variants write into preallocated buffers (``out=``), so neither pays
 for allocation or page faults inside the timed call, and they are timed
