@@ -303,7 +303,9 @@ def test_course_opens_renders_and_runs_in_jupyterlab(
         page.goto(f"{lab.url}/lab?token={lab.token}")
         listing = page.locator(".jp-DirListing-content .jp-DirListing-item")
         for name in expected:
-            expect(listing.filter(has_text=name)).to_be_visible()
+            # expect()'s own default is 5 s, not the page's: a loaded CI runner needs longer
+            # for JupyterLab's first listing (the first item waits for the whole app)
+            expect(listing.filter(has_text=name)).to_be_visible(timeout=PAGE_TIMEOUT_MS)
         names = listing.locator(".jp-DirListing-itemText").all_inner_texts()
         missing = [n for n in expected if n not in names]
         assert not missing, f"file browser lacks {missing}; it lists {names} (see {shot})"
