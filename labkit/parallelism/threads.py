@@ -68,24 +68,23 @@ def numpy_blas_threads() -> int | None:
     BLAS library (OpenBLAS in the PyPI wheels) that starts its own pool
     when NumPy is imported: the count comes from ``OPENBLAS_NUM_THREADS``
     (or ``GOTO_NUM_THREADS``, ``MKL_NUM_THREADS``), then ``OMP_NUM_THREADS``,
-    else every core. threadpoolctl, where installed, reads the live count.
+    else every core. Where none is set, threadpoolctl (if installed) reads the live count.
     Under a profile (:mod:`labkit.machine.profile`) these variables are set
     to the profile's thread count.
     """
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        threadpool_info = None
-    if threadpool_info is not None:
-        counts = [
-            int(pool["num_threads"])
-            for pool in threadpool_info()
-            if pool.get("user_api") == "blas" and "numpy" in str(pool.get("filepath", ""))
-        ]
-        if counts:
-            return max(counts)
+    # The variables first: they are what was asked for (and what a profile sets), while
+    # the live count OpenBLAS reports is capped by the CPUs it found when it started.
     for name in (*_BLAS_THREAD_VARIABLES, "OMP_NUM_THREADS"):
         value = os.environ.get(name, "").strip().split(",")[0]
         if value.isdigit() and int(value) > 0:
             return int(value)
-    return None
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return None
+    counts = [
+        int(pool["num_threads"])
+        for pool in threadpool_info()
+        if pool.get("user_api") == "blas" and "numpy" in str(pool.get("filepath", ""))
+    ]
+    return max(counts) if counts else None
