@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit.check.result import CheckResult, as_number, close_to, todo, unsolved
+from labkit.check.result import CheckResult, as_number, close_to, known_mistake, todo, unsolved
 
 # --- notebook 02: STREAM's byte counting, and what a transfer costs ---
 
@@ -36,9 +36,8 @@ def stream_bytes(bytes_per_call: Any) -> CheckResult:
         (3 * n, "That counts elements, not bytes: × 4 bytes per float32."),
         (ref / 1e9, "Give bytes, not GB."),
     ]
-    for wrong_value, why in wrong:
-        if close_to(value, wrong_value, 1e-9):
-            return CheckResult(exercise, False, True, why)
+    if (mistake := known_mistake(exercise, value, wrong, 1e-9)) is not None:
+        return mistake
     return CheckResult(exercise, False, True, f"{value:,.0f} is off: arrays × elements × bytes.")
 
 
@@ -102,9 +101,8 @@ def host_link_vs_hbm(ratio: Any) -> CheckResult:
         (HBM_GB_PER_S / 25.0, "That is a practical PCIe Gen4 figure (25 GB/s); the H100 has Gen5."),
         (1 / ref, "Upside down: PCIe is the slow one (time = bytes / GB/s)."),
     ]
-    for wrong_value, why in wrong:
-        if close_to(value, wrong_value, 0.01):
-            return CheckResult(exercise, False, True, why)
+    if (mistake := known_mistake(exercise, value, wrong, 0.01)) is not None:
+        return mistake
     return CheckResult(
         exercise,
         False,

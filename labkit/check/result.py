@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,3 +75,17 @@ def as_number(answer: Any, name: str) -> float:
 
 def close_to(value: float, reference: float, rel: float) -> bool:
     return math.isclose(value, reference, rel_tol=rel)
+
+
+def known_mistake(
+    exercise: str, value: float, mistakes: Sequence[tuple[float, str]], rel: float
+) -> CheckResult | None:
+    """The failed result for the first known wrong answer ``value`` matches, else None.
+
+    ``mistakes`` pairs the value a usual slip gives with the sentence that
+    names the slip, so a check can say what to look at, not only "wrong".
+    """
+    for wrong, why in mistakes:
+        if close_to(value, wrong, rel):
+            return CheckResult(exercise, False, True, why)
+    return None

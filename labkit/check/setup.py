@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit.check.result import CheckResult, as_number, close_to, todo, unsolved
+from labkit.check.result import CheckResult, as_number, close_to, known_mistake, todo, unsolved
 from labkit.core.units import format_duration
 
 # --- notebook 00: peak memory bandwidth from the memory clock and bus width ---
@@ -52,9 +52,8 @@ def peak_bandwidth(answer_gb_per_s: Any) -> CheckResult:
         (ref * 1000, "That is 1000× too much: check kHz → Hz, and bytes → GB (÷ 1e9)."),
         (ref / 1000, "That is 1000× too little: the clock is in kHz (× 1000 for Hz)."),
     ]
-    for wrong, why in diagnoses:
-        if close_to(value, wrong, 0.02):
-            return CheckResult(exercise, False, True, why)
+    if (mistake := known_mistake(exercise, value, diagnoses, 0.02)) is not None:
+        return mistake
     return CheckResult(
         exercise,
         False,
@@ -109,9 +108,8 @@ def elementwise_time(answer_ms: Any) -> CheckResult:
         (ref * 1000, "That is 1000× too much: is it in µs? The answer is in ms."),
         (ref / 1000, "That is 1000× too little: is it in seconds? The answer is in ms."),
     ]
-    for wrong, why in diagnoses:
-        if close_to(value, wrong, 0.02):
-            return CheckResult(exercise, False, True, why)
+    if (mistake := known_mistake(exercise, value, diagnoses, 0.02)) is not None:
+        return mistake
     return CheckResult(
         exercise,
         False,

@@ -123,8 +123,8 @@ def simd_lanes_fp32(features: tuple[str, ...]) -> tuple[str, int]:
     return "SSE", 4
 
 
-def amd_family(text: str | None = None) -> int | None:
-    """The "cpu family" of /proc/cpuinfo for an AMD CPU (25: Zen 3/4, 26: Zen 5), else None."""
+def _amd_field(field: str, text: str | None) -> int | None:
+    """An integer field of /proc/cpuinfo ("cpu family", "model") for an AMD CPU, else None."""
     if text is None:
         try:
             text = _PROC_CPUINFO.read_text(encoding="utf-8", errors="replace")
@@ -132,21 +132,18 @@ def amd_family(text: str | None = None) -> int | None:
             return None
     if "AuthenticAMD" not in text:
         return None
-    match = re.search(r"^cpu family\s*:\s*(\d+)", text, flags=re.MULTILINE)
+    match = re.search(rf"^{field}\s*:\s*(\d+)", text, flags=re.MULTILINE)
     return int(match.group(1)) if match else None
+
+
+def amd_family(text: str | None = None) -> int | None:
+    """The "cpu family" of /proc/cpuinfo for an AMD CPU (25: Zen 3/4, 26: Zen 5), else None."""
+    return _amd_field("cpu family", text)
 
 
 def amd_model(text: str | None = None) -> int | None:
     """The "model" number of /proc/cpuinfo for an AMD CPU (Zen 1/Zen+ are family 23, < 0x30)."""
-    if text is None:
-        try:
-            text = _PROC_CPUINFO.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return None
-    if "AuthenticAMD" not in text:
-        return None
-    match = re.search(r"^model\s*:\s*(\d+)", text, flags=re.MULTILINE)
-    return int(match.group(1)) if match else None
+    return _amd_field("model", text)
 
 
 #: Said after every FMA count the OS cannot confirm.
