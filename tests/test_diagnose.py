@@ -230,8 +230,14 @@ def test_tensorflow_newer_than_driver():
     assert "525.60.13" in finding.fix
 
 
-def test_min_driver_on_windows_states_the_branch():
-    assert min_driver_text(13, "Windows") == "NVIDIA driver >= 580 (Linux: >= 580.65.06)"
+def test_min_driver_on_windows_states_both_platforms():
+    # NVIDIA gives Windows only the branch for CUDA 13.x, full versions for 11.x and 12.x
+    assert min_driver_text(13, "Windows") == (
+        "an NVIDIA driver of branch 580 or newer (Windows) / >= 580.65.06 (Linux)"
+    )
+    assert (
+        min_driver_text(12, "Windows") == "NVIDIA driver >= 527.41 (Windows) / >= 525.60.13 (Linux)"
+    )
     assert min_driver_text(12, "Linux") == "NVIDIA driver >= 525.60.13"
     assert min_driver_text(11, "Linux") == "NVIDIA driver >= 450.80.02"
 

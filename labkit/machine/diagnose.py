@@ -21,11 +21,20 @@ from labkit.machine.nvidia import CUDA_ERROR_NO_DEVICE, NvidiaInfo
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
 
-#: Oldest Linux driver that runs each CUDA major version (minor version
-#: compatibility: any 12.x wheel runs on >= 525.60.13). Drivers run older
-#: CUDA majors too, so only "driver major < wheel major" is fatal.
+#: Oldest driver that runs each CUDA major version under minor-version
+#: compatibility ("with limited feature-set"), per platform. Drivers run older
+#: CUDA majors too, so only "driver major < wheel major" is fatal. Sources:
+#: NVIDIA's minor-version compatibility page ("450.80.02 (Linux) / 452.39
+#: (Windows)" for 11.x; ">= 525" for 12.x and ">= 580" for 13.x,
+#: https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html)
+#: and the cuDNN support matrix (Linux >=525.60.13 / Windows >=527.41 for
+#: CUDA 12.x, >=580.65.06 / "N/A" for CUDA 13.x,
+#: https://docs.nvidia.com/deeplearning/cudnn/latest/support-matrix/index.html).
 MIN_LINUX_DRIVER: dict[int, str] = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
-#: The driver branch each CUDA major needs, on every platform.
+#: Windows minimums, where NVIDIA publishes a full version (none for CUDA 13.x).
+MIN_WINDOWS_DRIVER: dict[int, str] = {11: "452.39", 12: "527.41"}
+#: The driver branch each CUDA major needs: the only figure NVIDIA gives for
+#: every platform (and the only Windows figure for CUDA 13.x).
 MIN_DRIVER_BRANCH: dict[int, int] = {11: 450, 12: 525, 13: 580}
 
 _TF_AND_CUDA = "pip install 'tensorflow[and-cuda]'"
@@ -42,13 +51,22 @@ class Finding:
 
 
 def min_driver_text(cuda_major: int, system: str) -> str:
-    """The driver a CUDA major version needs, as a fix can state it."""
-    if system == "Linux" and cuda_major in MIN_LINUX_DRIVER:
-        return f"NVIDIA driver >= {MIN_LINUX_DRIVER[cuda_major]}"
-    if cuda_major in MIN_DRIVER_BRANCH:
+    """The driver a CUDA major version needs, as a fix can state it.
+
+    On Linux the Linux minimum. Elsewhere both platforms' minimums, since they
+    differ (a Windows R525 driver below 527.41 passes ">= 525" but not the
+    floor); where NVIDIA gives Windows only a branch (CUDA 13.x), the branch.
+    """
+    linux = MIN_LINUX_DRIVER.get(cuda_major)
+    if system == "Linux" and linux:
+        return f"NVIDIA driver >= {linux}"
+    windows = MIN_WINDOWS_DRIVER.get(cuda_major)
+    if windows and linux:
+        return f"NVIDIA driver >= {windows} (Windows) / >= {linux} (Linux)"
+    if cuda_major in MIN_DRIVER_BRANCH and linux:
         return (
-            f"NVIDIA driver >= {MIN_DRIVER_BRANCH[cuda_major]} (Linux: "
-            f">= {MIN_LINUX_DRIVER[cuda_major]})"
+            f"an NVIDIA driver of branch {MIN_DRIVER_BRANCH[cuda_major]} or newer (Windows) "
+            f"/ >= {linux} (Linux)"
         )
     return f"an NVIDIA driver that supports CUDA {cuda_major}"
 

@@ -83,7 +83,9 @@ class Timing(JsonRecord):
     All durations are in milliseconds (``_ms``). The median and the
     interquartile range (IQR, from ``q1_ms`` to ``q3_ms``) describe the
     typical call without being dragged by the odd slow one (a context switch,
-    a page fault); ``min_ms`` is the best the hardware managed. The
+    a page fault); ``min_ms`` is the fastest sample of this run: a best case
+    for this run, not what the hardware does undisturbed (a load that lasts
+    the whole run slows every sample). The
     derived fields are computed from ``samples_ms`` when the object is made.
 
     ``device`` names where the work ran (with any other device that was

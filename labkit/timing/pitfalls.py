@@ -86,9 +86,10 @@ class NaiveVsSynced(JsonRecord):
                 "(labkit.bench does)."
             )
         return (
-            "Here the two are close, because the host had to wait anyway (a full launch "
-            "queue, or a result copied back to the host). Do not rely on that: synchronize "
-            "before reading a clock (labkit.bench does)."
+            "Here the two are close: each call takes the GPU about as long as the host takes "
+            "to launch it, so the GPU keeps up with the host and the time to queue the work "
+            "is about the time to do it. Do not rely on that: synchronize before reading a "
+            "clock (labkit.bench does)."
         )
 
     def __str__(self) -> str:
