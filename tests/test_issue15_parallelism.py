@@ -268,7 +268,7 @@ def test_grain_table_prints_the_cost_of_splitting() -> None:
     assert points[1].split_cost_ms == pytest.approx(15.9954)
     text = str(sweep_)
     assert "1/3,500×" in text and "0.00×" not in text
-    assert "The cost of splitting at n = 32,769" in text and "+16.0 ms" in text
+    assert "The net effect of splitting at n = 32,769" in text and "+16.0 ms" in text
     saved = grain.GrainSweep(2, 5, (points[0], grain.GrainPoint(40_000, 0.01, 0.006, 1.6, 1, 2)))
     assert "-4.00 µs" in str(saved)
 

@@ -201,10 +201,21 @@ def shared_last_level_cache_bytes(cpus: Iterable[int] | None = None) -> int | No
     all: each distinct ``shared_cpu_list`` of the highest cache level is
     counted once, over ``cpus`` (default: this process's affinity).
     """
+    instances = last_level_cache_instances(cpus)
+    return sum(instances) if instances else None
+
+
+def last_level_cache_instances(cpus: Iterable[int] | None = None) -> tuple[int, ...]:
+    """The size in bytes of each distinct last-level cache over ``cpus``, largest first (Linux).
+
+    ``cpus`` defaults to this process's affinity. Each distinct
+    ``shared_cpu_list`` of the highest cache level counts once. Empty where
+    sysfs does not say (macOS, Windows, a CPU with no cache entries).
+    """
     if cpus is None:
         cpus = allowed_cpus()
         if cpus is None:  # not Linux: no sysfs either
-            return None
+            return ()
     seen: dict[str, int] = {}
     best_level = 0
     for cpu in sorted(cpus):
@@ -224,7 +235,25 @@ def shared_last_level_cache_bytes(cpus: Iterable[int] | None = None) -> int | No
             best_level, seen = level, {}
         if level == best_level:
             seen[shared or f"cpu{cpu}"] = size
-    return sum(seen.values()) if seen else None
+    return tuple(sorted(seen.values(), reverse=True))
+
+
+def threads_last_level_cache_bytes(threads: int, cpus: Iterable[int] | None = None) -> int | None:
+    """The most last-level cache ``threads`` threads can use: at most one instance each (Linux).
+
+    :func:`shared_last_level_cache_bytes` sums every instance over the
+    affinity, which is what a run with a thread on every core touches. A run
+    on fewer threads (the reference profile's 2 on a 64-core server) touches
+    at most one instance per thread, so this sums the ``threads`` largest
+    instances over ``cpus`` (default: this process's affinity): an upper
+    bound, since two threads may also share one instance. None where sysfs
+    does not say.
+    """
+    from labkit.core.validate import check_positive_int
+
+    count = check_positive_int("threads", threads)
+    instances = last_level_cache_instances(cpus)
+    return sum(instances[:count]) if instances else None
 
 
 def _windows_model() -> str | None:

@@ -13,7 +13,7 @@ from labkit.parallelism.amdahl import ThreadScaling, amdahl_speedup, measure_thr
 from labkit.parallelism.crossover import launch_overhead
 from labkit.parallelism.grain import GRAIN_SIZE, GrainSweep, grain_sweep
 from labkit.parallelism.plots import plot_amdahl, plot_size_sweep
-from labkit.parallelism.shares import PeakShares, peak_report, peak_shares
+from labkit.parallelism.shares import PeakShares, peak_report, peak_shares, python_gap
 from labkit.parallelism.sweep import SizeSweep, sweep_add, sweep_matmul
 from labkit.parallelism.threads import cpu_threads, torch_threads
 
@@ -32,6 +32,7 @@ __all__ = [
     "peak_shares",
     "plot_amdahl",
     "plot_size_sweep",
+    "python_gap",
     "sweep_add",
     "sweep_matmul",
     "torch_threads",

@@ -87,7 +87,7 @@ class GrainPoint(JsonRecord):
 
     @property
     def split_cost_ms(self) -> float:
-        """All threads' median minus 1 thread's: what splitting the add cost here (< 0: saved)."""
+        """All threads' median minus 1 thread's: the fork and join minus the time saved (< 0: saved)."""
         return self.all_threads_ms - self.one_thread_ms
 
 
@@ -156,8 +156,10 @@ class GrainSweep(JsonRecord):
         if split is not None:
             cost = split.split_cost_ms
             lines.append(
-                f"The cost of splitting at n = {split.size:,} ({self.threads} threads' median "
-                f"minus 1 thread's; on a busy machine it includes waiting for a free core): "
+                f"The net effect of splitting at n = {split.size:,} ({self.threads} threads' "
+                "median minus 1 thread's: the fork and join of the pool minus the time the other "
+                "threads save; positive: the split cost more than it saved, negative: it paid "
+                f"off; on a busy machine it includes waiting for a free core): "
                 f"{'+' if cost >= 0 else '-'}{format_duration(abs(cost))}, against "
                 f"{format_duration(split.one_thread_ms)} for the whole add on 1 thread."
             )

@@ -16,8 +16,13 @@ The add's share is not the matmul's on equal terms: an add counts one FLOP per
 element (torch computes it as a fused multiply-add with multiplier 1,
 aten/src/ATen/native/ufunc/add.h, where the peak counts an FMA as 2), so even
 with its data in cache it can reach at most half of an FMA peak. The printout gives the bytes its best
-point held next to this CPU's last-level cache, so the reader can see whether
-that point ran from cache or from memory.
+point held next to the last-level cache that the run's threads could use (at
+most one cache instance per thread, :func:`labkit.machine.cpu.threads_last_level_cache_bytes`:
+under the reference profile 2 threads on a 64-core server touch one or two of
+its L3 slices, not all of them). That compares sizes, it measures nothing: data
+that fit *could* run from cache (other programs sharing the cache may still
+evict them), data that do not fit cannot all stay there. Notebook 02 measures
+the cache cliff itself.
 """
 
 from __future__ import annotations
@@ -40,10 +45,15 @@ CLOCK_PLAUSIBLE = (
     "not above the {clock} the peak assumed: no sign that the reported clock is too low"
 )
 IN_CACHE = (
-    "within this CPU's last-level cache ({cache}): that point ran from cache, not from main memory"
+    "within the last-level cache its {threads} could use ({cache}, at most one cache instance "
+    "per thread), so that point could run from cache rather than main memory (sizes compared, "
+    "nothing measured)"
 )
-BEYOND_CACHE = "more than this CPU's last-level cache ({cache}): that point ran from main memory"
-CACHE_UNKNOWN = "this CPU's last-level cache size is unknown here"
+BEYOND_CACHE = (
+    "more than the last-level cache its {threads} could use ({cache}, at most one cache instance "
+    "per thread), so not all of that point's data could stay in that cache"
+)
+CACHE_UNKNOWN = "the last-level cache size of this run's cores is unknown here"
 
 
 @dataclass(frozen=True)
@@ -55,12 +65,15 @@ class PeakShares(JsonRecord):
     add_gflop_per_s: float
     #: The three float32 arrays of the add's fastest size, in bytes.
     add_best_bytes: int
-    #: The last-level cache this process's CPUs can use, all instances together (None: unknown).
+    #: The last-level cache the add's threads could use: at most one instance per thread,
+    #: :func:`labkit.machine.cpu.threads_last_level_cache_bytes` (None: unknown).
     last_level_cache_bytes: int | None
     one_thread_matmul_gflop_per_s: float
     one_core_peak_gflop_per_s: float
     flop_per_cycle_per_core: int
     reported_clock_ghz: float
+    #: The threads the all-threads add ran on (:func:`labkit.parallelism.threads.cpu_threads`).
+    add_threads: int = 1
 
     @property
     def matmul_share(self) -> float:
@@ -95,7 +108,10 @@ class PeakShares(JsonRecord):
             template = (
                 IN_CACHE if self.add_best_bytes <= self.last_level_cache_bytes else BEYOND_CACHE
             )
-            cache = template.format(cache=format_bytes(self.last_level_cache_bytes))
+            cache = template.format(
+                cache=format_bytes(self.last_level_cache_bytes),
+                threads=f"{self.add_threads} thread{'s' if self.add_threads > 1 else ''}",
+            )
         verdict = (CLOCK_TOO_LOW if self.clock_too_low else CLOCK_PLAUSIBLE).format(clock=clock)
         return "\n".join(
             [
@@ -125,7 +141,8 @@ def peak_shares(adds: SizeSweep, matmuls: SizeSweep, peak: CpuPeak) -> PeakShare
     Both sweeps need the "torch-all-threads" and "torch-1-thread" backends
     (the default sweeps have them).
     """
-    from labkit.machine.cpu import shared_last_level_cache_bytes
+    from labkit.machine.cpu import threads_last_level_cache_bytes
+    from labkit.parallelism.threads import cpu_threads
 
     if adds.op != "add" or matmuls.op != "matmul":
         raise ValueError(
@@ -139,16 +156,18 @@ def peak_shares(adds: SizeSweep, matmuls: SizeSweep, peak: CpuPeak) -> PeakShare
         raise ValueError("peak_shares needs at least one measured point on each torch backend")
     best_add = max(add_points, key=lambda p: p.gflop_per_s)  # 1 FLOP per element
     item = 4 if adds.dtype == "float32" else 8
+    threads = cpu_threads()  # what the "torch-all-threads" backend ran on
     return PeakShares(
         peak_gflop_per_s=peak.gflop_per_s_fp32,
         matmul_gflop_per_s=max(p.gflop_per_s for p in matmul_points),
         add_gflop_per_s=best_add.gflop_per_s,
         add_best_bytes=3 * item * best_add.size,
-        last_level_cache_bytes=shared_last_level_cache_bytes(),
+        last_level_cache_bytes=threads_last_level_cache_bytes(threads),
         one_thread_matmul_gflop_per_s=max(p.gflop_per_s for p in one_thread),
         one_core_peak_gflop_per_s=peak.gflop_per_s_fp32 / peak.cores,
         flop_per_cycle_per_core=peak.flop_per_cycle_fp32,
         reported_clock_ghz=peak.clock_ghz,
+        add_threads=threads,
     )
 
 
@@ -181,4 +200,49 @@ def peak_report(sweep: SizeSweep) -> str:
                 f"its largest size, n = {last.size:,}, runs at {share:.0%} of that: not far below"
             )
         lines.append(f"{result.label}: peaks at n = {best.size:,} ({shown}); {verdict}")
+    return "\n".join(lines)
+
+
+def python_gap(sweep: SizeSweep) -> str:
+    """How many times each vectorised backend's rate is the Python loop's, at its smallest and largest n.
+
+    At the smallest size a vectorised call is mostly its fixed per-call cost
+    (torch's dispatch is larger than NumPy's), which a one-element list
+    comprehension can match or beat; at the loop's largest size that cost is
+    amortised and the per-element interpreter overhead decides. The last line
+    says whether every backend is at least 100× or at least 10× faster there
+    (bands far apart, so one noisy median does not move the verdict).
+    "" when the sweep has no Python loop or it ran fewer than two sizes.
+    """
+    if not sweep.has_backend("python"):
+        return ""
+    loop = sweep.backend("python")
+    if len(loop.points) < 2:
+        return ""
+    small, large = loop.points[0], loop.points[-1]
+    lines = [
+        f"each vectorised backend's rate ÷ the Python loop's, at n = {small.size:,} and at "
+        f"n = {large.size:,} (the loop's largest):"
+    ]
+    at_large = []
+    for result in sweep.backends:
+        if result.backend == "python":
+            continue
+        first, last = result.point(small.size), result.point(large.size)
+        if first is None or last is None:
+            continue
+        low = getattr(first, sweep.metric) / getattr(small, sweep.metric)
+        high = getattr(last, sweep.metric) / getattr(large, sweep.metric)
+        at_large.append(high)
+        lines.append(f"  {result.label}: {low:.2f}× and {high:,.0f}×")
+    if not at_large:
+        return ""
+    least = min(at_large)
+    if least >= 100:
+        verdict = "every vectorised backend is at least 100× faster than the Python loop"
+    elif least >= 10:
+        verdict = "every vectorised backend is at least 10× faster than the Python loop"
+    else:
+        verdict = "some vectorised backend is less than 10× faster than the Python loop"
+    lines.append(f"at n = {large.size:,}: {verdict}")
     return "\n".join(lines)
