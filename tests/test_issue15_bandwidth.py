@@ -64,15 +64,17 @@ def _strided_result(
 
 
 def test_strided_rows_carry_the_in_cache_baseline_and_the_verdicts_follow_the_numbers() -> None:
-    pairs = _strided_result({1: 1.0, 2: 2.0, 64: 34.0}, {1: 0.1, 2: 0.2, 64: 0.8})
-    assert pairs.in_cache_slowdown(2) == pytest.approx(2.0)
+    # in cache, 3× at stride 2 is more than 1.3 × the 2× line ratio (third review: the view
+    # streams from the last-level cache, so 2× alone is line traffic, not the kernel)
+    pairs = _strided_result({1: 1.0, 2: 2.0, 64: 34.0}, {1: 0.1, 2: 0.3, 64: 0.8})
+    assert pairs.in_cache_slowdown(2) == pytest.approx(3.0)
     assert pairs.pair_slowdown(64) == 32 and pairs.expected_slowdown(64) == 16
     text = pairs.verdicts()
-    assert "part of every slowdown" in text and "closer to lines fetched in 128-byte pairs" in text
+    assert "beyond the extra lines" in text and "closer to lines fetched in 128-byte pairs" in text
     assert "in cache" in pairs.table() and "in-cache slowdown" in pairs.table()
     single = _strided_result({1: 1.0, 2: 2.0, 64: 17.0}, {1: 0.1, 2: 0.11, 64: 0.2})
     text = single.verdicts()
-    assert "about the same" in text and "closer to single 64-byte lines" in text
+    assert "does not single out" in text and "closer to single 64-byte lines" in text
 
 
 def test_strided_read_measures_an_in_cache_baseline_per_stride() -> None:

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from labkit.bandwidth.overlap import copy_compute_overlap
-from labkit.bandwidth.pipeline import PipelineBreakdown, pipeline_breakdown
+from labkit.bandwidth.pipeline import PipelineBreakdown, flush_reading, pipeline_breakdown
 from labkit.bandwidth.plots import plot_pipeline, plot_stream_sweep, plot_strided
 from labkit.bandwidth.sizes import dram_cache_note
 from labkit.bandwidth.stream import KERNELS, BandwidthResult, peak_bandwidth, stream_kernel
@@ -27,6 +27,7 @@ __all__ = [
     "copy_compute_overlap",
     "device_copy",
     "dram_cache_note",
+    "flush_reading",
     "host_device_sweep",
     "peak_bandwidth",
     "pipeline_breakdown",

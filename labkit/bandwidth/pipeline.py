@@ -102,18 +102,47 @@ class PipelineBreakdown(JsonRecord):
         return (self.copy_in_ms + self.copy_back_ms) / self.sum_ms if self.sum_ms else 0.0
 
     @property
+    def on_gpu(self) -> bool:
+        return self.device != "cpu"
+
+    @property
     def copy_gb_per_s(self) -> float:
-        """The copy-in's rate, STREAM counting (read + write of ``n_bytes``): compare with STREAM copy."""
-        return 2 * self.n_bytes / (self.copy_in_ms * 1e-3) / 1e9 if self.copy_in_ms else math.inf
+        """The copy-in's rate.
+
+        On the CPU, STREAM counting (read + write of ``n_bytes`` in main
+        memory): compare with STREAM copy. On a GPU, ``n_bytes`` per second,
+        host to device in one direction: compare with the host link's peak
+        per direction (a host-to-device copy crosses the link once; counting
+        it twice would print double the link rate).
+        """
+        if not self.copy_in_ms:
+            return math.inf
+        counted = self.n_bytes if self.on_gpu else 2 * self.n_bytes
+        return counted / (self.copy_in_ms * 1e-3) / 1e9
+
+    def disturbed(self, dram_gb_per_s: float) -> bool:
+        """On the CPU: did the stand-in copy run at under half of ``dram_gb_per_s``?
+
+        Always False on a GPU, whose copies cross the host link and are not
+        comparable with the CPU's main-memory bandwidth.
+        """
+        return not self.on_gpu and self.copy_gb_per_s < 0.5 * dram_gb_per_s
 
     def copy_reading(self, dram_gb_per_s: float) -> str:
-        """Is the stand-in copy memory-bound? One of two fixed sentences (printed by notebook 02).
+        """Is the stand-in copy memory-bound? A fixed sentence (printed by notebook 02).
 
         A host copy of a DRAM-sized buffer should run near the STREAM
         bandwidth measured in the same session (``dram_gb_per_s``); under
-        half of it, its time includes a delay that is not memory traffic.
+        half of it, its time includes a delay that is not memory traffic. On
+        a GPU the copy-in crosses the host link, so no such comparison is made.
         """
-        if self.copy_gb_per_s < 0.5 * dram_gb_per_s:
+        if self.on_gpu:
+            return (
+                "On a GPU the copy-in crosses the host link, not main memory: its rate (one "
+                "direction) compares with the link's peak per direction (PCIe Gen5 x16: 63 GB/s, "
+                "section 1), not with the main-memory bandwidth of section 2."
+            )
+        if self.disturbed(dram_gb_per_s):
             return (
                 "this run was disturbed: the copies ran at under half the main-memory bandwidth "
                 "measured in section 2 (both STREAM counting), so their times include a delay "
@@ -137,8 +166,12 @@ class PipelineBreakdown(JsonRecord):
             ratio = (self.copy_in_ms + self.copy_back_ms) / self.compute_ms
             lines.append(f"copy in + copy back take {ratio:.2f}× the compute time")
         lines.append(
-            f"copy in: {format_gb_per_s(self.copy_gb_per_s)}, STREAM counting (read + write of "
-            f"{format_bytes(self.n_bytes)})"
+            f"copy in: {format_gb_per_s(self.copy_gb_per_s)}, "
+            + (
+                f"host to device, one direction ({format_bytes(self.n_bytes)})"
+                if self.on_gpu
+                else f"STREAM counting (read + write of {format_bytes(self.n_bytes)})"
+            )
         )
         if self.total_over_sum:
             ratios = sorted(self.total_over_sum)
@@ -152,6 +185,37 @@ class PipelineBreakdown(JsonRecord):
     def __str__(self) -> str:
         head = f"{self.op} on {format_bytes(self.n_bytes)} of float32, {self.device}"
         return f"{head}\n{self.table()}\n{self.note}"
+
+
+def flush_reading(
+    unflushed: PipelineBreakdown, flushed: PipelineBreakdown, dram_gb_per_s: float
+) -> str:
+    """Did the cache flush change the pipeline's (all three) / (sum of the parts)? Printed by 02.
+
+    Compares the median per-round ratio without the flush with the one with
+    it (more than 1.25× apart: the flush mattered). A breakdown that
+    :meth:`PipelineBreakdown.disturbed` flags has copy times that include a
+    delay besides memory traffic, so no verdict is read from it.
+    """
+    if unflushed.disturbed(dram_gb_per_s) or flushed.disturbed(dram_gb_per_s):
+        return (
+            "The flush's effect cannot be read from this run: a breakdown's copies ran at under "
+            "half the main-memory bandwidth of section 2, so its times include a delay that is "
+            "not memory traffic."
+        )
+    without, with_flush = (
+        sorted(b.total_over_sum)[len(b.total_over_sum) // 2] if b.total_over_sum else math.nan
+        for b in (unflushed, flushed)
+    )
+    if without > 1.25 * with_flush:
+        return (
+            "Without the flush the parts look faster than the whole: each step, timed alone, "
+            "found its buffers still in cache."
+        )
+    return (
+        "The flush changes little here: the buffers do not stay in cache between calls on "
+        "this machine (or they always do)."
+    )
 
 
 def _prepare_op(op: str | Callable[[Any], Any], x: Any) -> tuple[str, Callable[[], Any], Any]:
@@ -393,15 +457,19 @@ class GpuPrediction(JsonRecord):
             ("copy back", cpu.copy_back_ms, self.copy_back_ms),
         ]
         width = max(len(r[0]) for r in rows)
+        here = "this CPU" if not cpu.on_gpu else f"this GPU ({cpu.device})"
+        col = max(10, len(here))
         lines = [
-            f"{cpu.op} on {format_bytes(cpu.n_bytes)} of float32: this CPU (measured) against "
+            f"{cpu.op} on {format_bytes(cpu.n_bytes)} of float32: {here} (measured) against "
             f"an {self.gpu.name} (predicted from its datasheet peaks)",
-            f"{''.ljust(width)}  {'this CPU':>10}  {self.gpu.name:>10}",
+            f"{''.ljust(width)}  {here:>{col}}  {self.gpu.name:>10}",
         ]
         for name, c, g in rows:
-            lines.append(f"{name.ljust(width)}  {format_duration(c):>10}  {format_duration(g):>10}")
+            lines.append(
+                f"{name.ljust(width)}  {format_duration(c):>{col}}  {format_duration(g):>10}"
+            )
         lines.append(
-            f"{'share spent copying'.ljust(width)}  {cpu.transfer_fraction:>10.0%}  "
+            f"{'share spent copying'.ljust(width)}  {cpu.transfer_fraction:>{col}.0%}  "
             f"{self.transfer_fraction:>10.0%}"
         )
         lines.append(f"GPU compute: {self.compute_basis}")
@@ -413,13 +481,14 @@ class GpuPrediction(JsonRecord):
             )
         copies_cheaper = (cpu.copy_in_ms + cpu.copy_back_ms) / self.copies_ms
         compute_cheaper = cpu.compute_ms / self.compute_ms if self.compute_ms else math.inf
+        whose = "this CPU's" if not cpu.on_gpu else "this GPU's"
         copies = (
-            f"1/{copies_cheaper:.0f} of this CPU's copy time"
+            f"1/{copies_cheaper:.0f} of {whose} copy time"
             if copies_cheaper >= 1.5
-            else f"{1 / copies_cheaper:.2f}× this CPU's copy time"
+            else f"{1 / copies_cheaper:.2f}× {whose} copy time"
         )
         lines.append(
-            f"on the GPU the copies take {copies}, the "
+            f"on the {self.gpu.name if cpu.on_gpu else 'GPU'} the copies take {copies}, the "
             f"compute 1/{compute_cheaper:.0f} of its compute time: "
             + (
                 "the compute gets far cheaper than the copies, so the copies' share rises."

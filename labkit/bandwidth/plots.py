@@ -111,7 +111,12 @@ def plot_strided(result: StridedResult, *, ax: Any = None) -> Any:
         [base / result.expected_slowdown(s) for s in strides],
         "--",
         color="0.5",
-        label=f"bytes-only model ({result.line_bytes}-byte lines)",
+        label=(
+            f"bytes-only model ({result.line_bytes}-byte "
+            + ("sectors" if result.device != "cpu" else "lines")
+            + (", assumed" if result.device == "cpu" and result.line_source == "assumed" else "")
+            + ")"
+        ),
     )
     if result.device == "cpu":
         pair = 2 * result.line_bytes
