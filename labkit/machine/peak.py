@@ -146,6 +146,16 @@ def amd_model(text: str | None = None) -> int | None:
     return _amd_field("model", text)
 
 
+#: The Arm assumption. Neoverse N1 has two FP/ASIMD pipes (V0, V1: LLVM's N1 scheduling
+#: model, llvm/lib/Target/AArch64/AArch64SchedNeoverseN1.td, from Arm's N1 Software
+#: Optimization Guide); Cortex-A53 has one FP multiply/FMA unit (AArch64SchedA53.td,
+#: A53UnitFPMDS); NVIDIA's Grace "can perform 16 FP64 FMA operations per cycle"
+#: (nvidia.github.io/grace-cpu-benchmarking-guide/foundations/FMA/), more than N1's 2 × 2.
+_NEON_NOTE = (
+    "2 × 128-bit NEON FMA pipes per core taken (as on Neoverse N1); other Arm cores have "
+    "more (NVIDIA's Grace) or fewer (the small in-order Cortex-A53)"
+)
+
 #: Said after every FMA count the OS cannot confirm.
 _MAY_BE_OFF = "the FMA count is assumed, not read from the OS, and the peak may be off by 2×"
 
@@ -179,9 +189,7 @@ def fma_units(
         return (
             2,
             lanes,
-            (
-                f"2 NEON FMA pipes per core taken (Neoverse N1; other Arm cores have more); {_MAY_BE_OFF}",
-            ),
+            (f"{_NEON_NOTE}; {_MAY_BE_OFF}",),
         )
     return 1, lanes, (f"1 {simd} multiply-add per cycle per core (no FMA3)",)
 
@@ -298,7 +306,10 @@ def usable_cores(info: CpuInfo) -> tuple[int, str]:
     that run is 2 cores' worth, while 2 threads on 1 core get 1 core's.
     Hyper-threads share a core's FMA units and add nothing to the peak, so
     the CPUs of the affinity are counted as distinct (package, core) pairs
-    from sysfs. Without a profile (a student's ``make lab``) every such core
+    from sysfs. That is the topology the OS shows: in a virtual machine it
+    is whatever the hypervisor presents, so two vCPUs that share one host
+    core can appear as two cores and count twice (:func:`cpu_peak` then says
+    so, from the ``hypervisor`` flag of /proc/cpuinfo). Without a profile (a student's ``make lab``) every such core
     counts. Where torch is already imported, its thread count caps the
     result too: the matmul ran on that many threads.
     """
@@ -309,7 +320,7 @@ def usable_cores(info: CpuInfo) -> tuple[int, str]:
     physical = info.physical_cores or allowed
     distinct = _distinct_physical_cores(affinity) if affinity is not None else None
     cores = max(1, min(allowed, physical) if distinct is None else min(distinct, physical))
-    source = "physical cores this process may use"
+    source = "distinct cores the OS shows this process (hyper-thread siblings count once)"
     if distinct is not None and distinct < allowed:
         source += f" ({allowed} CPUs in the affinity are {distinct} cores: hyper-threads)"
     active = _profile.active()
@@ -352,6 +363,30 @@ def _torch_threads() -> int | None:
         return None
 
 
+def in_virtual_machine(cpuinfo_text: str | None = None) -> bool | None:
+    """Whether /proc/cpuinfo's flags include ``hypervisor`` (x86 guests); None where unknown.
+
+    The x86 CPUID "hypervisor present" bit, which Linux shows as that flag;
+    Arm and macOS report nothing comparable here, so they get None.
+    """
+    if cpuinfo_text is None:
+        try:
+            cpuinfo_text = _PROC_CPUINFO.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+    flags = re.search(r"^flags\s*:(.*)$", cpuinfo_text, flags=re.MULTILINE)
+    if flags is None:
+        return None
+    return "hypervisor" in flags.group(1).split()
+
+
+#: Added to the assumptions in a virtual machine (cores counted, not given).
+VM_TOPOLOGY_NOTE = (
+    "this is a virtual machine (the hypervisor flag is set): the cores are the topology the "
+    "hypervisor presents, so two vCPUs on one physical core may count as two and double the peak"
+)
+
+
 def cpu_peak(
     info: CpuInfo | None = None,
     *,
@@ -359,6 +394,7 @@ def cpu_peak(
     clock_ghz: float | None = None,
     family: int | None = None,
     model_number: int | None = None,
+    virtual_machine: bool | None = None,
 ) -> CpuPeak:
     """This CPU's theoretical peak FP32/FP64 (and bfloat16) GFLOP/s, inputs and assumptions stated.
 
@@ -369,6 +405,9 @@ def cpu_peak(
             where neither source exists).
         family: AMD "cpu family" (default read from /proc/cpuinfo when ``info`` is None).
         model_number: AMD "model" (same default): tells Zen 1/Zen+ from Zen 2 in family 23.
+        virtual_machine: whether this runs in a VM (default :func:`in_virtual_machine`
+            when ``info`` is None); where it does and the cores were counted, the
+            assumptions say the hypervisor's topology may count a core twice.
     """
     given_info = info is not None
     info = cpu_info() if info is None else info
@@ -385,6 +424,10 @@ def cpu_peak(
         clock = check_real("clock_ghz", clock_ghz, low=0, low_open=True)
         clock_source = "given"
     assumptions.append(clock_caveat(clock_source))
+    if virtual_machine is None and not given_info:
+        virtual_machine = in_virtual_machine()
+    if virtual_machine and cores is None:
+        assumptions.append(VM_TOPOLOGY_NOTE)
     if family is None and not given_info:
         family = amd_family()
     if model_number is None and not given_info:
@@ -430,6 +473,7 @@ __all__ = [
     "clock_caveat",
     "cpu_peak",
     "fma_units",
+    "in_virtual_machine",
     "read_clock_ghz",
     "simd_lanes_fp32",
     "usable_cores",

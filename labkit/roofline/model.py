@@ -365,7 +365,8 @@ class Roofline:
         return "\n".join(lines)
 
 
-#: How far above the separate-GEMV limit a batched rate must be to show weight reuse.
+#: How far above the separate-GEMV limit a batched rate must be to show weight reuse:
+#: the 4/3 a read-only stream can beat the triad by, and some noise (see weight_reuse).
 REUSE_MARGIN = 1.5
 
 #: The three sentences :func:`weight_reuse` prints (notebooks mask exactly these).
@@ -387,8 +388,15 @@ def separate_gemv_gflop_per_s(roofline: Roofline, op: OpCost) -> float:
     """The fastest rate a matmul of ``op``'s shape could reach as m separate GEMVs.
 
     Each of the m passes reads the whole k×n weight again, so together they
-    run at most at a GEMV's intensity times the memory roof, whatever m is.
-    A batched rate above that means the weight was read fewer than m times.
+    run at about a GEMV's intensity times the memory roof, whatever m is.
+    That is not a hard limit: the memory roof is STREAM's triad counted
+    STREAM's way (3 arrays), while on a write-allocate cache the triad also
+    reads each line it writes (McCalpin, STREAM "Philosophy and
+    Justification", cs.virginia.edu/~mccalpin/papers/bandwidth/node3.html),
+    so a read-only stream like a GEMV's weight can beat it by up to about
+    4/3 with no reuse at all; and the roof is a median, which load lowers.
+    :func:`weight_reuse` therefore asks for :data:`REUSE_MARGIN` times this
+    limit before it says the weight was read fewer than m times.
     """
     if op.kind != "matmul":
         raise ValueError(f"separate GEMVs only make sense for a matmul, got a {op.kind}")
@@ -402,10 +410,13 @@ def weight_reuse(roofline: Roofline, measured: Any) -> str:
 
     The share of the roof cannot say this: near the ridge the roofline's
     min() is most optimistic, so a kernel that does reuse the weight can
-    still reach a small share there. The rate can: m separate GEMVs cannot
-    beat the memory roof at a GEMV's intensity. Beyond :data:`REUSE_MARGIN`
-    of it (the memory roof is a median, which load lowers) the weight was
-    reused; one of :data:`REUSED`, :data:`NOT_REUSED`, :data:`REUSE_UNCLEAR`.
+    still reach a small share there. The rate can: m separate GEMVs beat
+    the memory roof at a GEMV's intensity only by the triad's unpaid
+    write-allocate traffic (up to about 4/3: a read-only stream against
+    the triad) and by noise (:func:`separate_gemv_gflop_per_s`). Beyond
+    :data:`REUSE_MARGIN` of it (4/3, and about 12% more for a median
+    memory roof that load lowers), the weight was reused;
+    one of :data:`REUSED`, :data:`NOT_REUSED`, :data:`REUSE_UNCLEAR`.
     ``measured`` is a :class:`labkit.roofline.measure.OpMeasurement` (its
     ``op`` and ``gflop_per_s``).
     """
@@ -415,6 +426,46 @@ def weight_reuse(roofline: Roofline, measured: Any) -> str:
     if measured.gflop_per_s <= limit:
         return NOT_REUSED
     return REUSE_UNCLEAR
+
+
+#: What :func:`ridge_position` says of each verdict of :meth:`Roofline.verdict` (margin 4).
+RIDGE_POSITIONS: dict[str, str] = {
+    MEMORY_BOUND: "memory-bound (more than {margin} below the ridge)",
+    COMPUTE_BOUND: "compute-bound (more than {margin} above the ridge)",
+    NEAR_RIDGE: "near the ridge (within {margin} of it): either roof may bind",
+}
+
+
+def _times(ratio: float) -> str:
+    """A ratio with a decimal point always ("0.0083×", "0.16×", "1.3×", "73.8×"), as the masks expect."""
+    if ratio < 0.1:
+        return f"{ratio:.2g}×"
+    return f"{ratio:.2f}×" if ratio < 1 else f"{ratio:.1f}×"
+
+
+def ridge_position(
+    roofline: Roofline, op: OpCost, dtype: str | None = None, *, margin: float = 4.0
+) -> str:
+    """Where ``op`` lands against this roofline's verdict ridge, as one printed line.
+
+    Its intensity, that as a multiple of :meth:`Roofline.verdict_ridge`, and
+    the verdict with its margin (:data:`RIDGE_POSITIONS`). A notebook prints
+    this instead of asserting where a skinny GEMM lands: an m-row matmul has
+    about m/2 FLOP/byte in float32 whatever its weight, while the ridge moves
+    with the cores, vector width, clock and bandwidth, so the same m can be
+    near the ridge on one run and past the margin on another.
+    """
+    factor = check_real("margin", margin, low=1)
+    key = op.dtype if dtype is None else dtype
+    if key not in roofline.dtypes:
+        key = roofline.default_dtype
+    ridge, ai = roofline.verdict_ridge(key), op.arithmetic_intensity
+    verdict = roofline.verdict(op, key, margin=factor)
+    where = RIDGE_POSITIONS[verdict].format(margin=f"{factor:g}×")
+    return (
+        f"{three_digits(ai)} FLOP/byte, {_times(ai / ridge)} the {key} ridge "
+        f"({three_digits(ridge)} FLOP/byte): {where}"
+    )
 
 
 def predict_bound(op_cost: OpCost, roofline: Roofline, dtype: str | None = None) -> str:
