@@ -50,17 +50,36 @@ class Finding:
     fix: str
 
 
-def min_driver_text(cuda_major: int, system: str) -> str:
+#: Where the driver goes under WSL2: it runs on the Windows driver, and a Linux
+#: driver installed inside WSL would override the one Windows passes in.
+WSL_DRIVER_WHERE = "install the driver on Windows, not inside WSL"
+
+
+def _windows_minimum(cuda_major: int) -> str:
+    """The Windows driver a CUDA major needs: the full version, else the branch."""
+    if cuda_major in MIN_WINDOWS_DRIVER:
+        return f"the Windows NVIDIA driver >= {MIN_WINDOWS_DRIVER[cuda_major]}"
+    if cuda_major in MIN_DRIVER_BRANCH:
+        return f"a Windows NVIDIA driver of branch {MIN_DRIVER_BRANCH[cuda_major]} or newer"
+    return f"a Windows NVIDIA driver that supports CUDA {cuda_major}"
+
+
+def min_driver_text(cuda_major: int, system: str, wsl: bool = False) -> str:
     """The driver a CUDA major version needs, as a fix can state it.
 
     On Linux the Linux minimum. Elsewhere both platforms' minimums, since they
     differ (a Windows R525 driver below 527.41 passes ">= 525" but not the
     floor); where NVIDIA gives Windows only a branch (CUDA 13.x), the branch.
+    Under WSL2 (``wsl``) the Windows minimum alone: WSL2 runs on the Windows
+    driver, installed on Windows and not inside WSL (NVIDIA's CUDA on WSL user
+    guide, https://docs.nvidia.com/cuda/wsl-user-guide/).
     """
     linux = MIN_LINUX_DRIVER.get(cuda_major)
+    windows = MIN_WINDOWS_DRIVER.get(cuda_major)
+    if wsl:
+        return f"{_windows_minimum(cuda_major)} ({WSL_DRIVER_WHERE})"
     if system == "Linux" and linux:
         return f"NVIDIA driver >= {linux}"
-    windows = MIN_WINDOWS_DRIVER.get(cuda_major)
     if windows and linux:
         return f"NVIDIA driver >= {windows} (Windows) / >= {linux} (Linux)"
     if cuda_major in MIN_DRIVER_BRANCH and linux:
@@ -91,11 +110,11 @@ def _gpu_names(nvidia: NvidiaInfo) -> str:
     return ", ".join(dict.fromkeys(names)) or "an NVIDIA GPU"
 
 
-def _torch_cuda_install(driver_major: int | None, system: str) -> str:
+def _torch_cuda_install(driver_major: int | None, system: str, wsl: bool = False) -> str:
     """The command that installs a CUDA build of torch that this driver can run."""
     if driver_major is not None and driver_major < 12:
         return (
-            f"update to {min_driver_text(12, system)} first (torch no longer ships CUDA "
+            f"update to {min_driver_text(12, system, wsl)} first (torch no longer ships CUDA "
             f"{driver_major} builds), then pip install --force-reinstall torch --index-url "
             "https://download.pytorch.org/whl/cu128"
         )
@@ -129,7 +148,11 @@ def _rule_broken(frameworks: Sequence[FrameworkInfo]) -> list[Finding]:
 
 
 def _rule_driver(
-    nvidia: NvidiaInfo, cuda_wheels: list[FrameworkInfo], system: str, env: Mapping[str, str]
+    nvidia: NvidiaInfo,
+    cuda_wheels: list[FrameworkInfo],
+    system: str,
+    env: Mapping[str, str],
+    wsl: bool = False,
 ) -> list[Finding]:
     """NVIDIA hardware without a working driver, and CUDA wheels on machines without a GPU."""
     if not nvidia.hardware_present:
@@ -151,7 +174,7 @@ def _rule_driver(
                 ),
                 fix=(
                     "Nothing to do. On a machine with an NVIDIA GPU this build needs "
-                    f"{min_driver_text(fw.cuda_major or 0, system)}"
+                    f"{min_driver_text(fw.cuda_major or 0, system, wsl)}"
                     + (f" and {cupy_toolkit_text(fw)}." if fw.name == "cupy" else ".")
                 ),
             )
@@ -172,6 +195,13 @@ def _rule_driver(
             if needed
             else "the NVIDIA driver"
         )
+        install = f"Install {driver} {how}, then reboot."
+        if wsl:  # WSL2 runs on the Windows driver (NVIDIA WSL user guide)
+            windows = _windows_minimum(needed) + f" (for CUDA {needed})" if needed else "it"
+            install = (
+                f"WSL2 runs on the Windows driver, so {WSL_DRIVER_WHERE}: {windows}, from "
+                "https://www.nvidia.com/drivers, then reboot."
+            )
         return [
             Finding(
                 code="nvidia-driver-missing",
@@ -181,7 +211,7 @@ def _rule_driver(
                     f"({nvidia.library_error}), so no framework can use it{wheels}."
                 ),
                 fix=(
-                    f"Install {driver} {how}, then reboot. torch's CUDA wheels and "
+                    f"{install} torch's CUDA wheels and "
                     "tensorflow[and-cuda] bring their own CUDA runtime and cuDNN, so they need no "
                     "CUDA Toolkit"
                     + (
@@ -228,7 +258,7 @@ def _rule_driver(
 
 
 def _rule_wheel_vs_driver(
-    nvidia: NvidiaInfo, cuda_wheels: list[FrameworkInfo], system: str
+    nvidia: NvidiaInfo, cuda_wheels: list[FrameworkInfo], system: str, wsl: bool = False
 ) -> list[Finding]:
     """A CUDA wheel newer than the driver (scenario 2), CuPy's wheel/driver mismatch (scenario 4)."""
     driver_major = nvidia.cuda_driver_major
@@ -244,9 +274,9 @@ def _rule_wheel_vs_driver(
             if major > driver_major:
                 severity: Severity = "error"
                 consequence = ", so CuPy cannot run."
-                fix = f"Install the CuPy wheel for your driver: {swap}; or update to {min_driver_text(major, system)}."
+                fix = f"Install the CuPy wheel for your driver: {swap}; or update to {min_driver_text(major, system, wsl)}."
                 if driver_major < 11:
-                    fix = f"Update to {min_driver_text(major, system)}."
+                    fix = f"Update to {min_driver_text(major, system, wsl)}."
             else:
                 severity = "info"
                 consequence = (
@@ -268,7 +298,7 @@ def _rule_wheel_vs_driver(
         elif fw.name != "cupy" and major > driver_major:
             alternative = ""
             if fw.name == "torch" and driver_major >= 12:
-                alternative = f"; or install a build for your driver: {_torch_cuda_install(driver_major, system)}"
+                alternative = f"; or install a build for your driver: {_torch_cuda_install(driver_major, system, wsl)}"
             findings.append(
                 Finding(
                     code=f"{fw.name}-driver-too-old",
@@ -278,14 +308,18 @@ def _rule_wheel_vs_driver(
                         f"{driver} supports only CUDA {nvidia.cuda_driver_version}, so "
                         f"{fw.display_name} cannot use the GPU."
                     ),
-                    fix=f"Update to {min_driver_text(major, system)} (CUDA {major}.x){alternative}.",
+                    fix=f"Update to {min_driver_text(major, system, wsl)} (CUDA {major}.x){alternative}.",
                 )
             )
     return findings
 
 
 def _rule_torch(
-    torch: FrameworkInfo | None, nvidia: NvidiaInfo, system: str, env: Mapping[str, str]
+    torch: FrameworkInfo | None,
+    nvidia: NvidiaInfo,
+    system: str,
+    env: Mapping[str, str],
+    wsl: bool = False,
 ) -> list[Finding]:
     if torch is None or not torch.usable:
         return []
@@ -299,7 +333,7 @@ def _rule_torch(
                     f"This machine has {_gpu_names(nvidia)}, but torch {torch.version} is a "
                     "CPU-only build, so it cannot use the GPU."
                 ),
-                fix=f"Install a CUDA build of torch: {_torch_cuda_install(nvidia.cuda_driver_major, system)}",
+                fix=f"Install a CUDA build of torch: {_torch_cuda_install(nvidia.cuda_driver_major, system, wsl)}",
             )
         )
     driver_major = nvidia.cuda_driver_major
@@ -522,9 +556,9 @@ def diagnose(
     cuda_wheels = [fw for fw in frameworks if fw.usable and fw.built_with_cuda and fw.cuda_major]
     findings = [
         *_rule_broken(frameworks),
-        *_rule_driver(nvidia, cuda_wheels, system, env),
-        *_rule_wheel_vs_driver(nvidia, cuda_wheels, system),
-        *_rule_torch(by_name.get("torch"), nvidia, system, env),
+        *_rule_driver(nvidia, cuda_wheels, system, env, wsl),
+        *_rule_wheel_vs_driver(nvidia, cuda_wheels, system, wsl),
+        *_rule_torch(by_name.get("torch"), nvidia, system, env, wsl),
         *_rule_tensorflow(by_name.get("tensorflow"), by_name.get("torch"), nvidia, system, env),
         *_rule_cupy_wheels(by_name.get("cupy"), nvidia),
         *_rule_cupy_toolkit(by_name.get("cupy"), nvidia, cuda_toolkit),

@@ -39,6 +39,13 @@ GPU_MATMUL_N = 2048
 NAIVE_REPS = 20
 
 
+#: Below this synchronized/naive ratio the GPU time per call is well under the
+#: host's launch time per call: the GPU idles between launches ("In some cases
+#: the GPU execution time is lower than the launch time itself", HTA's
+#: cuda_kernel_launch_stats documentation). Between it and 2 the two are close.
+LAUNCH_BOUND_RATIO = 0.5
+
+
 @dataclass(frozen=True)
 class NaiveVsSynced(JsonRecord):
     """The same work timed with a naive host clock and with :func:`labkit.bench`."""
@@ -76,13 +83,22 @@ class NaiveVsSynced(JsonRecord):
         if not self.on_gpu:
             return (
                 "On the CPU both clocks time the work: CPU work is synchronous, so each call has "
-                "finished when it returns. Any gap between them is noise between two measurements "
-                "made at different moments (a mean of the naive calls, a median after warm-up)."
+                "finished when it returns. Any gap between them comes from measuring "
+                f"differently (a mean of {self.naive_reps} calls after one untimed call, which "
+                "slow calls pull up, against a median after warm-up) and from noise between two "
+                "measurements made at different moments."
             )
         if self.ratio >= 2:
             return (
                 "The naive clock stopped when the work was queued, not when the GPU finished "
                 "it: GPU calls are asynchronous. Synchronize before reading a clock "
+                "(labkit.bench does)."
+            )
+        if self.ratio < LAUNCH_BOUND_RATIO:
+            return (
+                "The GPU finishes each call faster than the host can launch it: the naive clock "
+                "measures the launch rate, and so does the program (it is launch-bound). Batch "
+                "more work per call (or use CUDA Graphs), and time with device events "
                 "(labkit.bench does)."
             )
         return (
