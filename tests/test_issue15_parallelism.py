@@ -13,7 +13,7 @@ import pytest
 
 from labkit import check
 from labkit.check import parallelism as check_parallelism
-from labkit.parallelism import amdahl, grain, plots, sweep
+from labkit.parallelism import amdahl, grain, plots, python_loops, sweep
 from labkit.parallelism import threads as threads_module
 from labkit.timing.bench import Timing
 
@@ -313,7 +313,7 @@ def test_size_sweep_marks_noisy_rows_and_says_one_median_per_point() -> None:
 
 def test_python_add_builds_a_new_list_each_call() -> None:
     a, b = [1.0, 2.0], [3.0, 4.0]
-    first, second = sweep._py_add(a, b), sweep._py_add(a, b)
+    first, second = python_loops.add(a, b), python_loops.add(a, b)
     assert first == second == [4.0, 6.0] and first is not second
 
 

@@ -105,7 +105,7 @@ def test_amd_family() -> None:
 def test_cores_follow_the_profile(monkeypatch: pytest.MonkeyPatch) -> None:
     info = fake_cpu("x", AVX2, cores=64)
     monkeypatch.setattr(peak_module, "allowed_cpus", lambda: set(range(128)))
-    monkeypatch.setattr(peak_module, "_distinct_physical_cores", lambda cpus: None)
+    monkeypatch.setattr(peak_module, "distinct_physical_cores", lambda cpus: None)
     monkeypatch.setattr(peak_module, "_torch_threads", lambda: None)
     monkeypatch.delenv("LABKIT_PROFILE", raising=False)
     assert peak_module.usable_cores(info)[0] == 64  # physical, not hyper-threads
@@ -305,8 +305,8 @@ def test_hyper_thread_siblings_count_once(tmp_path, monkeypatch: pytest.MonkeyPa
         topology.mkdir(parents=True)
         (topology / "physical_package_id").write_text("0\n")
         (topology / "core_id").write_text(f"{core}\n")
-    assert peak_module._distinct_physical_cores({0, 1}, tmp_path) == 1
-    assert peak_module._distinct_physical_cores({0, 1, 2, 3}, tmp_path) == 2
+    assert peak_module.distinct_physical_cores({0, 1}, tmp_path) == 1
+    assert peak_module.distinct_physical_cores({0, 1, 2, 3}, tmp_path) == 2
     monkeypatch.setattr(peak_module, "_SYS_CPU", tmp_path)
     monkeypatch.setattr(peak_module, "allowed_cpus", lambda: {0, 1})
     monkeypatch.setattr(peak_module, "_torch_threads", lambda: None)
@@ -317,7 +317,7 @@ def test_hyper_thread_siblings_count_once(tmp_path, monkeypatch: pytest.MonkeyPa
 
 def test_torch_threads_cap_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(peak_module, "allowed_cpus", lambda: set(range(8)))
-    monkeypatch.setattr(peak_module, "_distinct_physical_cores", lambda cpus: 8)
+    monkeypatch.setattr(peak_module, "distinct_physical_cores", lambda cpus: 8)
     monkeypatch.setattr(peak_module, "_torch_threads", lambda: 3)
     monkeypatch.delenv("LABKIT_PROFILE", raising=False)
     assert peak_module.usable_cores(fake_cpu("x", AVX2, cores=8)) == (

@@ -23,6 +23,7 @@ from labkit.core import units as rates
 from labkit.parallelism import (
     crossover,
     plots,  # noqa: E402
+    python_loops,
     threads,
 )
 from labkit.parallelism import sweep as parallel
@@ -128,7 +129,7 @@ def test_sweep_restores_threads_when_timing_raises(monkeypatch: pytest.MonkeyPat
 
 
 def test_sweep_refuses_a_wrong_result(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(parallel, "_py_add", lambda a, b: [0.0 for _ in a])
+    monkeypatch.setattr(python_loops, "add", lambda a, b: [0.0 for _ in a])
     with pytest.raises(RuntimeError, match="wrong add"):
         parallel.sweep_add([8], ["python"], **TINY)
 

@@ -161,3 +161,53 @@ def test_split_line_says_net_effect_with_both_signs() -> None:
     assert "fork and join of the pool minus the time the other threads save" in text
     assert "negative: it paid off" in text and "-4.00 µs" in text
     assert "The cost of splitting" not in text
+
+
+# --- fourth review (R4-01) ---
+
+
+def _fake_topology(root: Path, cores: dict[int, str]) -> None:
+    """CPUs with a (package 0, core_id) each: two CPUs with one core_id are hyper-thread siblings."""
+    for n, core in cores.items():
+        folder = root / f"cpu{n}" / "topology"
+        folder.mkdir(parents=True)
+        (folder / "physical_package_id").write_text("0\n")
+        (folder / "core_id").write_text(core + "\n")
+
+
+def test_cpu_threads_counts_hyper_thread_siblings_of_the_affinity_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from labkit.machine import peak
+    from labkit.parallelism import threads
+
+    _fake_topology(tmp_path, {0: "0", 1: "0", 2: "1", 3: "1"})
+    monkeypatch.setattr(threads._profile, "active", lambda: None)
+    monkeypatch.setattr(peak, "_SYS_CPU", tmp_path)
+    monkeypatch.setattr(cpu, "allowed_cpus", lambda: {0, 1, 2, 3})
+    assert threads.cpu_threads() == 2  # 4 logical CPUs on 2 cores
+
+
+def test_cpu_threads_without_sysfs_topology_falls_back_to_the_affinity(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from labkit.machine import peak
+    from labkit.parallelism import threads
+
+    monkeypatch.setattr(threads._profile, "active", lambda: None)
+    monkeypatch.setattr(peak, "_SYS_CPU", tmp_path)  # empty: no topology files
+    monkeypatch.setattr(cpu, "allowed_cpus", lambda: {0})
+    assert threads.cpu_threads() == 1
+
+
+def test_proc_clock_caveat_names_its_kernel_source_not_a_guess_about_vms() -> None:
+    from labkit.machine.peak import clock_caveat
+
+    text = clock_caveat('/proc/cpuinfo "cpu MHz" (...)')
+    assert "APERF/MPERF" in text and "proc.c" in text and "exceed" in text
+    assert "most VMs" not in text
+
+
+def test_sweep_add_and_matmul_docstrings_say_gpu_times_are_compute_only() -> None:
+    for function in (sweep.sweep_add, sweep.sweep_matmul):
+        assert "compute only" in (function.__doc__ or "")

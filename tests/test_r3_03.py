@@ -111,8 +111,55 @@ def test_vm_note_only_in_a_vm_and_only_for_counted_cores(monkeypatch: pytest.Mon
 
 def test_cores_source_does_not_claim_physical_cores(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(peak_module, "allowed_cpus", lambda: {0, 1})
-    monkeypatch.setattr(peak_module, "_distinct_physical_cores", lambda cpus: 2)
+    monkeypatch.setattr(peak_module, "distinct_physical_cores", lambda cpus: 2)
     monkeypatch.setattr(peak_module, "_torch_threads", lambda: None)
     monkeypatch.delenv("LABKIT_PROFILE", raising=False)
     cores, source = peak_module.usable_cores(fake_cpu("x", ("AVX2",)))
     assert cores == 2 and source.startswith("distinct cores the OS shows")
+
+
+# Fourth review (U2): the 1.5× reuse margin is a heuristic, and the printed sentences say so.
+def test_reuse_sentences_call_the_margin_a_heuristic() -> None:
+    from labkit.roofline import model as m
+
+    assert "heuristic margin" in m.REUSED and "not a proven bound" in m.REUSED
+    assert "most likely reused" in m.REUSED
+    assert "heuristic margin" in m.REUSE_UNCLEAR
+    assert "4/3" not in m.REUSED + m.REUSE_UNCLEAR + m.NOT_REUSED
+
+
+def test_reuse_bands_with_the_heuristic_margin() -> None:
+    from labkit.roofline import model as m
+
+    roof = Roofline("cpu", {"float32": 200.0}, 20.0, {"float32": 200.0})
+    op = matmul_cost(8, 16384, 8192)
+    limit = m.separate_gemv_gflop_per_s(roof, op)
+
+    class At:
+        def __init__(self, rate: float) -> None:
+            self.op, self.gflop_per_s = op, rate
+
+    assert m.weight_reuse(roof, At(m.REUSE_MARGIN * limit * 1.01)) == m.REUSED
+    assert m.weight_reuse(roof, At(m.REUSE_MARGIN * limit * 0.99)) == m.REUSE_UNCLEAR
+    assert m.weight_reuse(roof, At(limit * 1.01)) == m.REUSE_UNCLEAR
+    assert m.weight_reuse(roof, At(limit)) == m.NOT_REUSED
+
+
+def test_r4_reuse_mask_matches_exactly_the_new_sentences() -> None:
+    from labkit.roofline import model as m
+
+    text = SANITIZE.read_text()
+    section = text.split("[nb03-r4-reuse]", 1)[1]
+    regex = re.search(r"^regex: (.*)$", section, re.M)
+    assert regex is not None
+    pattern = re.compile(regex.group(1))
+    assert pattern.fullmatch(m.REUSED) and pattern.fullmatch(m.REUSE_UNCLEAR)
+    assert not pattern.search(m.NOT_REUSED)
+    assert text.rstrip().split("\n[")[-1].startswith("table-padding]")
+
+
+def test_every_reuse_sentence_is_masked_to_the_same_text() -> None:
+    from labkit.roofline import model as m
+
+    masked = {_sanitize(f"m=8: {t}\n") for t in (m.REUSED, m.NOT_REUSED, m.REUSE_UNCLEAR)}
+    assert len(masked) == 1, masked

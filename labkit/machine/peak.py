@@ -15,9 +15,10 @@ says so in :attr:`CpuPeak.assumptions` rather than hiding it:
 
   - AMD Zen 1/Zen+ (family 23, model < 0x30): AVX2 on two 128-bit FMA pipes,
     one 256-bit FMA per cycle (1 unit of 8 lanes). Zen 2/Zen 3: 2 × 256-bit.
-  - AMD Zen 4 (family 25 with AVX-512): a 512-bit FMA runs as two halves on
-    the two 256-bit pipes, one 512-bit FMA per cycle (numberworld.org's
-    Zen 4/Zen 5 AVX-512 teardown).
+  - AMD Zen 4 (family 25 with AVX-512): 256-bit FMA hardware, a throughput
+    of one 512-bit FMA per cycle (numberworld.org's Zen 4/Zen 5 AVX-512
+    teardown; write-ups differ on how the 256-bit units split the work, so
+    only the throughput is stated).
   - AMD Zen 5 (family 26): two full 512-bit pipes on desktop and server
     parts (Ryzen 9000 "Granite Ridge", EPYC "Turin"); mobile Zen 5 ("Ryzen
     AI", Strix Point, family 26 model 0x20) has reduced vector pipelines
@@ -35,8 +36,10 @@ says so in :attr:`CpuPeak.assumptions` rather than hiding it:
   maximum the kernel knows: with intel_pstate/amd-pstate, the single-core
   *boost* clock, so the peak is then an upper bound for all-core and
   AVX-512 work) where it exists, else the "cpu MHz" line of
-  ``/proc/cpuinfo`` (the current clock; in a VM often the nominal one, below
-  the boost clock, so a measured rate can exceed the "peak"). The printed
+  ``/proc/cpuinfo`` (a measured current clock where the kernel reads the
+  APERF/MPERF counters, else the cpufreq or nominal TSC clock, as in a VM
+  that hides those counters: then below the boost clock, so a measured rate
+  can exceed the "peak"). The printed
   assumption says which of the two applies.
 - **bfloat16.** AVX512_BF16 taken as twice the FP32 rate (VDPBF16PS does two
   multiply-adds per FP32 lane) and AMX-BF16 as 1024 FLOP/cycle per core;
@@ -228,7 +231,7 @@ def _amd_fma(
         return (
             1,
             lanes,
-            ("Zen 4: a 512-bit FMA runs as two halves on two 256-bit pipes, one per cycle",),
+            ("Zen 4: 256-bit FMA hardware, a throughput of one 512-bit FMA per cycle",),
         )
     return (
         1,
@@ -291,8 +294,10 @@ def clock_caveat(clock_source: str) -> str:
         )
     if clock_source.startswith("/proc"):
         return (
-            "the clock is /proc/cpuinfo's: the measured current clock where the kernel can "
-            "read the CPU's counters, the nominal clock in most VMs; boost clocks can be higher "
+            'the clock is /proc/cpuinfo\'s "cpu MHz": by kernel version and by what the CPU '
+            "or hypervisor exposes, a recent clock measured from the APERF/MPERF counters, "
+            "the cpufreq driver's current clock, or the nominal (TSC) clock "
+            "(Linux arch/x86/kernel/cpu/proc.c); boost clocks can be higher "
             "(then a measured rate can exceed this peak), AVX-512 clocks on Intel lower"
         )
     return "the clock was given or guessed, not read from the hardware: the peak scales with it"
@@ -318,7 +323,7 @@ def usable_cores(info: CpuInfo) -> tuple[int, str]:
     affinity = allowed_cpus()
     allowed = len(affinity) if affinity is not None else info.logical_cores or 1
     physical = info.physical_cores or allowed
-    distinct = _distinct_physical_cores(affinity) if affinity is not None else None
+    distinct = distinct_physical_cores(affinity) if affinity is not None else None
     cores = max(1, min(allowed, physical) if distinct is None else min(distinct, physical))
     source = "distinct cores the OS shows this process (hyper-thread siblings count once)"
     if distinct is not None and distinct < allowed:
@@ -334,7 +339,7 @@ def usable_cores(info: CpuInfo) -> tuple[int, str]:
     return cores, source
 
 
-def _distinct_physical_cores(cpus: set[int], root: Path | None = None) -> int | None:
+def distinct_physical_cores(cpus: set[int], root: Path | None = None) -> int | None:
     """How many distinct (package, core) pairs ``cpus`` cover (Linux sysfs; else None).
 
     Two hyper-thread siblings of one core share its FMA units, so they count once.

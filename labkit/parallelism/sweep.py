@@ -29,6 +29,7 @@ from labkit.core.optional import import_optional
 from labkit.core.units import format_gflop_per_s, format_rate, round3
 from labkit.core.validate import check_choice, check_ms, check_positive_int, check_sizes
 from labkit.machine import memory as _memory
+from labkit.parallelism import python_loops
 from labkit.parallelism.crossover import crossover_size
 from labkit.parallelism.threads import cpu_threads, numpy_blas_threads, torch_threads
 from labkit.timing.bench import Timing, bench
@@ -237,7 +238,11 @@ def sweep_add(
     python_max_call_ms: float = 1000.0,
     show_progress: bool | None = None,
 ) -> SizeSweep:
-    """Time ``c = a + b`` on n-element vectors at each n on each backend; see :func:`sweep`."""
+    """Time ``c = a + b`` on n-element vectors at each n on each backend; see :func:`sweep`.
+
+    GPU times are compute only: the data already lives on the GPU, so a
+    host-to-device copy is not in them (notebook 02 measures what it costs).
+    """
     return sweep(
         "add",
         sizes,
@@ -262,7 +267,11 @@ def sweep_matmul(
     python_max_call_ms: float = 1000.0,
     show_progress: bool | None = None,
 ) -> SizeSweep:
-    """Time ``C = A @ B`` for n×n matrices at each n on each backend; see :func:`sweep`."""
+    """Time ``C = A @ B`` for n×n matrices at each n on each backend; see :func:`sweep`.
+
+    GPU times are compute only: the data already lives on the GPU, so a
+    host-to-device copy is not in them (notebook 02 measures what it costs).
+    """
     return sweep(
         "matmul",
         sizes,
@@ -562,7 +571,11 @@ def _make_case(op: str, key: str, size: int, dtype: str) -> _Case:
 
     if key == "python":
         a_py, b_py = a_np.tolist(), b_np.tolist()
-        fn = (lambda: _py_add(a_py, b_py)) if op == "add" else (lambda: _py_matmul(a_py, b_py))
+        fn = (
+            (lambda: python_loops.add(a_py, b_py))
+            if op == "add"
+            else (lambda: python_loops.matmul(a_py, b_py))
+        )
         return _Case(fn, checker(fn), "cpu")
     if key == "numpy":
         c_np = np.empty_like(a_np)
@@ -583,12 +596,3 @@ def _make_case(op: str, key: str, size: int, dtype: str) -> _Case:
         return torch_op(a, b, out=c)
 
     return _Case(torch_fn, checker(lambda: (torch_fn(), c.cpu().numpy())[1]), device)
-
-
-def _py_add(a: list[float], b: list[float]) -> list[float]:
-    return [x + y for x, y in zip(a, b, strict=True)]
-
-
-def _py_matmul(a: list[list[float]], b: list[list[float]]) -> list[list[float]]:
-    columns = list(zip(*b, strict=True))
-    return [[sum(x * y for x, y in zip(row, col, strict=True)) for col in columns] for row in a]

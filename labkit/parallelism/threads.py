@@ -16,14 +16,20 @@ def cpu_threads() -> int:
 
     torch starts with one thread per physical core; hyper-threads share a
     core's arithmetic units, so they add little to a matmul. In a container,
-    the CPUs the process is allowed on (its affinity) can be fewer still.
-    Under a profile (:mod:`labkit.machine.profile`) it is the profile's thread count,
-    so the thread counts a notebook compares are the same on every machine.
+    the CPUs the process is allowed on (its affinity) can be fewer still, and
+    two of them can be hyper-thread siblings of one core: where Linux sysfs
+    shows the topology, the affinity counts as its distinct (package, core)
+    pairs, as :func:`labkit.machine.peak.usable_cores` counts them. Elsewhere
+    it is the smaller of the affinity's CPU count and the machine's physical
+    cores. Under a profile (:mod:`labkit.machine.profile`) it is the profile's
+    thread count, so the thread counts a notebook compares are the same on
+    every machine.
     """
     profile = _profile.active()
     if profile is not None:
         return profile.threads
     from labkit.machine.cpu import allowed_cpus
+    from labkit.machine.peak import distinct_physical_cores
 
     affinity = allowed_cpus()
     allowed = len(affinity) if affinity is not None else os.cpu_count() or 1
@@ -33,6 +39,9 @@ def cpu_threads() -> int:
         physical = psutil.cpu_count(logical=False)
     except ImportError:
         physical = None
+    distinct = distinct_physical_cores(affinity) if affinity is not None else None
+    if distinct is not None:
+        allowed = min(allowed, distinct)
     return max(1, min(allowed, physical or allowed))
 
 
