@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from labkit import bandwidth, check
-from labkit.bandwidth import pipeline, references, strided
+from labkit.bandwidth import layout, pipeline, references, strided
 from labkit.bandwidth.stream import BandwidthResult
 from labkit.timing.bench import Timing
 
@@ -87,7 +87,7 @@ def test_strided_read_measures_an_in_cache_baseline_per_stride() -> None:
 
 
 def test_layout_costs_runs_and_names_what_it_compares() -> None:
-    costs = strided.layout_costs(64, rounds=2, rep_ms=1.0)
+    costs = layout.layout_costs(64, rounds=2, rep_ms=1.0)
     text = str(costs)
     assert "x.t().contiguous()" in text and "a @ b.t()" in text
 
@@ -214,8 +214,8 @@ def test_layout_costs_flag_a_transposed_copy_faster_than_a_plain_one() -> None:
             return "(table)"
 
     def costs(copy: float, transposed: float, mm: float, mmt: float) -> str:
-        ms = {strided.COPY: copy, strided.TRANSPOSED: transposed, "a @ b": mm, "a @ b.t()": mmt}
-        return str(strided.LayoutCosts(side=4, timings=Timings(ms)))
+        ms = {layout.COPY: copy, layout.TRANSPOSED: transposed, "a @ b": mm, "a @ b.t()": mmt}
+        return str(layout.LayoutCosts(side=4, timings=Timings(ms)))
 
     assert "this run was disturbed: the transposed copy" in costs(8.0, 0.8, 40.0, 40.0)
     text = costs(1.0, 1.5, 40.0, 40.0)

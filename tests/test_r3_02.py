@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from labkit import bandwidth
-from labkit.bandwidth import pipeline, references, strided
+from labkit.bandwidth import layout, pipeline, references, strided
 from labkit.machine import cache_line
 from labkit.timing.bench import Timing
 
@@ -164,8 +164,8 @@ def test_the_matmul_band_is_two_sided() -> None:
             return "(table)"
 
     def costs(mmt: float) -> str:
-        ms = {strided.COPY: 1.0, strided.TRANSPOSED: 1.5, "a @ b": 40.0, "a @ b.t()": mmt}
-        return str(strided.LayoutCosts(side=4, timings=Timings(ms))).splitlines()[-1]
+        ms = {layout.COPY: 1.0, layout.TRANSPOSED: 1.5, "a @ b": 40.0, "a @ b.t()": mmt}
+        return str(layout.LayoutCosts(side=4, timings=Timings(ms))).splitlines()[-1]
 
     assert "about the same" in costs(40.0) and "about the same" in costs(36.0)  # 0.90×
     assert costs(20.0).endswith("faster here.")  # 0.5× is not "about the same"
@@ -232,3 +232,61 @@ def test_the_flush_verdict_is_withheld_on_a_disturbed_run() -> None:
     slow = _breakdown("cpu", copy_ms=10.0, per_round=(1.5,))  # 3.4 GB/s
     assert bandwidth.flush_reading(slow, flushed, 40.0).startswith("The flush's effect cannot")
     assert math.isfinite(flushed.copy_gb_per_s)
+
+
+# --------------------------------------------------------------------------- fourth review
+
+
+def test_pair_verdict_names_the_page_cost_as_a_second_explanation() -> None:
+    # R4-02-U1: a slowdown near the pair model does not prove pair fetching
+    text = _strided_fourth({1: 1.0, 2: 2.0, 64: 34.0}).verdicts()
+    assert "closer to lines fetched in 128-byte pairs (32.00×)" in text
+    assert "the pages are another" in text and "does not separate the two" in text
+    single = _strided_fourth({1: 1.0, 2: 2.0, 64: 17.0}).verdicts()
+    assert "closer to single 64-byte lines" in single and "pages are another" not in single
+
+
+def _strided_fourth(slowdowns: dict[int, float]) -> strided.StridedResult:
+    rows = tuple(
+        strided.StridedRow(
+            stride=s,
+            n_elements=100,
+            useful_bytes=400,
+            span_bytes=400 * s,
+            timing=_timing(0.01 * slowdowns[s]),
+            slowdown=slowdowns[s],
+            in_cache=_timing(0.1 * s * 100 / 1e6),
+            in_cache_elements=100,
+        )
+        for s in slowdowns
+    )
+    return strided.StridedResult(rows, "cpu", "float32", 4, 64, True)
+
+
+def test_compile_stream_tries_the_no_memcpy_flag_first_and_drops_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # R4-02-U4: the copy loop is built so that GCC cannot turn it into memcpy
+    from labkit.bandwidth import cstream
+
+    seen: list[list[str]] = []
+
+    def fake_run(cmd: list[str], **_: object) -> SimpleNamespace:
+        seen.append(cmd)
+        ok = cstream.NO_LOOP_TO_MEMCPY not in cmd
+        if ok:
+            Path(cmd[-1]).write_text("", encoding="utf-8")
+        return SimpleNamespace(returncode=0 if ok else 1, stderr="unknown flag", stdout="")
+
+    monkeypatch.setattr(cstream.subprocess, "run", fake_run)
+    _, flags = cstream.compile_stream(tmp_path, "cc")
+    assert seen[0][1:4] == list(cstream.FLAG_SETS[0])
+    assert cstream.NO_LOOP_TO_MEMCPY in seen[0]
+    assert flags == cstream.FLAG_SETS[0]
+
+
+def test_sweep_plot_marks_per_thread_caches_as_an_upper_bound() -> None:
+    # R4-02-U3: threads × one core's L1d/L2 is right only with one physical core per thread
+    from labkit.bandwidth import plots
+
+    assert "≤ {copies}" in Path(plots.__file__).read_text(encoding="utf-8")

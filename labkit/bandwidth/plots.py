@@ -20,8 +20,12 @@ def plot_stream_sweep(result: StreamSweep, ax: Any = None) -> Any:
     A dotted line marks the array size at which add's and triad's three
     arrays fill a cache: the cache's size / 3. L1d and L2 are private to a
     core on most CPUs, so for a run on several threads the line uses their
-    total over the threads (2 threads: twice one core's); where cores share
-    an L2 (some Intel E-core and Apple clusters) that overstates it. The
+    total over the threads (2 threads: twice one core's), an upper bound
+    (hence the "≤"): right when each thread has a physical core of its own,
+    an overstatement where threads are SMT siblings of one core (common on
+    small cloud VMs, whose guest view need not show it) or where cores share
+    an L2 (some Intel E-core and Apple clusters). The L3 line is one L3
+    instance, as the CPU reports it. The
     shaded region is measured (:meth:`StreamSweep.overhead_bytes_per_array`):
     there the sweep's fastest call is at least a fifth of every call, so a
     fixed per-call cost is a large part and the sweep cannot show what L1 or
@@ -53,7 +57,7 @@ def plot_stream_sweep(result: StreamSweep, ax: Any = None) -> Any:
         where = total / arrays
         if low <= where <= high:
             ax.axvline(where, color="0.4", ls=":", lw=1)
-            label = f"{copies} × {format_bytes(size)}" if copies > 1 else format_bytes(size)
+            label = f"≤ {copies} × {format_bytes(size)}" if copies > 1 else format_bytes(size)
             ax.annotate(
                 f"{name}: {label}\n÷ {arrays} arrays",
                 (where, 0.98),
