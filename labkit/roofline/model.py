@@ -365,22 +365,26 @@ class Roofline:
         return "\n".join(lines)
 
 
-#: How far above the separate-GEMV limit a batched rate must be to show weight reuse:
-#: the 4/3 a read-only stream can beat the triad by, and some noise (see weight_reuse).
+#: How far above the separate-GEMV limit a batched rate must be before weight_reuse calls
+#: the weight reused. A heuristic margin, not a proven bound: it is meant to cover a
+#: read-only stream outrunning the triad (about 4/3 from write-allocate accounting alone,
+#: more where memory serves pure reads faster than mixed traffic) and a median memory roof
+#: that load lowers; nothing measured here bounds either (see weight_reuse).
 REUSE_MARGIN = 1.5
 
 #: The three sentences :func:`weight_reuse` prints (notebooks mask exactly these).
 REUSED = (
-    "faster than separate matrix-vector passes could run at the memory roof (over 1.5× their "
-    "limit): the weight was reused across the rows"
+    "faster than separate matrix-vector passes could run at the memory roof by more than 1.5× "
+    "(a heuristic margin for a read-only weight stream outrunning the triad roof and a memory "
+    "roof that load lowers, not a proven bound): the weight was most likely reused across the rows"
 )
 NOT_REUSED = (
     "no faster than separate matrix-vector passes could run at the memory roof: no sign "
     "that the weight was reused"
 )
 REUSE_UNCLEAR = (
-    "within 1.5× of what separate matrix-vector passes could reach at the memory roof: "
-    "this run cannot tell whether the weight was reused"
+    "within 1.5× (a heuristic margin) of what separate matrix-vector passes could reach at the "
+    "memory roof: this run cannot tell whether the weight was reused"
 )
 
 
@@ -393,10 +397,13 @@ def separate_gemv_gflop_per_s(roofline: Roofline, op: OpCost) -> float:
     STREAM's way (3 arrays), while on a write-allocate cache the triad also
     reads each line it writes (McCalpin, STREAM "Philosophy and
     Justification", cs.virginia.edu/~mccalpin/papers/bandwidth/node3.html),
-    so a read-only stream like a GEMV's weight can beat it by up to about
-    4/3 with no reuse at all; and the roof is a median, which load lowers.
-    :func:`weight_reuse` therefore asks for :data:`REUSE_MARGIN` times this
-    limit before it says the weight was read fewer than m times.
+    so a read-only stream like a GEMV's weight can beat it with no reuse at
+    all: by about 4/3 from that accounting alone, and by more where the
+    memory serves pure reads faster than mixed read/write traffic (nothing
+    cited or measured here bounds that); and the roof is a median, which
+    load lowers. :func:`weight_reuse` therefore asks for :data:`REUSE_MARGIN`
+    times this limit, a heuristic margin rather than a proven bound, before
+    it says the weight was most likely read fewer than m times.
     """
     if op.kind != "matmul":
         raise ValueError(f"separate GEMVs only make sense for a matmul, got a {op.kind}")
@@ -410,13 +417,15 @@ def weight_reuse(roofline: Roofline, measured: Any) -> str:
 
     The share of the roof cannot say this: near the ridge the roofline's
     min() is most optimistic, so a kernel that does reuse the weight can
-    still reach a small share there. The rate can: m separate GEMVs beat
-    the memory roof at a GEMV's intensity only by the triad's unpaid
-    write-allocate traffic (up to about 4/3: a read-only stream against
-    the triad) and by noise (:func:`separate_gemv_gflop_per_s`). Beyond
-    :data:`REUSE_MARGIN` of it (4/3, and about 12% more for a median
-    memory roof that load lowers), the weight was reused;
-    one of :data:`REUSED`, :data:`NOT_REUSED`, :data:`REUSE_UNCLEAR`.
+    still reach a small share there. The rate can, heuristically: m
+    separate GEMVs beat the memory roof at a GEMV's intensity only as far
+    as a read-only stream outruns the triad (about 4/3 from the triad's
+    unpaid write-allocate traffic, more where pure reads run faster than
+    mixed traffic) and by noise (:func:`separate_gemv_gflop_per_s`).
+    Beyond :data:`REUSE_MARGIN` of it, a heuristic margin meant to cover
+    both, not a proven bound, the weight was most likely reused; a machine
+    whose reads run far ahead of its triad could cross it without reuse.
+    One of :data:`REUSED`, :data:`NOT_REUSED`, :data:`REUSE_UNCLEAR`.
     ``measured`` is a :class:`labkit.roofline.measure.OpMeasurement` (its
     ``op`` and ``gflop_per_s``).
     """

@@ -67,7 +67,7 @@ def plot_roofline(
             color=colors[dtype],
             lw=2,
         )
-    for j, (dtype, peak) in enumerate(roofline.peak_gflop_per_s.items()):
+    for dtype, peak in roofline.peak_gflop_per_s.items():
         ridge, color = ridges[dtype], colors[dtype]
         ax.plot(
             [ridge, x_hi],
@@ -82,7 +82,10 @@ def plot_roofline(
             (ridge, peak),
             color=color,
             textcoords="offset points",
-            xytext=(4, -12 - 9 * j),  # stacked: ridges of several dtypes are often close
+            # up and to the left of the knee: the region above the memory roof
+            # holds no points and no other roof, and each dtype's knee has its own height
+            xytext=(-4, 5),
+            ha="right",
             fontsize="x-small",
         )
         if dtype in theory:
