@@ -138,17 +138,25 @@ def test_plot_pipeline_draws_shares_and_the_timed_together_tick() -> None:
 
 def test_format_references_gives_a_wide_band_verdict() -> None:
     def row(gb: float) -> SimpleNamespace:
-        return SimpleNamespace(gb_per_s=gb, implementation="C loop (cc -O3)", kernel="copy")
+        return SimpleNamespace(
+            gb_per_s=gb,
+            implementation="C loop (cc -O3)",
+            kernel="copy",
+            bytes_per_array=2**29,
+            dtype="float64",
+        )
 
     cpu = SimpleNamespace(
         labkit={"copy": row(20.0), "triad": row(10.0)},
         references={"copy": (row(21.0),), "triad": (row(21.0),)},
         informational=(),
         c_reference=SimpleNamespace(status="ok", note=""),
+        notes=(),
         ratio=lambda k: {"copy": 20 / 21, "triad": 10 / 21}[k],
         best_reference=lambda k: row(21.0),
     )
     text = references.format_references(cpu)
+    assert text.startswith("every row on arrays of 512 MiB (float64)")  # round-5 review, P1
     assert "copy: labkit / best reference (C loop) = 0.95×, within 10%" in text
     assert "triad: labkit / best reference (C loop) = 0.48×, well below" in text
     cpu.ratio = lambda k: {"copy": 0.8, "triad": 1.0}[k]

@@ -25,7 +25,7 @@ def test_plot_samples_labels_units_and_device() -> None:
     ax = timing_plots.plot_samples(_timing())
     try:
         assert ax.get_ylabel() == "time per call (ms)"
-        assert "call number" in ax.get_xlabel()
+        assert "sample number" in ax.get_xlabel()
         assert ax.get_title().startswith("op: every sample\non ")
         assert ax.get_yscale() == "log"
         low, high = ax.get_ylim()

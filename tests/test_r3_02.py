@@ -27,13 +27,16 @@ def _timing(*samples: float, device: str = "cpu") -> Timing:
 
 def _cpu(ratio: float) -> SimpleNamespace:
     def row(gb: float, name: str = "C loop c[i] = a[i] (cc -O3 -march=native -fopenmp)"):
-        return SimpleNamespace(gb_per_s=gb, implementation=name, kernel="copy")
+        return SimpleNamespace(
+            gb_per_s=gb, implementation=name, kernel="copy", bytes_per_array=2**29, dtype="float64"
+        )
 
     return SimpleNamespace(
         labkit={"copy": row(20.0, "labkit"), "triad": row(20.0, "labkit")},
         references={"copy": (row(20.0),), "triad": (row(20.0),)},
         informational=(),
         c_reference=SimpleNamespace(status="ok", note=""),
+        notes=(),
         ratio=lambda k: ratio,
         best_reference=lambda k: row(20.0),
     )

@@ -107,10 +107,11 @@ class CpuBandwidth:
 
 
 def cpu_bytes_per_array(max_bytes: int | None = None, *, arrays: int = 3) -> tuple[int, list[str]]:
-    """DRAM-sized bytes per array, at most ``max_bytes``, shrunk so ``arrays`` of them fit."""
+    """Main-memory bytes per array (:func:`~labkit.bandwidth.sizes.main_memory_bytes_per_array`),
+    at most ``max_bytes``, shrunk so ``arrays`` of them fit."""
     check_positive_int("arrays", arrays)
     notes: list[str] = []
-    wanted = bw_sizes.dram_bytes_per_array("cpu")
+    wanted = bw_sizes.main_memory_bytes_per_array("cpu", arrays=arrays)
     if max_bytes is not None:
         wanted = min(wanted, check_int("max_bytes", max_bytes, minimum=4096))
     size = _memory.fit_bytes(wanted, device="cpu", arrays=arrays)
@@ -118,8 +119,7 @@ def cpu_bytes_per_array(max_bytes: int | None = None, *, arrays: int = 3) -> tup
     if size < 4096:
         _memory.require_fits(wanted, device="cpu", arrays=arrays, what="labkit bench bandwidth")
     if size < wanted:
-        caches = dict(bw_sizes.cache_sizes("cpu"))
-        last = max(caches.values()) if caches else None
+        last = bw_sizes.last_level_cache_bytes("cpu")
         times = f", still {size / last:.1f}× the last-level cache" if last else ""
         notes.append(
             f"measured {format_bytes(size)} per array instead of {format_bytes(wanted)}{times}: "
@@ -269,7 +269,9 @@ def reference_comparison(rounds: int = 4) -> CpuBandwidth:
 
 def format_references(cpu: CpuBandwidth) -> str:
     """One row per measurement, labkit / best reference per kernel, and a verdict per kernel."""
-    lines = []
+    size = cpu.labkit["copy"].bytes_per_array
+    lines = [f"every row on arrays of {format_bytes(size)} ({cpu.labkit['copy'].dtype})"]
+    lines += [f"  ({note})" for note in cpu.notes]
     kernels = ("copy", "triad")
     for kernel in kernels:
         rows = [("labkit (torch)", cpu.labkit[kernel])]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 from labkit.core.validate import check_int
+from labkit.machine import memory as _memory
+from labkit.machine import profile as _profile
 from labkit.machine.memory import (
     format_bytes,
 )
@@ -63,6 +65,44 @@ def dram_bytes_per_array(device: str = "cpu") -> int:
     return DRAM_BYTES_PER_ARRAY["cpu" if device == "cpu" else "cuda"]
 
 
+#: STREAM's rule: each array at least this many times all the last-level cache a run uses.
+STREAM_CACHE_MULTIPLE = 4
+
+
+def main_memory_bytes_per_array(
+    device: str = "cpu", *, arrays: int = 3, fraction: float = _memory.DEFAULT_FRACTION
+) -> int:
+    """Bytes per array for a single-size main-memory probe: at least 4× the last-level cache.
+
+    :func:`dram_bytes_per_array` (512 MiB on a CPU) meets STREAM's 4× rule
+    for last-level caches up to 128 MiB. Where this machine's is larger (an
+    8-CCD EPYC run on all its cores has 256 MiB of L3; a 3D V-Cache part
+    more), the size grows to the power of two that is at least 4× that cache,
+    as far as ``arrays`` such arrays fit ``fraction`` of the free memory: the
+    largest power of two that fits, never less than the fixed size (the
+    caller then shrinks that to the budget and warns, as before).
+
+    Under a reference profile (``LABKIT_PROFILE``, set by ``make notebooks``
+    and ``make test``) the fixed size is used, so a committed output says
+    the same on every machine that re-runs it; :func:`dram_cache_note` then
+    says how that size compares with the cache. The size *grid* of a sweep
+    stays fixed everywhere (:func:`default_sizes`).
+    """
+    device = resolve_device(device, kinds=CPU_OR_CUDA)
+    arrays = check_int("arrays", arrays, minimum=1)
+    fixed = dram_bytes_per_array(device)
+    if _profile.active() is not None:
+        return fixed
+    cache = last_level_cache_bytes(device)
+    if not cache or STREAM_CACHE_MULTIPLE * cache <= fixed:
+        return fixed
+    wanted = 1 << (STREAM_CACHE_MULTIPLE * cache - 1).bit_length()
+    budget = _memory.budget_bytes(device=device, fraction=fraction)
+    while wanted > fixed and wanted * arrays > budget:
+        wanted //= 2
+    return wanted
+
+
 def last_level_cache_bytes(device: str = "cpu") -> int | None:
     """The last-level cache a STREAM run on ``device`` can use (None: unknown).
 
@@ -83,13 +123,13 @@ def last_level_cache_bytes(device: str = "cpu") -> int | None:
 
 
 def dram_cache_ratio(device: str = "cpu", bytes_per_array: int | None = None) -> float | None:
-    """How many times an array (default :func:`dram_bytes_per_array`) exceeds the last-level cache.
+    """How many times an array (default :func:`main_memory_bytes_per_array`) exceeds the last-level cache.
 
     STREAM's rule is at least 4× all the last-level cache the run uses:
     below that, part of what is timed as main-memory bandwidth is cache
     bandwidth. None where the cache size is unknown.
     """
-    size = dram_bytes_per_array(device) if bytes_per_array is None else bytes_per_array
+    size = main_memory_bytes_per_array(device) if bytes_per_array is None else bytes_per_array
     cache = last_level_cache_bytes(device)
     return size / cache if cache else None
 
@@ -101,9 +141,12 @@ def dram_cache_note(device: str = "cpu", bytes_per_array: int | None = None) -> 
     this machine's; the rule and what breaking it means are always said, so
     the reader judges the number, and the text's shape does not depend on it.
     """
-    size = dram_bytes_per_array(device) if bytes_per_array is None else bytes_per_array
+    size = main_memory_bytes_per_array(device) if bytes_per_array is None else bytes_per_array
     cache = last_level_cache_bytes(device)
-    rule = "STREAM asks for at least 4×; below that, part of the traffic comes from cache"
+    rule = (
+        f"STREAM asks for at least {STREAM_CACHE_MULTIPLE}×; below that, part of the traffic "
+        "comes from cache"
+    )
     if not cache:
         return f"of unknown size against the last-level cache ({rule})"
     return f"{size / cache:.1f}× the {format_bytes(cache)} of last-level cache ({rule})"

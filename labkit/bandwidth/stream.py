@@ -50,7 +50,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from labkit.bandwidth.sizes import MIN_BYTES_PER_ARRAY, dram_bytes_per_array
+from labkit.bandwidth.sizes import MIN_BYTES_PER_ARRAY, main_memory_bytes_per_array
 from labkit.core.results import JsonRecord
 from labkit.core.units import format_duration, format_gb_per_s
 from labkit.core.validate import check_choice, check_choices, check_int, check_ms
@@ -349,7 +349,7 @@ def _single_size(
             size, device=device, fraction=fraction, arrays=arrays, what=what, name="bytes_per_array"
         )
         return size - size % ITEMSIZE_BYTES
-    wanted = dram_bytes_per_array(device)
+    wanted = main_memory_bytes_per_array(device, arrays=arrays, fraction=fraction)
     size = _memory.fit_bytes(wanted, device=device, fraction=fraction, arrays=arrays)
     size -= size % MIN_BYTES_PER_ARRAY
     if size < MIN_BYTES_PER_ARRAY:
@@ -389,7 +389,8 @@ def peak_bandwidth(
     It is what torch's one-pass kernels reach, with ordinary stores and STREAM
     byte counting; that is the roof the course's torch operations live under.
     With several ``kernels``, the one with the highest median is returned.
-    The default size (:func:`dram_bytes_per_array`) shrinks to fit the
+    The default size (:func:`~labkit.bandwidth.sizes.main_memory_bytes_per_array`:
+    at least 4× the last-level cache where that fits) shrinks to fit the
     memory budget with a warning; an explicit ``bytes_per_array`` that does
     not fit raises :class:`~labkit.machine.memory.MemoryBudgetError`.
     """

@@ -163,8 +163,12 @@ def _rule_driver(
                 code=f"{fw.name}-cuda-without-gpu",
                 severity="info",
                 message=(
-                    f"{_dist(fw)} {fw.version} is a CUDA {fw.cuda_major} build, but this machine "
-                    "has no NVIDIA GPU: "
+                    f"{_dist(fw)} {fw.version} is a CUDA {fw.cuda_major} build, but "
+                    + (
+                        "GPUs are hidden here (the reference profile plays a machine without one): "
+                        if nvidia.not_probed
+                        else "this machine has no NVIDIA GPU: "
+                    )
                     + (
                         "CuPy needs one, so its cells say what they would show instead; "
                         if fw.name == "cupy"

@@ -86,6 +86,8 @@ class NvidiaInfo(JsonRecord):
     smi_gpus: tuple[SmiGpu, ...]
     smi_error: str | None
     pci_gpus: tuple[PciGpu, ...]
+    #: Why nothing was probed (a profile that hides GPUs), or None where the probes ran.
+    not_probed: str | None = None
 
     json_extra = ("hardware_present",)
 
@@ -332,6 +334,7 @@ def nvidia_info() -> NvidiaInfo:
             smi_gpus=(),
             smi_error=hidden,
             pci_gpus=(),
+            not_probed=hidden,
         )
     try:
         lib = _probe_driver_library()

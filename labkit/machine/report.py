@@ -367,7 +367,9 @@ def _cpu_rows(table: _Table, report: DeviceReport) -> None:
 
 def _nvidia_rows(table: _Table, nvidia: NvidiaInfo, system: str) -> None:
     table.section("NVIDIA driver")
-    if nvidia.library is None:
+    if nvidia.not_probed:
+        table.row("driver", nvidia.not_probed)
+    elif nvidia.library is None:
         table.row("driver", f"not found: {nvidia.library_error}")
     else:
         version = f"{nvidia.driver_version}, " if nvidia.driver_version else ""
@@ -401,6 +403,8 @@ def _nvidia_rows(table: _Table, nvidia: NvidiaInfo, system: str) -> None:
     if nvidia.pci_gpus:
         for pci in nvidia.pci_gpus:
             table.row("PCI", f"NVIDIA device {pci.device_id} at {pci.address}")
+    elif nvidia.not_probed:
+        table.row("PCI", nvidia.not_probed)
     elif system == "Linux" and not nvidia.devices:  # WSL2 GPUs are not on the PCI bus
         table.row("PCI", "no NVIDIA GPU on the PCI bus")
 

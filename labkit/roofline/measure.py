@@ -390,16 +390,14 @@ def measure_roofline(
 def dram_elements(dtype: str = "float32", device: str = "cpu") -> int:
     """Elements of ``dtype`` in one array that lives in main memory, not in a cache.
 
-    :func:`labkit.bandwidth.sizes.dram_bytes_per_array` (512 MiB on a CPU:
-    STREAM's 4× rule for last-level caches up to 128 MiB), in elements, so
-    an add or a sum sized with it streams from DRAM like the memory roof.
+    :func:`labkit.bandwidth.sizes.main_memory_bytes_per_array` (512 MiB on a
+    CPU, more where 4× the last-level cache is more and fits), in elements,
+    so an add or a sum sized with it streams from DRAM like the memory roof.
     """
-    from labkit.bandwidth.sizes import dram_bytes_per_array
+    from labkit.bandwidth.sizes import main_memory_bytes_per_array
 
-    return (
-        dram_bytes_per_array(device)
-        // DTYPE_BYTES[check_choice("dtype", dtype, tuple(DTYPE_BYTES))]
-    )
+    itemsize = DTYPE_BYTES[check_choice("dtype", dtype, tuple(DTYPE_BYTES))]
+    return main_memory_bytes_per_array(device) // itemsize
 
 
 # --------------------------------------------------------------------------- real operations
@@ -499,7 +497,14 @@ def measure_op(
 
 
 def _build(torch: Any, op: OpCost, dev: str) -> Any:
-    """The tensors of ``op`` on ``dev`` and a function that runs it once (output preallocated)."""
+    """The tensors of ``op`` on ``dev`` and a function that runs it once.
+
+    The add, sum and matmul write into an output allocated here, outside the
+    timed call. The convolution allocates its own in every call: torch has no
+    out= convolution kernel (``convolution.out`` is ``autogen`` in
+    native_functions.yaml: it computes into a new tensor and copies that into
+    ``out``, which would time an extra copy), so the plain call is timed.
+    """
     d = dict(op.dims)
     kind = _torch_dtype(torch, op.dtype)
     generator = torch.Generator(device=dev).manual_seed(0)
@@ -534,12 +539,8 @@ def _build(torch: Any, op: OpCost, dev: str) -> Any:
     )
     if shape != expected:  # the FLOP count would be wrong: refuse to report a rate
         raise RuntimeError(f"conv2d produced {shape}, but its OpCost assumes {expected}")
-    # The output is allocated here, outside the timed call, like every other op's:
-    # aten's convolution.out writes into it (functional.conv2d has no out=).
-    out = torch.empty(expected, dtype=kind, device=dev)
-    convolution = torch.ops.aten.convolution.out
-    pair = [stride, stride], [padding, padding]
-    return lambda: convolution(x, w, None, pair[0], pair[1], [1, 1], False, [0, 0], 1, out=out)
+    # No preallocated output: see the docstring (an autogen .out would add a copy).
+    return lambda: functional.conv2d(x, w, stride=stride, padding=padding)
 
 
 # --------------------------------------------------------------------------- placing ops

@@ -374,22 +374,30 @@ REUSE_MARGIN = 1.5
 
 #: The three sentences :func:`weight_reuse` prints (notebooks mask exactly these).
 REUSED = (
-    "faster than separate matrix-vector passes could run at the memory roof by more than 1.5× "
-    "(a heuristic margin for a read-only weight stream outrunning the triad roof and a memory "
-    "roof that load lowers, not a proven bound): the weight was most likely reused across the rows"
+    "faster by more than 1.5× than separate matrix-vector passes could run, reading the weight "
+    "at the fastest stream measured (a heuristic margin for noise and a memory roof that load "
+    "lowers, not a proven bound): the weight was most likely reused across the rows"
 )
 NOT_REUSED = (
-    "no faster than separate matrix-vector passes could run at the memory roof: no sign "
-    "that the weight was reused"
+    "no faster than separate matrix-vector passes could run, reading the weight at the fastest "
+    "stream measured: no sign that the weight was reused"
 )
 REUSE_UNCLEAR = (
-    "within 1.5× (a heuristic margin) of what separate matrix-vector passes could reach at the "
-    "memory roof: this run cannot tell whether the weight was reused"
+    "within 1.5× (a heuristic margin) of what separate matrix-vector passes could reach, "
+    "reading the weight at the fastest stream measured: this run cannot tell whether the "
+    "weight was reused"
 )
 
 
-def separate_gemv_gflop_per_s(roofline: Roofline, op: OpCost) -> float:
+def separate_gemv_gflop_per_s(
+    roofline: Roofline, op: OpCost, *, read_gb_per_s: float | None = None
+) -> float:
     """The fastest rate a matmul of ``op``'s shape could reach as m separate GEMVs.
+
+    ``read_gb_per_s``: a read-only stream measured on the same run (notebook 03
+    passes its DRAM-sized sum). Where it is faster than the memory roof, the
+    limit uses it: the passes could read the weight that fast, so the margin
+    then only has to cover noise, not the read-only stream outrunning the triad.
 
     Each of the m passes reads the whole k×n weight again, so together they
     run at about a GEMV's intensity times the memory roof, whatever m is.
@@ -409,10 +417,14 @@ def separate_gemv_gflop_per_s(roofline: Roofline, op: OpCost) -> float:
         raise ValueError(f"separate GEMVs only make sense for a matmul, got a {op.kind}")
     gemv = matmul_cost(1, op.dim("k"), op.dim("n"), op.dtype)
     dtype = op.dtype if op.dtype in roofline.dtypes else roofline.default_dtype
-    return roofline.attainable_gflop_per_s(gemv.arithmetic_intensity, dtype)
+    limit = roofline.attainable_gflop_per_s(gemv.arithmetic_intensity, dtype)
+    if read_gb_per_s is not None:
+        read = check_real("read_gb_per_s", read_gb_per_s, low=0, low_open=True)
+        limit = max(limit, min(roofline.peak(dtype), gemv.arithmetic_intensity * read))
+    return limit
 
 
-def weight_reuse(roofline: Roofline, measured: Any) -> str:
+def weight_reuse(roofline: Roofline, measured: Any, *, read_gb_per_s: float | None = None) -> str:
     """Whether a batched matmul reused its weight: its rate against :func:`separate_gemv_gflop_per_s`.
 
     The share of the roof cannot say this: near the ridge the roofline's
@@ -427,9 +439,10 @@ def weight_reuse(roofline: Roofline, measured: Any) -> str:
     whose reads run far ahead of its triad could cross it without reuse.
     One of :data:`REUSED`, :data:`NOT_REUSED`, :data:`REUSE_UNCLEAR`.
     ``measured`` is a :class:`labkit.roofline.measure.OpMeasurement` (its
-    ``op`` and ``gflop_per_s``).
+    ``op`` and ``gflop_per_s``); ``read_gb_per_s`` a read-only stream measured
+    on the same run (see :func:`separate_gemv_gflop_per_s`).
     """
-    limit = separate_gemv_gflop_per_s(roofline, measured.op)
+    limit = separate_gemv_gflop_per_s(roofline, measured.op, read_gb_per_s=read_gb_per_s)
     if measured.gflop_per_s > REUSE_MARGIN * limit:
         return REUSED
     if measured.gflop_per_s <= limit:

@@ -50,7 +50,10 @@ class PublishedPeak(JsonRecord):
 #: table was written: check the figures there before relying on a digit.
 H100_SOURCE = (
     "NVIDIA's H100 SXM5 figures as reproduced on https://glennklockwood.com/garden/processors/h100"
-    " (a third-party page; NVIDIA's datasheet could not be opened here)"
+    " (a third-party page; NVIDIA's datasheet could not be opened here). On that page the TF32,"
+    " FP8 and INT8 rows are shifted one column left: TF32's 494.7 sits under VFMA and 989.4"
+    " (sparse) under Matrix; 494.7 is the dense tensor-core rate, as NVIDIA's datasheet's"
+    " 989 TFLOPS with sparsity implies"
 )
 H100_READ_ON = "2026-12-01"
 H100_MEMORY_TB_PER_S = 3.35
@@ -95,20 +98,27 @@ def published_ridges(gpu: str = "H100 SXM") -> tuple[PublishedPeak, ...]:
     return rows
 
 
-#: How far apart two ridges must be before :func:`compare_ridge` calls one higher.
-RIDGE_MARGIN = 2.0
+#: The margin of the verdicts (:meth:`labkit.roofline.model.Roofline.verdict`): an op is called
+#: compute-bound more than 4× above a ridge and memory-bound more than 4× below it.
+VERDICT_MARGIN = 4.0
+
+#: How far apart two ridges must be before some op gets opposite verdicts on the two
+#: machines: 4× above the lower ridge and 4× below the higher one, so 16×.
+RIDGE_MARGIN = VERDICT_MARGIN**2
 
 #: The three sentences :func:`compare_ridge` prints (notebooks mask exactly these).
 CPU_RIDGE_LOWER = (
-    "this CPU's float32 ridge is below the GPU's: an op between the two ridges is "
-    "compute-bound here and memory-bound there"
+    "this CPU's float32 ridge is more than 16× below the GPU's: an op more than 4× above "
+    "this CPU's ridge and 4× below the GPU's is compute-bound here and memory-bound there"
 )
 CPU_RIDGE_HIGHER = (
-    "this CPU's float32 ridge is above the GPU's: an op between the two ridges is "
-    "memory-bound here and compute-bound there"
+    "this CPU's float32 ridge is more than 16× above the GPU's: an op more than 4× below "
+    "this CPU's ridge and 4× above the GPU's is memory-bound here and compute-bound there"
 )
 RIDGES_CLOSE = (
-    "this CPU's float32 ridge is within 2× of the GPU's: few ops lie between the two ridges"
+    "the two float32 ridges are within 16× of each other: with the verdicts' 4× margin, no op "
+    "is called compute-bound on one and memory-bound on the other (an op between them is "
+    "near the ridge on at least one)"
 )
 
 
@@ -116,9 +126,11 @@ def compare_ridge(cpu_ridge_flop_per_byte: float, gpu: PublishedPeak) -> str:
     """Which ridge is higher, this CPU's (FLOP/byte) or ``gpu``'s; one of three sentences.
 
     A CPU's ridge depends on its cores, width, clock and memory: a 2-core run
-    sits far below an H100's FP32 ridge of 20, an all-core AVX-512 server
-    can sit above it. So the comparison is printed from the numbers, with a
-    :data:`RIDGE_MARGIN` so that noise in the memory roof cannot flip it.
+    sits below an H100's FP32 ridge of 20, an all-core AVX-512 server
+    can sit above it. So the comparison is printed from the numbers, with the
+    verdicts' own margin on both sides (:data:`RIDGE_MARGIN` = 4 × 4): an op
+    is "compute-bound here and memory-bound there" only if both verdicts
+    would say so.
     """
     from labkit.core.validate import check_real
 

@@ -10,8 +10,14 @@ for several rounds, so every variant sees the same drift:
 - **within-run spread**: the IQR / median of one run (what :func:`bench`'s
   noise flag reads), as the median over rounds;
 - **between-run spread**: (slowest − fastest run median) / median of the run
-  medians. When it is much larger than the within-run spread, the machine's
-  state changed between runs: one run per variant would have misled;
+  medians;
+- **from noise alone**: the range the run medians would have if every sample
+  were independent noise with the within-run IQR. A median of *n* samples
+  varies far less than one sample (its standard error is about
+  1.2533·σ/√n, σ ≈ IQR/1.349 for normal noise), so this is much smaller
+  than the IQR. A between-run spread :data:`DRIFT_FACTOR` times larger is
+  drift: the machine's state changed between the runs (or within them, in
+  steps), and one run per variant would have misled;
 - **paired ratios**: in every round, baseline median / variant median. A
   ratio of two runs made seconds apart cancels most of the drift; its range
   over rounds is the uncertainty of the speedup.
@@ -29,13 +35,44 @@ from labkit.core.units import format_duration, format_speedup
 from labkit.core.validate import check_ms, check_positive_int
 from labkit.timing.bench import Timing, bench, quantile
 
-#: Between-run spread this many times the within-run spread (both as fractions of the
-#: median, the range against the IQR) is called drift: far more than one run's noise.
+#: Between-run spread this many times the range that within-run noise alone gives the run
+#: medians is called drift. For independent normal noise, 5 runs of about 50 samples, the
+#: range of the medians exceeds 2.5× its expected value less than once in a thousand trials.
 DRIFT_FACTOR = 3.0
 
 
 def _median(values: list[float]) -> float:
     return quantile(sorted(values), 0.5)
+
+
+def _expected_range_of_normals(k: int) -> float:
+    """d2(k): the expected range of k standard normal draws (1.128 for 2, 2.326 for 5).
+
+    E[range] = ∫ 1 − Φ(x)ᵏ − (1 − Φ(x))ᵏ dx, integrated on a grid (exact to 3 decimals).
+    """
+    step = 0.01
+    total = 0.0
+    for i in range(-800, 801):
+        phi = 0.5 * (1.0 + math.erf(i * step / math.sqrt(2.0)))
+        total += 1.0 - phi**k - (1.0 - phi) ** k
+    return total * step
+
+
+def noise_range(within_run_spread: float, samples_per_run: int, runs: int) -> float:
+    """The range (over their median) that ``runs`` run medians have from noise alone.
+
+    Each run has ``samples_per_run`` independent samples whose IQR / median is
+    ``within_run_spread``; for normal noise σ = IQR / 1.349, a median of n
+    samples has standard error 1.2533·σ/√n, and ``runs`` such medians have an
+    expected range of d2(runs) standard errors. Real samples are not
+    independent (a step inside a run), so a real run's medians spread more:
+    which is what the drift verdict is there to catch.
+    """
+    if runs < 2 or samples_per_run < 1:
+        return 0.0
+    sigma = within_run_spread / 1.349
+    standard_error = 1.2533 * sigma / math.sqrt(samples_per_run)
+    return _expected_range_of_normals(runs) * standard_error
 
 
 def _spread(values: list[float]) -> float:
@@ -51,7 +88,9 @@ class VariantRuns(JsonRecord):
 
     ``median_ms`` is the median of the run medians. ``within_run_spread`` is
     the median over rounds of IQR / median; ``between_run_spread`` is the range
-    of the run medians over their median. ``ratio`` is the median over rounds of
+    of the run medians over their median; ``noise_between_run_spread`` is that
+    range as independent within-run noise alone would give it
+    (:func:`noise_range`). ``ratio`` is the median over rounds of
     (baseline run median / this run median), with ``ratio_low`` and
     ``ratio_high`` the smallest and largest round's ratio.
     """
@@ -61,14 +100,15 @@ class VariantRuns(JsonRecord):
     median_ms: float
     within_run_spread: float
     between_run_spread: float
+    noise_between_run_spread: float
     ratio: float
     ratio_low: float
     ratio_high: float
 
     @property
     def drifted(self) -> bool:
-        """Whether the run medians spread at least :data:`DRIFT_FACTOR` × more than one run's IQR."""
-        return self.between_run_spread >= DRIFT_FACTOR * max(self.within_run_spread, 1e-12)
+        """Whether the run medians spread at least :data:`DRIFT_FACTOR` × what noise alone gives them."""
+        return self.between_run_spread >= DRIFT_FACTOR * max(self.noise_between_run_spread, 1e-12)
 
 
 @dataclass(frozen=True)
@@ -103,6 +143,7 @@ class Interleaved(JsonRecord):
             "median",
             "within a run (IQR)",
             "between runs (range)",
+            "noise alone",
             f"× vs {base}, per round",
         ]
         table = [header]
@@ -120,6 +161,7 @@ class Interleaved(JsonRecord):
                     format_duration(v.median_ms),
                     _format_spread(v.within_run_spread),
                     _format_spread(v.between_run_spread),
+                    _format_spread(v.noise_between_run_spread),
                     ratio,
                 ]
             )
@@ -140,7 +182,8 @@ class Interleaved(JsonRecord):
 
         Only what every round agrees on is called faster or slower; drift is
         reported when some variant's between-run spread is at least
-        :data:`DRIFT_FACTOR` times its within-run spread.
+        :data:`DRIFT_FACTOR` times what within-run noise alone gives the run
+        medians (the "noise alone" column).
         """
         lines = []
         for i, v in enumerate(self.variants):
@@ -156,13 +199,14 @@ class Interleaved(JsonRecord):
         drifted = [v.label for v in self.variants if v.drifted]
         if drifted:
             lines.append(
-                f"between-run spread at least {DRIFT_FACTOR:g}× the within-run spread for "
-                f"{', '.join(drifted)}: the machine's state changed between runs"
+                f"between-run spread at least {DRIFT_FACTOR:g}× what noise alone gives the run "
+                f"medians for {', '.join(drifted)}: the machine's state changed between runs "
+                "or within them"
             )
         else:
             lines.append(
-                f"no between-run spread reaches {DRIFT_FACTOR:g}× its within-run spread: "
-                "no drift beyond the noise"
+                f"no between-run spread reaches {DRIFT_FACTOR:g}× what noise alone gives the "
+                "run medians: no drift beyond the noise"
             )
         return lines
 
@@ -245,14 +289,17 @@ def interleave(
     summaries = []
     for label in labels:
         medians = [t.median_ms for t in runs[label]]
+        within = _median([t.relative_spread for t in runs[label]])
+        samples = int(_median([float(t.n) for t in runs[label]]))
         ratios = [_ratio(b, m) for b, m in zip(base_medians, medians, strict=True)]
         summaries.append(
             VariantRuns(
                 label=label,
                 runs=tuple(runs[label]),
                 median_ms=_median(medians),
-                within_run_spread=_median([t.relative_spread for t in runs[label]]),
+                within_run_spread=within,
                 between_run_spread=_spread(medians),
+                noise_between_run_spread=noise_range(within, samples, rounds),
                 ratio=_median(ratios),
                 ratio_low=min(ratios),
                 ratio_high=max(ratios),

@@ -41,7 +41,7 @@ def plot_samples(timing: Timing, *, ax: Any = None) -> Any:
     ax.legend(loc="upper center", ncol=4, fontsize="small")
     return style_axes(
         ax,
-        xlabel="call number (0 = first call, before warm-up)",
+        xlabel="sample number (0 = the first call; warm-up calls not shown)",
         ylabel=f"time per call ({unit})",
         title=f"{timing.label or 'timed call'}: every sample",
         device=timing.device,
