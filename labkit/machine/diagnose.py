@@ -530,7 +530,12 @@ def _rule_no_gpu(
             code="no-gpu",
             severity="info",
             message=(
-                "No GPU on this machine: the course runs on the CPU; each GPU-only cell says "
+                (
+                    "No GPU visible (the reference profile hides any there is)"
+                    if nvidia.not_probed
+                    else "No GPU on this machine"
+                )
+                + ": the course runs on the CPU; each GPU-only cell says "
                 "what it would show, and shows a recording from a real GPU where the kit "
                 "ships one (labkit/reference/)."
             ),
