@@ -116,7 +116,9 @@ def plot_roofline(
     ax.set_xlim(x_lo, x_hi)
     lowest = min([bw * x_lo, *(g for _, _, g, _ in marks)])
     ax.set_ylim(lowest / 2, top * 3)
-    ax.legend(fontsize="x-small", loc="upper left")
+    # lower right: under the ceilings and right of the memory roof, where no roof runs and
+    # only a point far below its roof could sit (upper left hid a low ridge's label)
+    ax.legend(fontsize="x-small", loc="lower right", bbox_to_anchor=(1.0, 0.04), framealpha=0.9)
     ax.text(
         0.99,
         0.01,
