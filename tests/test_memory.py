@@ -362,27 +362,11 @@ def test_the_shared_last_level_cache_counts_every_instance(
     tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two L3 slices (AMD CCDs, or two sockets) of 32 MiB: a run on all CPUs has 64 MiB of L3."""
+    from fakes import fake_cache_sysfs
+
     from labkit.machine import cpu
 
-    for n in range(4):
-        shared = "0-1" if n < 2 else "2-3"
-        for index, (level, kind, size) in enumerate(
-            [
-                ("1", "Data", "32K"),
-                ("1", "Instruction", "32K"),
-                ("2", "Unified", "1024K"),
-                ("3", "Unified", "32768K"),
-            ]
-        ):
-            folder = tmp_path / f"cpu{n}" / "cache" / f"index{index}"
-            folder.mkdir(parents=True)
-            for name, text in (
-                ("level", level),
-                ("type", kind),
-                ("size", size),
-                ("shared_cpu_list", shared if level == "3" else str(n)),
-            ):
-                (folder / name).write_text(text + "\n")
+    fake_cache_sysfs(tmp_path, {n: "0-1" if n < 2 else "2-3" for n in range(4)})
     monkeypatch.setattr(cpu, "_SYS_CPU", tmp_path)
     assert cpu.shared_last_level_cache_bytes([0, 1, 2, 3]) == 64 * 1024**2
     assert cpu.shared_last_level_cache_bytes([0, 1]) == 32 * 1024**2

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+from fakes import fake_cache_sysfs
 
 from labkit.machine import cpu
 from labkit.machine.peak import CpuPeak
@@ -15,33 +16,11 @@ from labkit.timing.bench import Timing
 MiB = 1024**2
 
 
-def _fake_sysfs(root: Path, groups: dict[int, str], l3: str = "32768K") -> None:
-    """CPUs with private L1/L2 and an L3 shared by each CPU's group ("0-3", "4-7", ...)."""
-    for n, shared in groups.items():
-        for index, (level, kind, size) in enumerate(
-            [
-                ("1", "Data", "32K"),
-                ("1", "Instruction", "32K"),
-                ("2", "Unified", "1024K"),
-                ("3", "Unified", l3),
-            ]
-        ):
-            folder = root / f"cpu{n}" / "cache" / f"index{index}"
-            folder.mkdir(parents=True)
-            for name, text in (
-                ("level", level),
-                ("type", kind),
-                ("size", size),
-                ("shared_cpu_list", shared if level == "3" else str(n)),
-            ):
-                (folder / name).write_text(text + "\n")
-
-
 def test_thread_cache_counts_one_instance_per_thread_and_leaves_the_sum_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a 2-socket-like machine: 16 CPUs in 4 L3 instances of 32 MiB each
-    _fake_sysfs(tmp_path, {n: f"{4 * (n // 4)}-{4 * (n // 4) + 3}" for n in range(16)})
+    fake_cache_sysfs(tmp_path, {n: f"{4 * (n // 4)}-{4 * (n // 4) + 3}" for n in range(16)})
     monkeypatch.setattr(cpu, "_SYS_CPU", tmp_path)
     every = range(16)
     assert cpu.shared_last_level_cache_bytes(every) == 128 * MiB  # unchanged for notebooks 02, 03

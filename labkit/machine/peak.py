@@ -126,14 +126,19 @@ def simd_lanes_fp32(features: tuple[str, ...]) -> tuple[str, int]:
     return "SSE", 4
 
 
+def _cpuinfo_text() -> str | None:
+    """/proc/cpuinfo's text, or None where there is none (macOS, Windows, a sandbox)."""
+    try:
+        return _PROC_CPUINFO.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
 def _amd_field(field: str, text: str | None) -> int | None:
     """An integer field of /proc/cpuinfo ("cpu family", "model") for an AMD CPU, else None."""
     if text is None:
-        try:
-            text = _PROC_CPUINFO.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return None
-    if "AuthenticAMD" not in text:
+        text = _cpuinfo_text()
+    if text is None or "AuthenticAMD" not in text:
         return None
     match = re.search(rf"^{field}\s*:\s*(\d+)", text, flags=re.MULTILINE)
     return int(match.group(1)) if match else None
@@ -274,10 +279,7 @@ def read_clock_ghz(
     if max_freq_khz.strip().isdigit() and int(max_freq_khz) > 0:
         return int(max_freq_khz) / 1e6, "cpufreq cpuinfo_max_freq (maximum the kernel knows)"
     if cpuinfo_text is None:
-        try:
-            cpuinfo_text = _PROC_CPUINFO.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            cpuinfo_text = ""
+        cpuinfo_text = _cpuinfo_text() or ""
     mhz = [float(v) for v in re.findall(r"^cpu MHz\s*:\s*([\d.]+)", cpuinfo_text, re.MULTILINE)]
     if mhz and max(mhz) > 0:
         return max(mhz) / 1e3, '/proc/cpuinfo "cpu MHz" (no cpufreq maximum here)'
@@ -375,10 +377,9 @@ def in_virtual_machine(cpuinfo_text: str | None = None) -> bool | None:
     Arm and macOS report nothing comparable here, so they get None.
     """
     if cpuinfo_text is None:
-        try:
-            cpuinfo_text = _PROC_CPUINFO.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return None
+        cpuinfo_text = _cpuinfo_text()
+    if cpuinfo_text is None:
+        return None
     flags = re.search(r"^flags\s*:(.*)$", cpuinfo_text, flags=re.MULTILINE)
     if flags is None:
         return None
