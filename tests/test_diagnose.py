@@ -152,7 +152,7 @@ def test_nvidia_gpu_with_cpu_torch(nvidia):
 
 def test_cpu_torch_fix_picks_an_index_the_driver_can_run():
     assert (
-        "whl/cu128"
+        "whl/cu126"
         in only(run(driver(cuda="12.4"), torch(cuda=None, devices=())), "torch-cpu-build").fix
     )
     assert (
@@ -220,7 +220,7 @@ def test_torch_newer_than_driver():
     assert "CUDA 13.0" in finding.message and "supports only CUDA 12.4" in finding.message
     assert "550.54.15" in finding.message
     assert "580.65.06" in finding.fix
-    assert "whl/cu128" in finding.fix  # or install a build for the CUDA 12 driver
+    assert "whl/cu126" in finding.fix  # or install a build for the CUDA 12 driver
 
 
 def test_tensorflow_newer_than_driver():

@@ -312,3 +312,18 @@ def test_the_pipeline_prints_its_copy_rate_and_how_much_cheaper_each_part_gets()
     assert "the compute gets far cheaper than the copies" in text
     assert "issues/6" in text and "issues/24" in text
     assert "memcpy" not in pipeline.CPU_NOTE
+
+
+def test_strided_verdict_tells_pages_from_pairs_with_two_wide_strides() -> None:
+    """Fifth review (02 W2): stride 32 near 16× and stride 64 at 27× is not pair fetching.
+
+    Past two lines per value both line models stay flat; a per-page cost keeps growing.
+    """
+    pages = _strided_result({1: 1.0, 2: 2.0, 32: 18.7, 64: 26.9}, {1: 0.1, 2: 0.2, 32: 1, 64: 1})
+    text = pages.verdicts()
+    assert "From stride 32 to 64 it still grew 1.44×" in text
+    assert "a cost per page touched" in text and "does not separate" not in text
+    flat = _strided_result({1: 1.0, 2: 2.0, 32: 31.0, 64: 33.0}, {1: 0.1, 2: 0.2, 32: 1, 64: 1})
+    assert "grew only 1.06×" in flat.verdicts() and "no cost per page" in flat.verdicts()
+    one_wide = _strided_result({1: 1.0, 2: 2.0, 64: 34.0}, {1: 0.1, 2: 0.3, 64: 0.8})
+    assert "this run does not separate the two" in one_wide.verdicts()

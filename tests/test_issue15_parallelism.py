@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import matplotlib
@@ -384,3 +385,19 @@ def test_peak_shares_flags_a_clock_that_is_too_low() -> None:
     assert shares.CLOCK_PLAUSIBLE.format(clock="2.60 GHz") in str(plausible)
     with pytest.raises(ValueError, match="an add sweep and a matmul sweep"):
         shares.peak_shares(fast, adds, peak)
+
+
+def test_the_cap_comes_with_the_band_it_belongs_to() -> None:
+    """Fifth review (01 W1): 3.78× on 64 threads beside "never more than 3.76×" contradicted.
+
+    The cap 1/f is printed for the band's f too, so the band's top never exceeds it.
+    """
+    result = dataclasses.replace(
+        _measured(1.6), serial_fraction_low=0.253, serial_fraction_high=0.28
+    )
+    low_cap, high_cap = result.max_speedup_range() or (0.0, 0.0)
+    assert low_cap == pytest.approx(1 / 0.28) and high_cap == pytest.approx(1 / 0.253)
+    band = result.predicted_range(64)
+    assert band is not None and band[1] <= high_cap
+    text = str(result)
+    assert "never more than 1/f = 4.00× (3.57× to 3.95× over that range)" in text

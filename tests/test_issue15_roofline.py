@@ -401,14 +401,28 @@ def test_exercise_accepts_either_answer_near_the_ridge() -> None:
     assert not check.roofline_prediction({**answer, "matmul 4096": "memory-bound"}, roof).passed
 
 
-def test_memory_roof_stops_at_each_ceiling() -> None:
+def test_one_black_memory_roof_up_to_the_highest_ceiling() -> None:
+    """Fifth review: the segment the dtypes share was drawn in one dtype's colour.
+
+    Now the memory roof is one black line, as in Williams et al.'s plots with several
+    ceilings; each dtype runs under min(it, its ceiling), which the notebook says.
+    """
     from labkit.roofline.model import Roofline
     from labkit.roofline.plots import plot_roofline
 
     roof = Roofline("cpu", {"float32": 100.0, "bfloat16": 200.0}, 20.0)
     ax = plot_roofline(roof)
     black = [line for line in ax.get_lines() if line.get_color() == "k"]
-    assert max(black[0].get_ydata()) == pytest.approx(100.0)  # not up to bfloat16's 200
+    assert len(black) == 1
+    assert max(black[0].get_ydata()) == pytest.approx(200.0)
+    slanted = [
+        line
+        for line in ax.get_lines()
+        if len(set(line.get_ydata())) > 1
+        and line.get_color() != "k"
+        and line.get_linestyle() == "-"
+    ]
+    assert not slanted  # no coloured copy of the memory roof
 
 
 def test_weight_reuse_uses_a_faster_read_only_stream() -> None:

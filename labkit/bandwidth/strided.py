@@ -56,6 +56,10 @@ LINE_BYTES = {"cpu": 64, "cuda": 32}
 #: In cache, stride 2 reads twice the lines per value of stride 1; an in-cache slowdown at
 #: stride 2 above this multiple of that line ratio points to torch's strided code path.
 KERNEL_OVER_LINES = 1.3
+
+#: Growth of the slowdown between two strides that both span at least two cache lines, above
+#: which the cost is taken to grow per page touched: both line models predict no growth there.
+PAGE_GROWTH = 1.3
 #: Useful bytes read per call by default: past the caches once they are flushed,
 #: small enough that the 64× longer array for stride 64 fits the memory budget.
 DEFAULT_USEFUL_BYTES = {"cpu": 16 * 1024**2, "cuda": 64 * 1024**2}
@@ -238,16 +242,46 @@ class StridedResult(JsonRecord):
                 f"{2 * self.line_bytes}-byte pairs ({pair:.2f}×)"
             )
             line = f"At stride {widest} the slowdown is {measured:.2f}×: {closer}."
-            if measured >= math.sqrt(single * pair):
-                # fourth review: pair fetching is one cause; the page cost is another
-                line += (
-                    " Fetching in pairs is one explanation, the pages are another: with the "
-                    "number of values fixed, each doubling of the stride doubles the pages "
-                    "touched per value (more TLB misses, and prefetchers that stop at page "
-                    "boundaries); this run does not separate the two."
-                )
+            line += self._page_or_pair(widest, measured >= math.sqrt(single * pair))
             lines.append(line)
         return "\n".join(lines)
+
+    def _page_or_pair(self, widest: int, pair_like: bool) -> str:
+        """Whether the cost kept growing past two lines per value (pages) or stopped (lines).
+
+        Fifth review: both line models stop growing once a stride spans two
+        lines (each value then costs one line, or one pair, whatever the
+        stride), while a cost per page keeps growing, since each doubling of
+        the stride doubles the pages touched per value. So where two measured
+        strides both span at least two lines, their slowdowns tell the two
+        apart; otherwise this run cannot (fourth review).
+        """
+        wide = [
+            s for s in self.strides if s < widest and s * self.itemsize_bytes >= 2 * self.line_bytes
+        ]
+        if not wide:
+            if not pair_like:
+                return ""
+            return (
+                " Fetching in pairs is one explanation, the pages are another: with the "
+                "number of values fixed, each doubling of the stride doubles the pages "
+                "touched per value (more TLB misses, and prefetchers that stop at page "
+                "boundaries); this run does not separate the two."
+            )
+        previous = max(wide)
+        growth = self.slowdown(widest) / self.slowdown(previous)
+        if growth >= PAGE_GROWTH:
+            return (
+                f" From stride {previous} to {widest} it still grew {growth:.2f}×, where "
+                "fetching by lines or by pairs would keep it flat (one line, or one pair, per "
+                "value at either stride): a cost per page touched (TLB misses, prefetchers "
+                "that stop at page boundaries) is the likelier cause."
+            )
+        return (
+            f" From stride {previous} to {widest} it grew only {growth:.2f}× (less than "
+            f"{PAGE_GROWTH}×), as fetching by lines or pairs predicts: this run shows no cost "
+            "per page beyond that."
+        )
 
     def _line_note(self) -> str:
         """ "64-byte lines (reported by the CPU)", "... (assumed: ...)" or "32-byte sectors"."""

@@ -37,7 +37,7 @@ from labkit.machine.memory import DEFAULT_FRACTION
 from labkit.machine.report import CPU_OR_CUDA, resolve_device
 
 #: torch splits an elementwise kernel across threads only above this many elements
-#: (``at::internal::GRAIN_SIZE``, aten/src/ATen/Parallel.h).
+#: (``at::internal::GRAIN_SIZE``, aten/src/ATen/TensorIterator.h).
 GRAIN_SIZE = 32_768
 #: A threaded call that moves at most SMALL_CALL_BYTES and takes this long is disturbed:
 #: waking threads costs µs (tens of µs on many cores), and 4 MiB take under 1 ms at 5 GB/s.

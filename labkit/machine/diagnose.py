@@ -116,9 +116,11 @@ def _torch_cuda_install(driver_major: int | None, system: str, wsl: bool = False
         return (
             f"update to {min_driver_text(12, system, wsl)} first (torch no longer ships CUDA "
             f"{driver_major} builds), then pip install --force-reinstall torch --index-url "
-            "https://download.pytorch.org/whl/cu128"
+            "https://download.pytorch.org/whl/cu126"
         )
-    tag = "cu128" if driver_major == 12 else "cu130"
+    # torch 2.12 and later build CUDA 12.6, 13.0 and 13.2 (12.8 was dropped, pytorch#178665):
+    # a CUDA 12 driver runs the 12.6 build (minor-version compatibility)
+    tag = "cu126" if driver_major == 12 else "cu130"
     return (
         f"pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/{tag} "
         "(https://pytorch.org/get-started/locally/ lists the CUDA builds of the current "

@@ -227,6 +227,21 @@ class ThreadScaling:
             return None
         return math.inf if self.serial_fraction == 0 else 1.0 / self.serial_fraction
 
+    def max_speedup_range(self) -> tuple[float, float] | None:
+        """1/f for the highest and the lowest f of the band (None without a spread).
+
+        The cap belongs with the band: for the band's lowest f the speedup can
+        exceed the median f's cap, so one cap beside a band would contradict it.
+        """
+        if (
+            self.regime != AMDAHL
+            or self.serial_fraction_low is None
+            or self.serial_fraction_high is None
+        ):
+            return None
+        high, low = self.serial_fraction_high, self.serial_fraction_low
+        return (1.0 / high if high > 0 else math.inf, 1.0 / low if low > 0 else math.inf)
+
     def regime_text(self) -> str:
         """One sentence on why Amdahl's law does not apply ("" when it does, or on 1 thread)."""
         counts = ", ".join(str(p.threads) for p in self.points if p.threads > 1)
@@ -292,12 +307,25 @@ class ThreadScaling:
                 if band is None
                 else f" (from {format_speedup(band[0])} to {format_speedup(band[1])} over that range)"
             )
+            cap = self.max_speedup_range()
+            cap_spread = (
+                ""
+                if cap is None
+                else f" ({_format_cap(cap[0])} to {_format_cap(cap[1])} over that range)"
+            )
             lines.append(
                 f"  extrapolated beyond the {top} threads measured, assuming the parallel part "
                 f"keeps scaling perfectly: {format_speedup(self.predicted_speedup(64))} on 64 "
-                f"threads{spread}, never more than {format_speedup(self.max_speedup or math.inf)}"
+                f"threads{spread}, never more than 1/f = "
+                f"{_format_cap(self.max_speedup or math.inf)}{cap_spread}"
             )
         return "\n".join(lines)
+
+
+def _format_cap(speedup: float) -> str:
+    from labkit.core.units import format_speedup
+
+    return "no limit" if math.isinf(speedup) else format_speedup(speedup)
 
 
 def default_thread_counts(max_threads: int | None = None) -> tuple[int, ...]:

@@ -2,7 +2,7 @@
 
 ATen splits an elementwise loop across threads only when it has more than
 its grain size. The default, ``at::internal::GRAIN_SIZE`` = 32,768 elements
-(``aten/src/ATen/Parallel.h``), is the default ``grain_size`` argument of
+(``aten/src/ATen/TensorIterator.h``), is the default ``grain_size`` argument of
 ``TensorIteratorBase::for_each``, which ``a + b`` and the other kernels
 built on ``cpu_kernel`` / ``cpu_kernel_vec`` use. Other ops pass their own:
 the vectorised unary kernels (exp, log, sin, tanh, sqrt, erf, ...) in
@@ -43,7 +43,7 @@ from labkit.core.validate import check_ms, check_positive_int, check_sizes
 from labkit.parallelism.threads import cpu_threads, torch_threads
 from labkit.timing.bench import bench
 
-#: ``at::internal::GRAIN_SIZE`` in aten/src/ATen/Parallel.h: ATen's default grain size, the
+#: ``at::internal::GRAIN_SIZE`` in aten/src/ATen/TensorIterator.h: ATen's default grain size, the
 #: most elements ``a + b`` (and every op using the default) runs on one thread.
 GRAIN_SIZE = 32_768
 

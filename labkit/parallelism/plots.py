@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from labkit.core.validate import check_int
@@ -129,7 +130,15 @@ def plot_amdahl(scaling: ThreadScaling, *, ax: Any = None, max_threads: int = 64
                     label=f"f from {low:.3f} to {high:.3f} (spread over {scaling.rounds} rounds)",
                 )
         if f > 0:
-            ax.axhline(1 / f, color="C1", ls="-.", lw=1, label=f"limit 1/f = {1 / f:.3g}×")
+            cap = scaling.max_speedup_range()
+            cap_text = (
+                ""
+                if cap is None or math.isinf(cap[1])
+                else f" ({cap[0]:.3g}× to {cap[1]:.3g}× over the band)"
+            )
+            ax.axhline(
+                1 / f, color="C1", ls="-.", lw=1, label=f"limit 1/f = {1 / f:.3g}×{cap_text}"
+            )
     xs = [p.threads for p in scaling.points]
     ax.plot(
         xs, [p.speedup for p in scaling.points], "o", color="C0", ms=7, zorder=3, label="measured"

@@ -95,7 +95,10 @@ class FusionResult(JsonRecord):
         """A conclusion that holds whatever the load: only when the worst round is 2× apart."""
         if self.speedup_low >= 2:
             return "fusion was at least 2× faster in every round"
-        return "fusion was not at least 2× faster in every round (a loaded machine?)"
+        return (
+            "fusion was not at least 2× faster in every round: load, or the fused kernel's own "
+            "arithmetic (its GB/s far below the memory roof) can hold it back"
+        )
 
     def __str__(self) -> str:
         size = format_bytes(self.n_elements * 4)

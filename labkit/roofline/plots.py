@@ -48,25 +48,17 @@ def plot_roofline(
     x_lo = min([min(ridges.values()) / 30, *(ai / 3 for ai in intensities)])
     x_hi = max([max([*ridges.values(), *theory_ridges]) * 30, *(ai * 3 for ai in intensities)])
     top = max([*roofline.peak_gflop_per_s.values(), *theory.values()])
-    # the slanted roof ends at each dtype's own ceiling: drawn up to the highest ceiling, it
-    # would pass above the lower ones, and a reader would read a float32 op's attainable
-    # rate off it above the float32 ceiling
-    low_ridge = min(ridges.values())
+    # one memory roof for every dtype, in black up to the highest ridge: drawn in a dtype's
+    # colour, the segment the dtypes share would show one dtype's colour under another's
+    # points (fifth review); each dtype's roof is min(this line, its own ceiling)
     ax.plot(
-        [x_lo, low_ridge],
-        [bw * x_lo, bw * low_ridge],
+        [x_lo, max(ridges.values())],
+        [bw * x_lo, bw * max(ridges.values())],
         color="k",
         lw=2,
         label=f"memory roof (STREAM): {three_digits(bw)} GB/s",
     )
     colors = {dtype: f"C{i}" for i, dtype in enumerate(roofline.dtypes)}
-    for dtype in sorted(ridges, key=lambda d: -ridges[d]):  # longest first: shorter on top
-        ax.plot(
-            [low_ridge, ridges[dtype]],
-            [bw * low_ridge, bw * ridges[dtype]],
-            color=colors[dtype],
-            lw=2,
-        )
     for dtype, peak in roofline.peak_gflop_per_s.items():
         ridge, color = ridges[dtype], colors[dtype]
         ax.plot(
