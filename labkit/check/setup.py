@@ -147,7 +147,8 @@ def calls_per_sample(
             True,
             f"With that many calls the clock pair ({format_duration(pair_ns * 1e-6)}) is at most "
             f"{share:.0%} of a {format_duration(value * call_ns * 1e-6)} sample. bench aims "
-            "higher (samples of at least 0.2 ms), which also averages away the clock's jitter.",
+            "higher (samples of about 0.2 ms: a trial batch corrects a warm-up estimate that "
+            "ran long), which also averages away the clock's jitter.",
         )
     if close_to(value, exact / 100, 0.05) or value == max(1, math.ceil(exact / 100)):
         return CheckResult(

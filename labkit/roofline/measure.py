@@ -500,10 +500,9 @@ def _build(torch: Any, op: OpCost, dev: str) -> Any:
     """The tensors of ``op`` on ``dev`` and a function that runs it once.
 
     The add, sum and matmul write into an output allocated here, outside the
-    timed call. The convolution allocates its own in every call: torch has no
-    out= convolution kernel (``convolution.out`` is ``autogen`` in
-    native_functions.yaml: it computes into a new tensor and copies that into
-    ``out``, which would time an extra copy), so the plain call is timed.
+    timed call. The convolution is timed as the plain call, allocating its
+    output: its ``convolution.out`` is ``autogen`` (a new tensor, then a copy
+    into ``out``), and ``thnn_conv2d.out`` is another algorithm.
     """
     d = dict(op.dims)
     kind = _torch_dtype(torch, op.dtype)
