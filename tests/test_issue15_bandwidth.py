@@ -315,7 +315,7 @@ def test_the_pipeline_prints_its_copy_rate_and_how_much_cheaper_each_part_gets()
 
 
 def test_strided_verdict_tells_pages_from_pairs_with_two_wide_strides() -> None:
-    """Fifth review (02 W2): stride 32 near 16× and stride 64 at 27× is not pair fetching.
+    """Sixth review (R6-02-W2): stride 32 near 16× and stride 64 at 27× is not pair fetching.
 
     Past two lines per value both line models stay flat; a per-page cost keeps growing.
     """

@@ -388,7 +388,7 @@ def test_peak_shares_flags_a_clock_that_is_too_low() -> None:
 
 
 def test_the_cap_comes_with_the_band_it_belongs_to() -> None:
-    """Fifth review (01 W1): 3.78× on 64 threads beside "never more than 3.76×" contradicted.
+    """Sixth review (R6-01-W1): 3.78× on 64 threads beside "never more than 3.76×" contradicted.
 
     The cap 1/f is printed for the band's f too, so the band's top never exceeds it.
     """

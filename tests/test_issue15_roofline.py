@@ -402,7 +402,7 @@ def test_exercise_accepts_either_answer_near_the_ridge() -> None:
 
 
 def test_one_black_memory_roof_up_to_the_highest_ceiling() -> None:
-    """Fifth review: the segment the dtypes share was drawn in one dtype's colour.
+    """Sixth review (R6-03-M4): the segment the dtypes share was drawn in one dtype's colour.
 
     Now the memory roof is one black line, as in Williams et al.'s plots with several
     ceilings; each dtype runs under min(it, its ceiling), which the notebook says.

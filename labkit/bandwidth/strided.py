@@ -249,7 +249,7 @@ class StridedResult(JsonRecord):
     def _page_or_pair(self, widest: int, pair_like: bool) -> str:
         """Whether the cost kept growing past two lines per value (pages) or stopped (lines).
 
-        Fifth review: both line models stop growing once a stride spans two
+        Sixth review: both line models stop growing once a stride spans two
         lines (each value then costs one line, or one pair, whatever the
         stride), while a cost per page keeps growing, since each doubling of
         the stride doubles the pages touched per value. So where two measured

@@ -194,18 +194,22 @@ class ThreadScaling:
             return SUPERLINEAR
         return AMDAHL
 
-    def predicted_range(self, n: float) -> tuple[float, float] | None:
-        """Amdahl's S(n) for the highest and the lowest fitted f (None without a spread)."""
+    def _fraction_band(self) -> tuple[float, float] | None:
+        """(highest f, lowest f) of the band, or None where Amdahl does not apply or no spread."""
         if (
             self.regime != AMDAHL
             or self.serial_fraction_low is None
             or self.serial_fraction_high is None
         ):
             return None
-        return (
-            amdahl_speedup(self.serial_fraction_high, n),
-            amdahl_speedup(self.serial_fraction_low, n),
-        )
+        return self.serial_fraction_high, self.serial_fraction_low
+
+    def predicted_range(self, n: float) -> tuple[float, float] | None:
+        """Amdahl's S(n) for the highest and the lowest fitted f (None without a spread)."""
+        band = self._fraction_band()
+        if band is None:
+            return None
+        return amdahl_speedup(band[0], n), amdahl_speedup(band[1], n)
 
     def predicted_speedup(self, n: float) -> float:
         """Amdahl's prediction for ``n`` threads from the fitted serial fraction."""
@@ -233,13 +237,10 @@ class ThreadScaling:
         The cap belongs with the band: for the band's lowest f the speedup can
         exceed the median f's cap, so one cap beside a band would contradict it.
         """
-        if (
-            self.regime != AMDAHL
-            or self.serial_fraction_low is None
-            or self.serial_fraction_high is None
-        ):
+        band = self._fraction_band()
+        if band is None:
             return None
-        high, low = self.serial_fraction_high, self.serial_fraction_low
+        high, low = band
         return (1.0 / high if high > 0 else math.inf, 1.0 / low if low > 0 else math.inf)
 
     def regime_text(self) -> str:

@@ -50,7 +50,7 @@ def plot_roofline(
     top = max([*roofline.peak_gflop_per_s.values(), *theory.values()])
     # one memory roof for every dtype, in black up to the highest ridge: drawn in a dtype's
     # colour, the segment the dtypes share would show one dtype's colour under another's
-    # points (fifth review); each dtype's roof is min(this line, its own ceiling)
+    # points (sixth review); each dtype's roof is min(this line, its own ceiling)
     ax.plot(
         [x_lo, max(ridges.values())],
         [bw * x_lo, bw * max(ridges.values())],
