@@ -70,11 +70,18 @@ def test_accel_quick_text(capsys: pytest.CaptureFixture[str]) -> None:
 def test_cnn_quick_text(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "cnn", "--quick"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("labkit.models.cnn.CNN on cpu, 32×32 images")
-    for name in ("float32 NCHW", "float32 channels_last", "bfloat16 autocast + channels_last"):
+    assert out.startswith(
+        "labkit.models.cnn.CNN, 32×32 images, inference (forward only) on cpu, images/s"
+    )
+    for name in (
+        "float32, NCHW",
+        "float32, channels_last",
+        "bfloat16 autocast, NCHW",
+        "bfloat16 autocast, channels_last",
+    ):
         assert f"  {name}:" in out
     assert "  float16 autocast" not in out  # GPU only
-    assert "vs float32 NCHW at batch 4:" in out and "not measured" not in out
+    assert "page faults per call" in out and "not measured" not in out
 
 
 def test_rnn_quick_text_torch(no_tensorflow: None, capsys: pytest.CaptureFixture[str]) -> None:
@@ -100,9 +107,12 @@ def test_quick_json(
     elif name == "cnn":
         assert data["largest_common_batch"] == 4 and data["failed"] == []
         assert set(data["gain_vs_float32_nchw"]) == {
-            "float32 channels_last",
-            "bfloat16 autocast + channels_last",
+            "float32, channels_last",
+            "bfloat16 autocast, NCHW",
+            "bfloat16 autocast, channels_last",
         }
+        point = data["variants"][0]["points"][0]
+        assert point["minor_faults_per_call"] is not None and len(point["images_per_s_iqr"]) == 2
     else:
         assert data["framework"] == "torch" and set(data["ratios"]) == {
             "nn.LSTMCell loop / nn.LSTM",
@@ -228,8 +238,8 @@ def fake_cnn() -> bench_cnn.CnnResults:
         device="cuda",
         image_size=224,
         curves=(
-            curve("float32 NCHW", (1000.0, 40_000.0)),
-            curve("float16 autocast + channels_last", (900.0, 100_000.0)),
+            curve("float32, NCHW", (1000.0, 40_000.0)),
+            curve("float16 autocast, channels_last", (900.0, 100_000.0)),
         ),
     )
 
@@ -264,8 +274,8 @@ def test_fake_summaries_read_well() -> None:
     assert "first call 3.00 s" in accel[3] and "(4.00× steady-state speedup)" in accel[3]
     assert accel[4] == "cuda: bfloat16 autocast: not measured (RuntimeError: pretend)"
     cnn = fake_cnn().summary()
-    assert cnn[0].startswith("cuda: float32 NCHW: peak 40,000 images/s at batch 256")
-    assert cnn[-1] == "cuda: float16 autocast + channels_last vs float32 NCHW at batch 256: 2.50×"
+    assert cnn[0].startswith("cuda: float32, NCHW: peak 40,000 images/s at batch 256")
+    assert cnn[-1] == "cuda: float16 autocast, channels_last vs float32, NCHW at batch 256: 2.50×"
     rnn = fake_rnn().summary()
     assert rnn[0].startswith("cuda: measured torch (TensorFlow is not installed here) on cuda")
     assert "cuda: nn.LSTMCell loop / nn.LSTM = 20.00× (nn.LSTM: a cuDNN fused kernel)" in rnn

@@ -92,10 +92,25 @@ def test_plot_timings_and_throughput() -> None:
         assert "IQR" in ax.get_xlabel() and len(ax.patches) == 2
     finally:
         plt.close(ax.figure)
-    rows = [SimpleNamespace(batch_size=b, images_per_s=100.0 * b, device="cpu") for b in (1, 4)]
+    rows = [
+        SimpleNamespace(
+            batch_size=b,
+            images_per_s=100.0 * b,
+            images_per_s_low=90.0 * b,
+            images_per_s_high=110.0 * b,
+            minor_faults_per_call=faults,
+            image_size=64,
+            inference=True,
+            device="cpu",
+        )
+        for b, faults in ((1, 0.0), (4, 8193.0))
+    ]
     ax = models_plots.plot_throughput({"float32": rows})
     try:
-        assert ax.get_xscale() == "log" and "images/s" in ax.get_ylabel()
+        assert ax.get_xscale() == "log" and "IQR" in ax.get_ylabel()
+        assert "inference (forward only), 64×64 images" in ax.get_title()
+        labels = ax.get_legend_handles_labels()[1]
+        assert sorted(labels) == ["float32", "≥ 1,000 page faults per call"]  # the ring
     finally:
         plt.close(ax.figure)
     with pytest.raises(ValueError, match="timings is empty"):

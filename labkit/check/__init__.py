@@ -21,6 +21,7 @@ from labkit.check.models import (
     SYNC_LINES,
     cnn_head_params,
     cnn_in_features,
+    cnn_silent_batch,
     rnn_param_counts,
     sync_points,
 )
@@ -82,6 +83,7 @@ __all__ = [
     "CheckResult",
     "cnn_head_params",
     "cnn_in_features",
+    "cnn_silent_batch",
     "rnn_param_counts",
     "sync_points",
     "amdahl_prediction",

@@ -80,7 +80,8 @@ def cnn_in_features(in_features: Any) -> CheckResult:
     hints = {
         32 * 96 * 96: "That forgets the pooling: MaxPool2d(2) halves height and width.",
         48 * 48: "That forgets the 32 channels the convolution produces.",
-        32 * 32 * 32: "That is the article's number, which only fits a 64×64 input.",
+        32 * 32 * 32: "That is the article's number: it fits an input whose pooled map has "
+        "32 × 32 = 1,024 positions (64×64, 65×65, 32×128, ...), not 96×96.",
         3 * 48 * 48: "The convolution turns 3 input channels into 32.",
     }
     return CheckResult(
@@ -110,6 +111,44 @@ def cnn_head_params(params: Any) -> CheckResult:
         return CheckResult(exercise, False, True, "Add the 10 biases.")
     return CheckResult(
         exercise, False, True, f"{value:,.0f} is off: 32·112·112 inputs × 10 outputs + 10."
+    )
+
+
+def cnn_silent_batch(batch: Any, rows: Any) -> CheckResult:
+    """Check the smallest batch the article's model accepts at 224×224, and the rows it returns."""
+    exercise = "the silent batch"
+    if unsolved(batch) or unsolved(rows):
+        return todo(
+            exercise,
+            "each image reaches view() as 401,408 values; view(-1, 32768) needs a multiple "
+            "of 32,768.",
+        )
+    b = as_number(batch, "batch")
+    r = as_number(rows, "rows")
+    per_image = 32 * 112 * 112
+    if b == 4 and r == 49:
+        return CheckResult(
+            exercise,
+            True,
+            True,
+            f"401,408 = 12.25 × 32,768, so only a batch that is a multiple of 4 reshapes: "
+            f"4 images × {per_image:,} values = 49 rows of 32,768, and the model returns "
+            "(49, 10) without an error. Batches 1 to 3 raise.",
+        )
+    if b == 4:
+        return CheckResult(
+            exercise, False, True, f"Batch 4 is right; rows = 4 × {per_image:,} / 32,768."
+        )
+    if b == 1:
+        return CheckResult(
+            exercise, False, True, "Batch 1 raises: 401,408 is not a multiple of 32,768."
+        )
+    return CheckResult(
+        exercise,
+        False,
+        True,
+        "Not the smallest: find the least b with b × 401,408 a multiple of 32,768 "
+        "(401,408 / 32,768 = 12.25).",
     )
 
 

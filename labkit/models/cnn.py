@@ -51,12 +51,17 @@ class SeedCNN(_SeedLayers):
     It has two bugs, both in ``x.view(-1, 32 * 32 * 32)``:
 
     1. At 224×224 (the article's own input) the pooled map has 401,408 values
-       per sample, so ``view`` raises ``RuntimeError: shape '[-1, 32768]' is
-       invalid for input of size 401408``.
+       per sample, 12.25 rows of 32,768, so for a batch of 1 to 3 ``view`` raises
+       ``RuntimeError: shape '[-1, 32768]' is invalid for input of size 401408``.
     2. Worse, when the element count happens to divide by 32,768, ``view(-1, …)``
-       silently folds spatial data into the batch: a 1×3×128×128 input gives
-       (4, 10) logits, a 2×3×128×128 input gives (8, 10). Nothing errors; the
-       "batch" is now wrong and the loss will be computed against the wrong labels.
+       silently folds spatial data into the batch: a batch of 4 at 224×224 gives
+       (49, 10) logits, a 1×3×128×128 input (4, 10), a 2×3×128×128 input (8, 10).
+       Inference returns them without an error. Training stops at the loss:
+       ``F.cross_entropy`` raises ``ValueError: Expected input batch_size (8) to
+       match target batch_size (2).``
+
+    The 32,768 features fit any input whose pooled map has 32 × 32 = 1,024
+    positions: 64×64, but also 65×65 (pooling floors) or 32×128.
 
     Never flatten with ``view(-1, N)``; use ``torch.flatten(x, 1)`` or ``nn.Flatten()``.
     fc1 has 327,690 parameters (32,768 × 10 + 10); the whole model 328,586

@@ -1,11 +1,21 @@
 """Images per second against batch size: the measurement behind "batch for the GPU".
 
-One image leaves most of a GPU idle; a batch of 64 fills it. The curve of
-images/s against batch size rises and then flattens once the device is busy,
-and where it flattens is the lesson. Each point is timed with
-:func:`labkit.bench` (synchronised, warmed up, median of many calls), and
-batches that would not fit in memory are skipped with a note rather than
-taking the machine down (:mod:`labkit.machine.memory`).
+One image leaves most of a GPU idle; a batch fills more of it. Each point of
+the curve of images/s against batch size is timed with :func:`labkit.bench`
+(synchronised, warmed up, median of many calls, with its IQR and the page
+faults per call), and batches that would not fit in memory are skipped with a
+note rather than taking the machine down (:mod:`labkit.machine.memory`).
+
+What is timed: by default a forward pass under ``torch.inference_mode``
+(inference: no autograd records), on the same random batch every call, so the
+input stays in whatever cache holds it. ``inference=False`` times a training
+step's compute instead. On CUDA, ``torch.backends.cudnn.benchmark`` is on
+while the points are timed (cuDNN tries its algorithms once per shape and
+keeps the fastest), since every call has the same shape.
+
+On a CPU, a point can be slow because the C allocator hands freed activations
+back to the OS and faults them in again on every call
+(:mod:`labkit.machine.allocator`): ``minor_faults_per_call`` shows it.
 
 Two switches that notebook 04 turns on, both also usable on the CPU:
 
@@ -18,6 +28,7 @@ Two switches that notebook 04 turns on, both also usable on the CPU:
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,7 +44,12 @@ ACTIVATION_FACTOR = 30
 
 @dataclass(frozen=True)
 class BatchThroughput:
-    """One point of the curve: a batch size, its median time per call, and images/s."""
+    """One point of the curve: a batch size, its median time per call, and images/s.
+
+    ``images_per_s_low`` and ``_high`` are the images/s at the slower and
+    faster quartile of the calls (the IQR, as a rate); ``minor_faults_per_call``
+    the page faults each call took (None where the OS does not count them).
+    """
 
     batch_size: int
     image_size: int
@@ -45,10 +61,26 @@ class BatchThroughput:
     inference: bool
     timing: Any  # labkit.Timing
 
+    @property
+    def images_per_s_low(self) -> float:
+        return self.batch_size / (self.timing.q3_ms / 1e3) if self.timing.q3_ms > 0 else math.inf
+
+    @property
+    def images_per_s_high(self) -> float:
+        return self.batch_size / (self.timing.q1_ms / 1e3) if self.timing.q1_ms > 0 else math.inf
+
+    @property
+    def minor_faults_per_call(self) -> float | None:
+        faults: float | None = self.timing.minor_faults_per_call
+        return faults
+
     def __str__(self) -> str:
+        faults = self.minor_faults_per_call
+        fault_text = "" if faults is None else f", {faults:,.0f} page faults per call"
         return (
             f"batch {self.batch_size:>4}: {self.images_per_s:>10,.0f} images/s "
-            f"({self.median_ms:.3g} ms per batch, {self.dtype}, "
+            f"(IQR {self.images_per_s_low:,.0f} to {self.images_per_s_high:,.0f}; "
+            f"{self.median_ms:.3g} ms per batch{fault_text}; {self.dtype}, "
             f"{'channels_last' if self.channels_last else 'NCHW'}, {self.device})"
         )
 
@@ -164,46 +196,56 @@ def throughput_by_batch(
     dtype_name = str(amp_dtype).replace("torch.", "") if amp_dtype is not None else "float32"
 
     results: list[BatchThroughput] = []
-    for batch in fitting:
-        try:
-            timing = _time_batch(
-                torch,
-                model,
-                batch,
-                image_size,
-                memory_format,
-                inference,
-                autocast,
-                params,
-                where,
-                warmup_ms,
-                rep_ms,
+    cudnn = torch.backends.cudnn if device.type == "cuda" else None
+    tuned_before = cudnn.benchmark if cudnn is not None else False
+    if cudnn is not None:
+        cudnn.benchmark = True  # one shape per point: let cuDNN pick its fastest algorithm
+    try:
+        for batch in fitting:
+            try:
+                timing = _time_batch(
+                    torch,
+                    model,
+                    batch,
+                    image_size,
+                    memory_format,
+                    inference,
+                    autocast,
+                    params,
+                    where,
+                    warmup_ms,
+                    rep_ms,
+                )
+            except Exception as exc:  # out of memory: the sweep ends at the batches that fit
+                if not is_out_of_memory(exc):
+                    raise
+                timing = None
+            if timing is None:
+                largest = f"batch {results[-1].batch_size}" if results else None
+                note = out_of_memory_message(
+                    "throughput_by_batch", f"batch {batch}", largest, where
+                )
+                release_memory(where)
+                if not results:
+                    raise MemoryBudgetError(note)
+                print(note)  # the largest batch that fit is results[-1].batch_size
+                break
+            results.append(
+                BatchThroughput(
+                    batch_size=batch,
+                    image_size=image_size,
+                    images_per_s=batch / (timing.median_ms / 1e3),
+                    median_ms=timing.median_ms,
+                    device=where,
+                    dtype=dtype_name,
+                    channels_last=channels_last,
+                    inference=inference,
+                    timing=timing,
+                )
             )
-        except Exception as exc:  # out of memory: the sweep ends at the batches that fit
-            if not is_out_of_memory(exc):
-                raise
-            timing = None
-        if timing is None:
-            largest = f"batch {results[-1].batch_size}" if results else None
-            note = out_of_memory_message("throughput_by_batch", f"batch {batch}", largest, where)
-            release_memory(where)
-            if not results:
-                raise MemoryBudgetError(note)
-            print(note)  # the largest batch that fit is results[-1].batch_size
-            break
-        results.append(
-            BatchThroughput(
-                batch_size=batch,
-                image_size=image_size,
-                images_per_s=batch / (timing.median_ms / 1e3),
-                median_ms=timing.median_ms,
-                device=where,
-                dtype=dtype_name,
-                channels_last=channels_last,
-                inference=inference,
-                timing=timing,
-            )
-        )
+    finally:
+        if cudnn is not None:
+            cudnn.benchmark = tuned_before
     return results
 
 

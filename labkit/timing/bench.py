@@ -38,6 +38,7 @@ from typing import Any
 from labkit.core.results import JsonRecord
 from labkit.core.units import duration_unit, format_duration
 from labkit.core.validate import check_function, check_int, check_ms, check_positive_int
+from labkit.machine.allocator import minor_faults
 from labkit.timing import sync as _sync
 
 #: A timing whose IQR exceeds this fraction of its median is flagged as noisy.
@@ -96,6 +97,11 @@ class Timing(JsonRecord):
     mean time per call of ``calls_per_sample`` calls made back to back (1
     unless one call is shorter than :data:`MIN_SAMPLE_MS`). ``relative_spread``
     is IQR / median; above 0.10 the timing is ``noisy``.
+    ``minor_faults_per_call`` is the process's minor page faults during the
+    measured calls over their number (None where the OS does not count
+    them): a call that faults in fresh pages every time is timing the
+    kernel as well (:mod:`labkit.machine.allocator`), and every call pays
+    it alike, so the spread does not show it.
 
     A notebook exercise may build one by hand from its own samples, so the
     samples are checked (at least one, each finite and >= 0); nothing else is.
@@ -110,6 +116,7 @@ class Timing(JsonRecord):
     first_call_ms: float | None = None
     method: str = "host clock"
     calls_per_sample: int = 1
+    minor_faults_per_call: float | None = None
     n: int = field(init=False)
     median_ms: float = field(init=False)
     q1_ms: float = field(init=False)
@@ -302,7 +309,8 @@ def bench(
         warmup_samples.append(elapsed)
         warmup_total_ms += elapsed
 
-    # 3. The measured calls, by time.
+    # 3. The measured calls, by time, with the page faults they take.
+    faults_before = minor_faults()
     events = group.event_timer
     calls = 1
     if events is None:
@@ -344,6 +352,7 @@ def bench(
             max_reps,
         )
         method = "device events"
+    faults = _per_call(faults_before, minor_faults(), len(samples) * calls)
 
     timing = Timing(
         samples_ms=tuple(samples),
@@ -353,6 +362,7 @@ def bench(
         first_call_ms=first_call_ms,
         method=method,
         calls_per_sample=calls,
+        minor_faults_per_call=faults,
     )
     if warn and timing.noisy:
         warnings.warn(noisy_message(timing), NoisyTimingWarning, stacklevel=2)
@@ -397,6 +407,13 @@ def _event_samples(
         total_ms += math.fsum(batch)
         estimate_ms = _median(batch)
     return samples
+
+
+def _per_call(before: int | None, after: int | None, calls: int) -> float | None:
+    """Page faults per call from two counts (None where the OS does not count them)."""
+    if before is None or after is None:
+        return None
+    return (after - before) / calls
 
 
 def _calls_per_sample(
