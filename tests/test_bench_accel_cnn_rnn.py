@@ -127,8 +127,16 @@ def test_rnn_quick_with_tensorflow_uses_keras(capsys: pytest.CaptureFixture[str]
     assert main(["bench", "rnn", "--quick", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["framework"] == "tensorflow"
-    assert list(data["median_ms"]) == ["SimpleRNN", "LSTM", "LSTM-no-cudnn"]
-    assert "LSTM-no-cudnn / LSTM" in data["ratios"]
+    assert list(data["median_ms"]) == [
+        f"{kind} ({mode})"
+        for kind in ("SimpleRNN", "LSTM", "LSTM-no-cudnn")
+        for mode in ("eager", "graph")
+    ]
+    assert set(data["ratios"]) == {
+        "LSTM-no-cudnn / LSTM (graph)",
+        "SimpleRNN / LSTM (graph)",
+        "LSTM eager / graph",
+    }
 
 
 # --------------------------------------------------------------------------- refusals

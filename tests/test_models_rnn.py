@@ -96,10 +96,35 @@ def test_time_keras_rnns_runs(tf) -> None:
     timings = rnn_keras.time_keras_rnns(
         batch=2, steps=4, features=3, units=4, warmup_ms=0, rep_ms=1
     )
-    assert [t.kind for t in timings] == ["SimpleRNN", "LSTM", "LSTM-no-cudnn"]
-    assert all(t.timing.n >= 5 and t.median_ms > 0 for t in timings)
+    kinds = ["SimpleRNN", "LSTM", "LSTM-no-cudnn"]
+    assert [(t.kind, t.mode) for t in timings] == [(k, m) for k in kinds for m in ("eager", "graph")]
+    assert all(len(t.runs.runs) == 2 and t.median_ms > 0 for t in timings)
     gpu = bool(tf.config.list_physical_devices("GPU"))
-    assert [t.cudnn_eligible for t in timings] == [False, gpu, False]
+    assert [t.uses_cudnn for t in timings if t.mode == "graph"] == [False, gpu, False]
+    table = timings.table()
+    assert "eager / graph, per round" in table and table.count("\n") == 3
+    assert str(timings).startswith("[batch=2, steps=4, features=3], 4 units, forward pass on ")
+
+
+def test_graph_op_types_finds_a_cudnn_op_without_running_it(tf) -> None:
+    """Tracing builds the graph only, so a CudnnRNNV3 op can be checked for on a CPU."""
+
+    @tf.function
+    def fused(x, h, c, params):
+        return tf.raw_ops.CudnnRNNV3(
+            input=x, input_h=h, input_c=c, params=params, sequence_lengths=tf.constant([4, 4])
+        )[0]
+
+    spec = [tf.TensorSpec([4, 2, 3]), tf.TensorSpec([1, 2, 5]), tf.TensorSpec([1, 2, 5])]
+    concrete = fused.get_concrete_function(*spec, tf.TensorSpec([None]))
+    assert "CudnnRNNV3" in rnn_keras.graph_op_types(concrete)
+    plain = tf.function(lambda x: tf.tanh(x)).get_concrete_function(tf.TensorSpec([2]))
+    assert not any(t.startswith("CudnnRNN") for t in rnn_keras.graph_op_types(plain))
+
+
+def test_time_keras_rnns_names_bad_modes(tf) -> None:
+    with pytest.raises(ValueError, match="modes must be one of"):
+        rnn_keras.time_keras_rnns(batch=2, steps=2, features=2, units=2, modes=("jit",))
 
 
 def test_train_keras_rnn_learns_the_sequence_task(tf) -> None:

@@ -171,7 +171,8 @@ def rnn_param_counts(keras_params: Any, torch_params: Any) -> CheckResult:
             True,
             True,
             f"Keras {ref_k:,}, PyTorch {ref_t:,}: PyTorch keeps two bias vectors (b_ih and "
-            "b_hh) where Keras keeps one. The maths is the same; the counts are not.",
+            "b_hh) where Keras's SimpleRNN keeps one. The maths is the same; the counts are "
+            "not. (Keras's GRU with reset_after=True, its default, keeps two as well.)",
         )
     if k == ref_t and t == ref_k:
         return CheckResult(

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from labkit.accel.common import times
 from labkit.core.optional import import_optional
 from labkit.core.units import format_speedup
 
@@ -87,7 +88,7 @@ class VariantCurve:
         first, best, last = self.points[0], self.peak, self.points[-1]
         text = (
             f"{self.name}: best at batch {best.batch_size}, "
-            f"{format_speedup(best.images_per_s / first.images_per_s)} batch "
+            f"{times(best.images_per_s / first.images_per_s)} batch "
             f"{first.batch_size}'s images/s"
         )
         if last is best:
@@ -394,7 +395,7 @@ def layout_or_precision(
         for ta, tb in zip(a.runs, b.runs, strict=True)
     ]
     low, high = min(per_round), max(per_round)
-    span = f"{format_speedup(low)} to {format_speedup(high)}"
+    span = f"{times(low)} to {times(high)}"
     if low > 1:
         return f"{layout} alone was faster than {precision} alone in every round ({span})"
     if high < 1:

@@ -38,7 +38,7 @@ def plot_throughput(curves: Mapping[str, Iterable[BatchThroughput]], *, ax: Any 
     """
     plt = pyplot()
     if ax is None:
-        _, ax = plt.subplots(figsize=(7.5, 4.2))
+        _, ax = plt.subplots(figsize=(9.5, 4.2))
     device = image = None
     inference = True
     faulted: list[tuple[int, float]] = []
@@ -60,7 +60,7 @@ def plot_throughput(curves: Mapping[str, Iterable[BatchThroughput]], *, ax: Any 
             label=f"≥ {MANY_FAULTS:,} page faults per call",
             zorder=3,
         )
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.02, 0.5))
     what = "inference (forward only)" if inference else "training step"
     size = f", {image}×{image} images" if image else ""
     style_axes(
@@ -74,4 +74,5 @@ def plot_throughput(curves: Mapping[str, Iterable[BatchThroughput]], *, ax: Any 
     )
     plain_log_ticks(ax.xaxis)
     plain_log_ticks(ax.yaxis)
+    ax.figure.tight_layout()
     return ax

@@ -96,7 +96,8 @@ def keras_rnn(
     - "SimpleRNN": no cuDNN path at all; a loop over time steps on any device.
     - "LSTM" / "GRU": Keras defaults, which are the cuDNN-eligible settings
       (tanh, sigmoid recurrent activation, no recurrent dropout, no unroll,
-      bias); on a GPU in eager mode they run one fused cuDNN kernel.
+      bias; GRU also ``reset_after=True``); where TensorFlow sees a GPU they
+      run one fused cuDNN kernel, eagerly or in a graph.
     - "LSTM-no-cudnn": the same LSTM with ``use_cudnn=False``: the loop,
       for a like-for-like comparison.
     """
@@ -119,46 +120,138 @@ def _check_layer(kind: Any, units: Any) -> None:
     check_positive_int("units", units)
 
 
+#: How a layer is called: eagerly (each step of the loop runs from Python) or in a graph.
+MODES: tuple[str, ...] = ("eager", "graph")
+
+
+def graph_op_types(concrete: Any) -> set[str]:
+    """Every op type in a traced ``tf.function`` (its graph and the functions it calls)."""
+    graph_def = concrete.graph.as_graph_def()
+    types = {node.op for node in graph_def.node}
+    for function in graph_def.library.function:
+        types |= {node.op for node in function.node_def}
+    return types
+
+
 @dataclass(frozen=True)
 class RnnTiming:
-    """One layer's forward pass: its kind, whether cuDNN may run it, and the labkit Timing."""
+    """One layer in one mode: its runs (one per round) and whether its graph holds a cuDNN op.
+
+    ``uses_cudnn`` is read from the layer traced with ``tf.function``: True
+    when the graph holds a ``CudnnRNN*`` op, i.e. Keras chose the fused kernel
+    (it does so only for LSTM and GRU with the cuDNN-compatible settings and
+    a visible GPU, ``keras/src/backend/tensorflow/rnn.py``); the eager call
+    takes the same branch.
+    """
 
     kind: str
-    cudnn_eligible: bool
+    mode: str
+    uses_cudnn: bool
     device: str
     batch: int
     steps: int
     features: int
     units: int
-    timing: Any  # labkit.Timing
+    runs: Any  # labkit.timing.interleave.VariantRuns
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} ({self.mode})"
 
     @property
     def median_ms(self) -> float:
-        return self.timing.median_ms
+        return float(self.runs.median_ms)
 
     def __str__(self) -> str:
-        path = "cuDNN-eligible" if self.cudnn_eligible else "loop"
-        return f"{self.kind:<14} {self.median_ms:9.3f} ms  ({path}, {self.device})"
+        path = "cuDNN op in the graph" if self.uses_cudnn else "no cuDNN op: a loop over steps"
+        return f"{self.label:<22} {self.median_ms:9.3f} ms  ({path}, {self.device})"
+
+
+@dataclass(frozen=True)
+class KerasRnnTimings:
+    """Keras recurrent layers timed eagerly and in a graph, round-robin (:func:`labkit.interleave`)."""
+
+    rows: tuple[RnnTiming, ...]
+    rounds: Any  # labkit.timing.interleave.Interleaved
+
+    def __iter__(self) -> Any:
+        return iter(self.rows)
+
+    def get(self, kind: str, mode: str) -> RnnTiming | None:
+        return next((r for r in self.rows if r.kind == kind and r.mode == mode), None)
+
+    def table(self) -> str:
+        """One row per kind: eager and graph medians, their ratio, and the cuDNN check."""
+        from labkit.core.units import format_duration
+
+        header = ["", "eager", "graph", "eager / graph, per round", "cuDNN op in the graph"]
+        table = [header]
+        for kind in dict.fromkeys(r.kind for r in self.rows):
+            eager, graph = self.get(kind, "eager"), self.get(kind, "graph")
+            uses_cudnn = any(r.uses_cudnn for r in self.rows if r.kind == kind)
+            table.append(
+                [
+                    kind,
+                    format_duration(eager.median_ms) if eager else "-",
+                    format_duration(graph.median_ms) if graph else "-",
+                    _paired(eager, graph) if eager and graph else "-",
+                    "yes" if uses_cudnn else "no",
+                ]
+            )
+        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+        return "\n".join(
+            "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w)
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            ).rstrip()
+            for row in table
+        )
+
+    def __str__(self) -> str:
+        first = self.rows[0]
+        return (
+            f"[batch={first.batch}, steps={first.steps}, features={first.features}], "
+            f"{first.units} units, forward pass on {first.device}:\n{self.table()}"
+        )
+
+
+def _paired(eager: RnnTiming, graph: RnnTiming) -> str:
+    """The eager / graph ratio of each round's medians: their median and range."""
+    from labkit.accel.common import times
+    from labkit.timing.bench import quantile
+
+    ratios = sorted(
+        e.median_ms / g.median_ms
+        for e, g in zip(eager.runs.runs, graph.runs.runs, strict=True)
+        if g.median_ms > 0
+    )
+    if not ratios:
+        return "-"
+    return f"{times(quantile(ratios, 0.5))} ({times(ratios[0])} to {times(ratios[-1])})"
 
 
 def time_keras_rnns(
     batch: int = 64,
-    steps: int = 100,
+    steps: int = 20,
     features: int = 50,
     units: int = 50,
     *,
     kinds: tuple[str, ...] = ("SimpleRNN", "LSTM", "LSTM-no-cudnn"),
+    modes: tuple[str, ...] = MODES,
     device: str | None = None,
-    warmup_ms: float = 25.0,
-    rep_ms: float = 200.0,
-) -> list[RnnTiming]:
+    rounds: int = 2,
+    warmup_ms: float = 10.0,
+    rep_ms: float = 50.0,
+) -> KerasRnnTimings:
     """Time a forward pass of each Keras RNN kind on a [batch, steps, features] input.
 
-    ``device=None`` uses :func:`labkit.pick_device` ("/GPU:0" or "/CPU:0").
-    Each call is synchronised with ``tf.test.experimental.sync_devices()``
-    (``bench(device="tf")``). Expect, on a GPU, the cuDNN LSTM far ahead of
-    ``LSTM-no-cudnn``; on a CPU all of them run a loop, and SimpleRNN (less
-    work per step) is fastest.
+    Each kind is timed in each of ``modes``: "eager" calls the layer from
+    Python, so every time step of its loop is dispatched from Python;
+    "graph" calls it through ``tf.function`` (traced once, outside the
+    timing), which is how ``fit`` and ``predict`` run it. All variants are
+    timed round-robin for ``rounds`` rounds (:func:`labkit.interleave`), with
+    ``tf.test.experimental.sync_devices()`` around each call. ``device=None``
+    uses :func:`labkit.pick_device` ("/GPU:0" or "/CPU:0").
     """
     for name, value in (("batch", batch), ("steps", steps), ("features", features)):
         check_positive_int(name, value)
@@ -167,6 +260,11 @@ def time_keras_rnns(
         raise ValueError(f"kinds must be a non-empty list drawn from {KERAS_RNN_KINDS}")
     for kind in kinds:
         check_choice("kinds", kind, KERAS_RNN_KINDS)
+    modes = (modes,) if isinstance(modes, str) else modes
+    if not modes:
+        raise ValueError(f"modes must be a non-empty list drawn from {MODES}")
+    for mode in modes:
+        check_choice("modes", mode, MODES)
     check_positive_int("units", units)
     check_tf_device(device, allow_none=True)
     check_ms("warmup_ms", warmup_ms, allow_zero=True)
@@ -178,32 +276,47 @@ def time_keras_rnns(
     )
     tf = import_tensorflow("time_keras_rnns")
     from labkit.machine.report import pick_device
-    from labkit.timing.bench import bench
+    from labkit.timing.interleave import interleave
 
     where = device or pick_device("tensorflow")
-    gpu = "GPU" in where.upper()
-    results = []
+    calls: dict[str, Any] = {}
+    meta: dict[str, tuple[str, str, bool]] = {}
     with tf.device(where):
         x = tf.random.normal([batch, steps, features], seed=0)
         for kind in kinds:
             layer = keras_rnn(kind, units, return_sequences=True)
             layer(x)  # build the weights outside the timing
-            timing = bench(
-                layer, x, warmup_ms=warmup_ms, rep_ms=rep_ms, device="tf", label=kind, warn=False
+            graph = tf.function(layer)
+            uses_cudnn = any(
+                t.startswith("CudnnRNN") for t in graph_op_types(graph.get_concrete_function(x))
             )
-            results.append(
-                RnnTiming(
-                    kind=kind,
-                    cudnn_eligible=gpu and kind in ("LSTM", "GRU"),
-                    device=where,
-                    batch=batch,
-                    steps=steps,
-                    features=features,
-                    units=units,
-                    timing=timing,
-                )
-            )
-    return results
+            for mode in modes:
+                label = f"{kind} ({mode})"
+                calls[label] = (lambda f=layer: f(x)) if mode == "eager" else (lambda g=graph: g(x))
+                meta[label] = (kind, mode, uses_cudnn)
+        result = interleave(
+            calls,
+            rounds=rounds,
+            rep_ms=rep_ms,
+            warmup_ms=warmup_ms,
+            device="tf",
+            min_reps=3,
+        )
+    rows = tuple(
+        RnnTiming(
+            kind=meta[v.label][0],
+            mode=meta[v.label][1],
+            uses_cudnn=meta[v.label][2],
+            device=where,
+            batch=batch,
+            steps=steps,
+            features=features,
+            units=units,
+            runs=v,
+        )
+        for v in result.variants
+    )
+    return KerasRnnTimings(rows=rows, rounds=result)
 
 
 def train_keras_rnn(

@@ -43,6 +43,22 @@ class TrainingResult:
     def total_seconds(self) -> float:
         return math.fsum(self.epoch_seconds)
 
+    def epoch_times(self) -> str:
+        """The first epoch apart from the median of the others, in seconds.
+
+        A first epoch pays one-off costs (TensorFlow traces ``fit``'s step into
+        a graph; caches and allocators warm up), so it is not a rate to compare.
+        """
+        from labkit.core.units import format_duration
+        from labkit.timing.bench import quantile
+
+        first = format_duration(self.epoch_seconds[0] * 1e3)
+        rest = sorted(self.epoch_seconds[1:])
+        if not rest:
+            return f"1 epoch: {first}"
+        later = format_duration(quantile(rest, 0.5) * 1e3)
+        return f"epoch 1: {first}; epochs 2-{len(self.epoch_seconds)}: median {later} each"
+
     def __str__(self) -> str:
         return (
             f"{self.model} ({self.framework}) on {self.device}: {len(self.losses)} epochs in "

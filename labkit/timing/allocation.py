@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.core.results import JsonRecord
-from labkit.core.units import format_speedup
 from labkit.machine.allocator import set_keep_freed
 from labkit.timing.interleave import interleave
 
@@ -43,7 +42,7 @@ class AllocationComparison(JsonRecord):
             return "page faults are not counted on this OS"
         before, after = self.faults_per_call[AS_ALLOCATED], self.faults_per_call[KEPT]
         kept = self.rounds[KEPT]
-        span = f"{format_speedup(kept.ratio_low)} to {format_speedup(kept.ratio_high)} per round"
+        span = f"{kept.ratio_low:.2f}× to {kept.ratio_high:.2f}× per round"
         text = f"page faults per call: {before:,.0f} returned, {after:,.0f} kept; kept: {span}"
         if (before or 0) < 1:
             return text + ": this work took no page faults, so the allocator costs it nothing"

@@ -72,7 +72,7 @@ def plot_timings(
     ax.invert_yaxis()  # first timing on top, as in the compare table
     return style_axes(
         ax,
-        xlabel=f"median time per call ({unit}; bars show the IQR)",
+        xlabel=f"time per call ({unit}): bars are medians, whiskers the IQR",
         ylabel="variant",
         title=title,
         device=items[0].device,
