@@ -81,7 +81,7 @@ def test_tf32_defaults_both_frameworks() -> None:
     assert isinstance(d["tf_tensor_float_32_execution_enabled"], bool)
     assert d["tf_tensor_float_32_execution_enabled"] is True  # TF's documented default
     if "torch" in sys.modules:
-        assert "torch_matmul_allow_tf32" in d
+        assert d["torch.backends.cudnn.conv.fp32_precision"] in ("tf32", "ieee", "none")
 
 
 def test_mixed_precision_keras_runs_and_restores_policy() -> None:

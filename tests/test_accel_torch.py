@@ -17,6 +17,7 @@ from labkit.accel import (  # noqa: E402
     async_launch_demo,
     elementwise_chain,
     mixed_precision_torch,
+    precision,  # noqa: E402
     sync_points_benchmark,
     tf32_defaults,
     torch_compile_benchmark,
@@ -43,7 +44,8 @@ def test_sync_points_structure_and_text() -> None:
     assert all(isinstance(t, Timing) for t in r.timings())
     assert r.item_ratio == pytest.approx(r.item_median_ms / r.deferred_median_ms)
     text = str(r)
-    assert ".item() every step" in text and "×" in text and "no queue" in text
+    assert ".item() every step" in text and "×" in text and "the same work in each" in text
+    assert "per round" in text and r.rounds is not None
 
 
 @pytest.mark.parametrize(
@@ -64,11 +66,12 @@ def test_async_launch_demo_skips_without_gpu(capsys: pytest.CaptureFixture[str])
 
 def test_tf32_defaults_torch_types() -> None:
     d = tf32_defaults(("torch",))
-    assert isinstance(d["torch_float32_matmul_precision"], str)
-    assert isinstance(d["torch_matmul_allow_tf32"], bool)
-    assert isinstance(d["torch_cudnn_allow_tf32"], bool)
-    for key in ("torch_matmul_fp32_precision", "torch_cudnn_conv_fp32_precision"):
-        assert d[key] is None or isinstance(d[key], str)
+    names = [name for name, _ in precision.TORCH_FP32_SETTINGS]
+    assert list(d) == names
+    assert all(d[key] in (None, "ieee", "tf32", "bf16", "none") for key in names)
+    if hasattr(torch.backends, "fp32_precision"):  # torch 2.9+: cuDNN convs and RNNs allow TF32
+        assert d["torch.backends.cudnn.conv.fp32_precision"] == "tf32"
+        assert d["torch.backends.cudnn.rnn.fp32_precision"] == "tf32"
     assert not any(k.startswith("tf_") for k in d)
     with pytest.raises(ValueError, match="frameworks"):
         tf32_defaults(("jax",))
@@ -113,11 +116,13 @@ def test_compile_benchmark_bookkeeping_with_injected_compiler() -> None:
 
     r = torch_compile_benchmark(size=1000, compiler=fake_compile, device="cpu", **FAST)
     assert isinstance(r, CompileResult)
-    assert calls == [elementwise_chain]
+    assert calls == [elementwise_chain, elementwise_chain]  # cold, then warm
     assert r.compiler == "fake_compile" and r.elements == 1000
     assert r.first_call_s >= 0
     assert isinstance(r.eager, Timing) and isinstance(r.compiled, Timing)
-    assert "first call" in str(r) and "×" in str(r)
+    assert "first call, cold caches" in str(r) and "×" in str(r)
+    assert r.warm_first_call_s is not None and r.new_shape_first_call_s is not None
+    assert r.faults_per_call is not None and set(r.faults_per_call) == {"returned", "kept"}
 
 
 def test_compile_benchmark_custom_fn_and_result_check() -> None:

@@ -188,6 +188,14 @@ def test_allocation_verdicts_are_masked(
     assert _sanitize("glibc 2.36\n") == _sanitize("glibc 2.41\n") == "<C library>\n"
 
 
+def test_transparent_hugepages_mode_is_read_and_masked() -> None:
+    mode = allocator.transparent_hugepages()
+    assert mode in (None, "always", "madvise", "never")
+    for shown in ("always", "madvise", "never", "not reported here"):
+        line = f"transparent huge pages: {shown}\n"
+        assert _sanitize(line) == "transparent huge pages: <mode>\n"
+
+
 def test_bench_reports_faults_per_call() -> None:
     timing = bench(lambda: None, warmup_ms=0, rep_ms=1, min_reps=3, warn=False)
     if sys.platform != "win32":
@@ -226,9 +234,9 @@ def test_batch_throughput_prints_its_iqr_and_faults() -> None:
 @pytest.mark.parametrize(
     ("rates", "faults", "expected"),
     [
-        ((100.0, 300.0, 200.0), 8193.0, "below the best (the IQRs do not overlap)"),
-        ((100.0, 300.0, 299.0), 0.0, "within the noise of the best (the IQRs overlap)"),
-        ((100.0, 200.0, 300.0), 0.0, "the largest batch is the best"),
+        ((100.0, 300.0, 200.0), 8193.0, "falls below it from batch 64 (0.67 of the best, 8,193"),
+        ((100.0, 300.0, 299.0), 0.0, "(within the noise of it: batch 64); no larger batch falls"),
+        ((100.0, 200.0, 300.0), 0.0, "best at batch 64, 3.00× batch 1's images/s; the largest"),
     ],
 )
 def test_curve_verdicts_read_the_data_and_are_masked(
@@ -276,8 +284,10 @@ def test_bfloat16_hardware_line_is_masked() -> None:
     assert line.startswith("this CPU reports")
     assert _sanitize(line + "\n") == "<bfloat16 instructions>\n"
     for other in (
-        "this CPU reports bfloat16 instructions: AVX512_BF16, AMX",
-        "this CPU reports no bfloat16 instructions (no AVX512_BF16, AMX or Arm BF16)",
+        "this CPU reports bfloat16 instructions: AVX512_BF16, AMX (AVX-512)",
+        "this CPU reports bfloat16 instructions: BF16 (no AVX-512)",
+        "this CPU reports no bfloat16 instructions (no AVX512_BF16, AMX or Arm BF16) and AVX-512",
+        "this CPU reports no bfloat16 instructions (no AVX512_BF16, AMX or Arm BF16) and no AVX-512",
     ):
         assert _sanitize(other + "\n") == "<bfloat16 instructions>\n"
 

@@ -97,7 +97,9 @@ def test_time_keras_rnns_runs(tf) -> None:
         batch=2, steps=4, features=3, units=4, warmup_ms=0, rep_ms=1
     )
     kinds = ["SimpleRNN", "LSTM", "LSTM-no-cudnn"]
-    assert [(t.kind, t.mode) for t in timings] == [(k, m) for k in kinds for m in ("eager", "graph")]
+    assert [(t.kind, t.mode) for t in timings] == [
+        (k, m) for k in kinds for m in ("eager", "graph")
+    ]
     assert all(len(t.runs.runs) == 2 and t.median_ms > 0 for t in timings)
     gpu = bool(tf.config.list_physical_devices("GPU"))
     assert [t.uses_cudnn for t in timings if t.mode == "graph"] == [False, gpu, False]

@@ -5,7 +5,7 @@ One small module per lesson; every function imports its framework lazily, so
 
 - :mod:`~labkit.accel.placement`: where TensorFlow really put an op (soft placement).
 - :mod:`~labkit.accel.sync_points`: ``.item()`` per step vs one sync at the end.
-- :mod:`~labkit.accel.precision`: TF32 defaults, autocast / Keras mixed precision.
+- :mod:`~labkit.accel.precision`: float32-precision settings, oneDNN bf16 matmuls, autocast / Keras mixed precision.
 - :mod:`~labkit.accel.compilers`: ``torch.compile`` and XLA, first call vs steady state.
 - :mod:`~labkit.accel.side_by_side`: the same MLP step in torch and Keras/TF.
 - :mod:`~labkit.accel.tf_memory`: what TensorFlow will do with GPU memory.
@@ -22,7 +22,9 @@ from labkit.accel.compilers import (
 )
 from labkit.accel.placement import PlacementDemo, tf_device_log, tf_soft_placement_demo
 from labkit.accel.precision import (
+    Fp32MatmulResult,
     MixedPrecisionResult,
+    fp32_matmul_in_bf16,
     mixed_precision_keras,
     mixed_precision_torch,
     tf32_defaults,
@@ -42,6 +44,8 @@ __all__ = [
     "CompileResult",
     "XlaResult",
     "elementwise_chain",
+    "Fp32MatmulResult",
+    "fp32_matmul_in_bf16",
     "MixedPrecisionResult",
     "PlacementDemo",
     "SideBySide",

@@ -3,20 +3,25 @@
 A compiler fuses a chain of elementwise ops into one kernel, so the data is
 read and written once instead of once per op: for memory-bound work that is
 the whole speedup. The price is paid up front: the first call traces and
-compiles (on the CPU, ``torch.compile`` runs a C++ compiler; 10-20 s is
-normal). A fair benchmark therefore reports three numbers: eager, the first
-compiled call, and the compiled steady state, plus how many calls it takes
-for the compile to pay for itself.
+compiles (on the CPU, ``torch.compile`` runs a C++ compiler), unless its
+on-disk caches already hold the result. A fair benchmark therefore reports
+eager (without page faults, which fusion would otherwise be credited with
+removing), the first compiled call with cold and with warm caches, the
+compiled steady state, and how many calls it takes for the compile to pay
+for itself.
 
-XLA (``tf.function(jit_compile=True)``) is the TensorFlow counterpart. It
-mainly pays off on GPUs; on the CPU it can be *slower* than TensorFlow's
-ordinary graph mode. Measure, don't assume.
+XLA (``tf.function(jit_compile=True)``) is the TensorFlow counterpart. On a
+CPU it can be *slower* than TensorFlow's ordinary graph mode. Measure, don't
+assume.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,12 +36,19 @@ from labkit.timing.bench import Timing, bench
 
 @dataclass(frozen=True)
 class CompileResult:
-    """Eager vs compiled: steady-state timings and the one-off first-call cost.
+    """Eager vs compiled: steady-state timings and the one-off first-call costs.
 
-    ``first_call_s`` is the first call of the compiled function (tracing +
-    compilation + one run); ``compiled`` is timed after it. ``break_even_calls``
-    is how many calls the compile needs to pay for itself (None if the
-    compiled version is not faster).
+    ``first_call_s`` is the first call of the compiled function with empty
+    compile caches (tracing + compilation + one run); ``warm_first_call_s``
+    the first call of a second compilation in the same process, after
+    ``torch._dynamo.reset()``, served from the caches the first one filled;
+    ``new_shape_first_call_s`` the first call on an input of another size
+    (a recompile). ``eager`` and ``compiled`` are steady-state timings, taken
+    round-robin with freed memory kept in the process, so neither pays page
+    faults; ``eager_as_allocated`` is eager with glibc returning freed memory
+    to the OS, and ``faults_per_call`` the page faults per call of both eager
+    runs. ``break_even_calls`` is how many calls the cold compile needs to pay
+    for itself (None if the compiled version is not faster).
     """
 
     framework: str
@@ -45,34 +57,80 @@ class CompileResult:
     eager: Timing
     compiled: Timing
     first_call_s: float
+    warm_first_call_s: float | None = None
+    new_shape_first_call_s: float | None = None
+    eager_as_allocated: Timing | None = None
+    faults_per_call: dict[str, float | None] | None = None
+    rounds: Any = None  # labkit.timing.interleave.Interleaved (eager vs compiled)
 
     @property
     def speedup(self) -> float:
         return ratio(self.eager.median_ms, self.compiled.median_ms)
 
-    @property
-    def break_even_calls(self) -> int | None:
+    def _break_even(self, first_call_s: float) -> int | None:
         saved_ms = self.eager.median_ms - self.compiled.median_ms
         if saved_ms <= 0:
             return None
-        return int(-(-(self.first_call_s * 1e3) // saved_ms))
+        return int(-(-(first_call_s * 1e3) // saved_ms))
+
+    @property
+    def break_even_calls(self) -> int | None:
+        return self._break_even(self.first_call_s)
+
+    @property
+    def warm_break_even_calls(self) -> int | None:
+        return None if self.warm_first_call_s is None else self._break_even(self.warm_first_call_s)
 
     def timings(self) -> list[Timing]:
         return [self.eager, self.compiled]
 
     def __str__(self) -> str:
-        lines = [
-            f"{self.compiler} ({self.framework}):",
-            f"  eager                  {format_duration(self.eager.median_ms)}",
-            f"  compiled, first call   {seconds(self.first_call_s)}  (trace + compile + run)",
-            f"  compiled, steady state {format_duration(self.compiled.median_ms)}  "
-            f"({times(self.speedup)} vs eager)",
+        speed = times(self.speedup)
+        if self.rounds is not None:
+            runs = self.rounds["compiled"]
+            speed += f" ({times(runs.ratio_low)} to {times(runs.ratio_high)} per round)"
+        lines = [f"{self.compiler} ({self.framework}):"]
+        if self.eager_as_allocated is not None and self.faults_per_call is not None:
+            faults = self.faults_per_call
+            lines.append(
+                f"  eager, freed memory returned to the OS  "
+                f"{format_duration(self.eager_as_allocated.median_ms)}  "
+                f"({_faults(faults.get('returned'))} page faults per call)"
+            )
+            lines.append(
+                f"  eager, freed memory kept                {format_duration(self.eager.median_ms)}"
+                f"  ({_faults(faults.get('kept'))} page faults per call)"
+            )
+        else:
+            lines.append(f"  eager                   {format_duration(self.eager.median_ms)}")
+        lines += [
+            f"  compiled, steady state  {format_duration(self.compiled.median_ms)}  "
+            f"({speed} the speed of eager with freed memory kept)",
+            f"  compiled, first call, cold caches  {seconds(self.first_call_s)}  "
+            "(trace + compile + run)",
         ]
+        if self.warm_first_call_s is not None:
+            lines.append(
+                f"  compiled, first call, warm caches  {seconds(self.warm_first_call_s)}  "
+                "(compiled again in this process after torch._dynamo.reset())"
+            )
+        if self.new_shape_first_call_s is not None:
+            lines.append(
+                f"  first call on a new input size     {seconds(self.new_shape_first_call_s)}"
+                "  (a recompile)"
+            )
         if self.break_even_calls is None:
             lines.append("  the compiled version is not faster here: compiling never pays off")
         else:
-            lines.append(f"  the compile pays for itself after n={self.break_even_calls} calls")
+            text = f"  the cold compile pays for itself after n={self.break_even_calls} calls"
+            if self.warm_break_even_calls is not None:
+                text += f", the warm one after n={self.warm_break_even_calls}"
+            lines.append(text)
         return "\n".join(lines)
+
+
+def _faults(value: float | None) -> str:
+    return "?" if value is None else f"{value:,.0f}"
 
 
 def elementwise_chain(x: Any, y: Any) -> Any:
@@ -87,60 +145,128 @@ def torch_compile_benchmark(
     compiler: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
     device: Any = None,
     run: bool = True,
+    rounds: int = 3,
     warmup_ms: float = 25.0,
-    rep_ms: float = 200.0,
+    rep_ms: float = 100.0,
 ) -> CompileResult | None:
     """Time ``fn(*args)`` eager and under ``torch.compile``, compile time apart.
 
     Args:
         fn, *args: the workload; by default :func:`elementwise_chain` on two
-            float32 vectors of ``size`` elements.
+            float32 vectors of ``size`` elements (and, for the recompile, on
+            two of ``size + 1``).
         compiler: what compiles ``fn`` (default ``torch.compile``). Tests pass a
             cheap one; a notebook could pass ``functools.partial(torch.compile,
             mode="max-autotune")``.
-        run: False prints why it was skipped and returns None (the first
-            compile takes 10-20 s on a CPU).
+        run: False prints why it was skipped and returns None.
 
-    Dynamo's caches are reset first (``torch._dynamo.reset()``) so the first
-    call really compiles, and the compiled result is checked against eager.
+    Inductor keeps its compiled code in an on-disk cache (``fx_graph_cache``
+    and the AOTAutograd cache are on by default) that ``torch._dynamo.reset()``
+    does not clear, so the cold first call is made with
+    ``TORCHINDUCTOR_CACHE_DIR`` pointed at a new, empty directory, and the
+    warm one after ``torch._dynamo.reset()`` with the same directory. The
+    compiled result is checked against eager. Eager is timed with freed
+    memory returned to the OS and kept (:func:`labkit.timing.allocation.compare_allocation`);
+    the speedup is taken against the kept one, round-robin with the compiled
+    function, so that page faults do not count as a gain of fusion.
     """
     if fn is not None and not args:
         raise ValueError(
             "fn was given without arguments: pass them as torch_compile_benchmark(fn, x, y)"
         )
     size = check_positive_int("size", size)
+    rounds = check_positive_int("rounds", rounds)
     warmup_ms, rep_ms = check_ms("warmup_ms", warmup_ms), check_ms("rep_ms", rep_ms)
     check_torch_device(device)
     torch = import_optional("torch", "the torch.compile benchmark")
     if not run:
         print(
-            "Skipped: torch.compile's first call takes 10-20 s on a CPU; pass run=True to time it."
+            "Skipped: torch.compile's first call takes seconds on a CPU; pass run=True to time it."
         )
         return None
+    from labkit.machine.allocator import keep_freed_memory
+    from labkit.timing.allocation import AS_ALLOCATED, KEPT, compare_allocation
+    from labkit.timing.interleave import interleave
+
     elements: int | None = None
+    other: tuple[Any, ...] | None = None
     if fn is None:
         dev = resolve_torch_device(device)
-        require_memory_fits(4 * size, dev, arrays=4, what=f"torch_compile_benchmark(size={size})")
+        require_memory_fits(4 * size, dev, arrays=8, what=f"torch_compile_benchmark(size={size})")
         gen = torch.Generator().manual_seed(0)
         args = tuple(torch.randn(size, generator=gen).to(dev) for _ in range(2))
+        other = tuple(torch.randn(size + 1, generator=gen).to(dev) for _ in range(2))
         fn, elements = elementwise_chain, size
     name = "torch.compile"
     if compiler is None:
         compiler = torch.compile
     else:
         name = getattr(compiler, "__name__", "custom compiler")
-    opts: dict[str, Any] = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "warn": False}
-    eager = bench(fn, *args, label="eager", **opts)
-    torch._dynamo.reset()
-    compiled_fn = compiler(fn)
-    _sync_torch(torch, args)
-    start = time.perf_counter()
-    out = compiled_fn(*args)
-    _sync_torch(torch, (out,))
-    first_call_s = time.perf_counter() - start
-    torch.testing.assert_close(out, fn(*args), msg=lambda m: f"compiled result differs: {m}")
-    compiled = bench(compiled_fn, *args, label="compiled", **opts)
-    return CompileResult("torch", name, elements, eager, compiled, first_call_s)
+    workload = fn
+
+    def eager_call() -> Any:
+        return workload(*args)
+
+    allocation = compare_allocation(eager_call, rounds=rounds, rep_ms=rep_ms, warmup_ms=warmup_ms)
+    with _fresh_inductor_cache():
+        first = []
+        for _ in range(2):  # cold, then warm
+            torch._dynamo.reset()
+            compiled_fn = compiler(workload)
+            _sync_torch(torch, args)
+            start = time.perf_counter()
+            out = compiled_fn(*args)
+            _sync_torch(torch, (out,))
+            first.append(time.perf_counter() - start)
+        new_shape_s = None
+        if other is not None:
+            start = time.perf_counter()
+            _sync_torch(torch, (compiled_fn(*other),))
+            new_shape_s = time.perf_counter() - start
+    torch.testing.assert_close(out, workload(*args), msg=lambda m: f"compiled result differs: {m}")
+    with keep_freed_memory():
+        steady = interleave(
+            {"eager": eager_call, "compiled": lambda: compiled_fn(*args)},
+            rounds=max(rounds, 2),
+            rep_ms=rep_ms,
+            warmup_ms=warmup_ms,
+        )
+    pooled = {
+        v.label: Timing(tuple(x for t in v.runs for x in t.samples_ms), label=v.label)
+        for v in steady.variants
+    }
+    faults = allocation.faults_per_call
+    return CompileResult(
+        "torch",
+        name,
+        elements,
+        pooled["eager"],
+        pooled["compiled"],
+        first[0],
+        warm_first_call_s=first[1],
+        new_shape_first_call_s=new_shape_s,
+        eager_as_allocated=Timing(
+            tuple(x for t in allocation.rounds[AS_ALLOCATED].runs for x in t.samples_ms),
+            label="eager, freed memory returned",
+        ),
+        faults_per_call={"returned": faults.get(AS_ALLOCATED), "kept": faults.get(KEPT)},
+        rounds=steady,
+    )
+
+
+@contextlib.contextmanager
+def _fresh_inductor_cache() -> Iterator[str]:
+    """``TORCHINDUCTOR_CACHE_DIR`` set to a new empty directory, removed afterwards."""
+    previous = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix="labkit-inductor-") as directory:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = directory
+        try:
+            yield directory
+        finally:
+            if previous is None:
+                os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+            else:
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = previous
 
 
 def _sync_torch(torch: Any, values: Any) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import copy
 import math
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +39,7 @@ from labkit.core.validate import (
 )
 from labkit.machine.memory import require_memory_fits
 from labkit.machine.report import resolve_torch_device
-from labkit.timing.bench import Timing, bench
+from labkit.timing.bench import Timing
 
 PURPOSE = "the mixed-precision demo"
 
@@ -54,26 +53,37 @@ KERAS_POLICIES = ("mixed_bfloat16", "mixed_float16")
 # --------------------------------------------------------------------------- TF32
 
 
+#: torch's float32-precision settings (torch 2.9+ API): printed name -> (backend, op) path.
+TORCH_FP32_SETTINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("torch.backends.fp32_precision", ()),
+    ("torch.backends.cuda.matmul.fp32_precision", ("cuda", "matmul")),
+    ("torch.backends.cudnn.fp32_precision", ("cudnn",)),
+    ("torch.backends.cudnn.conv.fp32_precision", ("cudnn", "conv")),
+    ("torch.backends.cudnn.rnn.fp32_precision", ("cudnn", "rnn")),
+    ("torch.backends.mkldnn.fp32_precision", ("mkldnn",)),
+    ("torch.backends.mkldnn.matmul.fp32_precision", ("mkldnn", "matmul")),
+)
+
+
 def tf32_defaults(frameworks: Sequence[str] | None = None) -> dict[str, Any]:
-    """The TF32 settings each framework is using now, read without changing them.
+    """The float32-precision settings each framework is using now, read without changing them.
 
     ``frameworks=None`` reads every one that is installed, so a learner
     without TensorFlow still sees torch's settings; naming a missing one
     raises :class:`MissingPackageError`.
 
-    Keys (present for each framework asked for):
+    torch (2.9+): one entry per attribute of :data:`TORCH_FP32_SETTINGS`,
+    each "ieee" (full float32), "tf32" (TensorFloat-32 allowed, on NVIDIA
+    Ampere and newer), "bf16" (oneDNN on a CPU: bfloat16 inside float32 ops)
+    or "none" (this one is not set: it inherits its parent's value, and the
+    top-level "none" means each backend's own default). torch 2.13's defaults:
+    everything "none" except ``cudnn.conv`` and ``cudnn.rnn``, which are
+    "tf32". The older ``allow_tf32`` flags are not read: torch deprecates them
+    and raises when they are read after the new API was used. On an older
+    torch the entries are None. TensorFlow: ``tf_tensor_float_32_execution_enabled``.
 
-    - ``torch_float32_matmul_precision``: ``torch.get_float32_matmul_precision()``
-      ("highest" by default: no TF32 for matmuls).
-    - ``torch_matmul_fp32_precision`` / ``torch_cudnn_conv_fp32_precision``: the
-      torch 2.9+ per-backend settings ("ieee", "tf32", or "none" = inherit), or
-      None on older torch.
-    - ``torch_matmul_allow_tf32`` / ``torch_cudnn_allow_tf32``: the older flags
-      (False and True by default).
-    - ``tf_tensor_float_32_execution_enabled``: TensorFlow's switch (True by default).
-
-    The settings only matter on an NVIDIA GPU of compute capability 8.0+; on a
-    CPU they are read but have no effect.
+    The TF32 settings only act on an NVIDIA GPU of compute capability 8.0+;
+    the ``mkldnn`` ones act on a CPU (:func:`fp32_matmul_in_bf16` measures one).
     """
     if frameworks is None:
         frameworks = tuple(f for f in ("torch", "tensorflow") if is_installed(f))
@@ -83,26 +93,105 @@ def tf32_defaults(frameworks: Sequence[str] | None = None) -> dict[str, Any]:
         check_choice("frameworks", framework, ("torch", "tensorflow"))
     out: dict[str, Any] = {}
     if "torch" in frameworks:
-        torch = import_optional("torch", "reading the TF32 defaults")
-        with warnings.catch_warnings():  # the old flags warn in newer torch
-            warnings.simplefilter("ignore")
-            matmul = torch.backends.cuda.matmul
-            conv = getattr(torch.backends.cudnn, "conv", None)
-            out["torch_float32_matmul_precision"] = str(torch.get_float32_matmul_precision())
-            out["torch_matmul_fp32_precision"] = _str_or_none(
-                getattr(matmul, "fp32_precision", None)
-            )
-            out["torch_cudnn_conv_fp32_precision"] = _str_or_none(
-                getattr(conv, "fp32_precision", None) if conv is not None else None
-            )
-            out["torch_matmul_allow_tf32"] = bool(matmul.allow_tf32)
-            out["torch_cudnn_allow_tf32"] = bool(torch.backends.cudnn.allow_tf32)
+        torch = import_optional("torch", "reading the float32-precision settings")
+        for name, path in TORCH_FP32_SETTINGS:
+            node: Any = torch.backends
+            for part in path:
+                node = getattr(node, part, None)
+            out[name] = _str_or_none(getattr(node, "fp32_precision", None))
     if "tensorflow" in frameworks:
         tf = import_tensorflow("reading the TF32 defaults")
         out["tf_tensor_float_32_execution_enabled"] = bool(
             tf.config.experimental.tensor_float_32_execution_enabled()
         )
     return out
+
+
+@dataclass(frozen=True)
+class Fp32MatmulResult:
+    """One float32 matmul timed round-robin with oneDNN's fp32_precision "ieee" and "bf16".
+
+    ``relative_error`` is max|C_bf16 - C_ieee| / max|C_ieee|: near float32's
+    rounding (1e-6) when the setting did nothing, near bfloat16's (1e-3)
+    when the matmul really ran in bfloat16.
+    """
+
+    size: int
+    rounds: Any  # labkit.timing.interleave.Interleaved
+    relative_error: float
+    hardware: str
+
+    @property
+    def used_bf16(self) -> bool:
+        return self.relative_error > 1e-4
+
+    def __str__(self) -> str:
+        bf16 = self.rounds["bf16"]
+        span = f"{times(bf16.ratio_low)} to {times(bf16.ratio_high)} per round"
+        if self.used_bf16:
+            verdict = (
+                f'"bf16" ran the matmul in bfloat16 (relative error {self.relative_error:.1e}): '
+                f'{times(bf16.ratio)} the speed of "ieee" ({span})'
+            )
+        else:
+            verdict = (
+                f'"bf16" did not change the result (relative error {self.relative_error:.1e}, '
+                f"float32's rounding): oneDNN kept float32 on this CPU ({span})"
+            )
+        return (
+            f"float32 matmul {self.size}×{self.size} on the CPU, "
+            f'torch.backends.mkldnn.matmul.fp32_precision = "ieee" vs "bf16" '
+            f"({self.hardware}):\n{self.rounds}\n{verdict}"
+        )
+
+
+def fp32_matmul_in_bf16(
+    size: int = 1024, *, rounds: int = 3, rep_ms: float = 60.0
+) -> Fp32MatmulResult:
+    """A CPU analogue of TF32: oneDNN running a float32 matmul in bfloat16, measured.
+
+    ``torch.backends.mkldnn.matmul.fp32_precision = "bf16"`` lets oneDNN
+    compute float32 matmuls with bfloat16 inputs (float32 accumulation) where
+    the CPU supports it; the setting is restored afterwards. Where oneDNN
+    cannot, the result is bit-for-bit float32's and the error says so.
+    """
+    from labkit.models.cnn_variants import bfloat16_hardware
+    from labkit.timing.interleave import interleave
+
+    size = check_positive_int("size", size)
+    rounds = check_positive_int("rounds", rounds)
+    rep_ms = check_ms("rep_ms", rep_ms)
+    torch = import_optional("torch", "the oneDNN bfloat16 matmul")
+    require_memory_fits(4 * size * size, arrays=4, what=f"fp32_matmul_in_bf16(size={size})")
+    matmul = torch.backends.mkldnn.matmul
+    previous = matmul.fp32_precision
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(size, size, generator=gen)
+    b = torch.randn(size, size, generator=gen)
+
+    def setting(value: str) -> Callable[[], None]:
+        def apply() -> None:
+            matmul.fp32_precision = value
+
+        return apply
+
+    try:
+        matmul.fp32_precision = "ieee"
+        reference = a @ b
+        matmul.fp32_precision = "bf16"
+        low = a @ b
+        result = interleave(
+            {"ieee": lambda: a @ b, "bf16": lambda: a @ b},
+            rounds=max(rounds, 2),
+            rep_ms=rep_ms,
+            setup={"ieee": setting("ieee"), "bf16": setting("bf16")},
+        )
+    finally:
+        matmul.fp32_precision = previous
+    error = float((low - reference).abs().max() / reference.abs().max())
+    return Fp32MatmulResult(
+        size=size, rounds=result, relative_error=error, hardware=bfloat16_hardware()
+    )
 
 
 def _str_or_none(value: Any) -> str | None:
@@ -117,9 +206,12 @@ class MixedPrecisionResult:
     """float32 vs mixed precision for one model: speed and numerical difference.
 
     ``max_abs_error`` is the largest |output_mixed - output_fp32| of one
-    forward pass from identical weights; ``loss_fp32`` and ``loss_mixed`` are
-    the training losses after ``steps`` identical SGD steps. Timings are of a
-    forward pass and of one training step.
+    forward pass from identical weights and ``max_abs_output`` the largest
+    |output_fp32|, so their ratio is a relative error; ``loss_fp32`` and
+    ``loss_mixed`` are the losses after ``steps`` identical SGD updates. The
+    timings (a forward pass, one training step) pool the samples of
+    :func:`labkit.interleave`'s rounds, whose result is ``rounds`` (None for a
+    result built by hand): float32 and mixed are timed round-robin.
     """
 
     framework: str
@@ -134,6 +226,18 @@ class MixedPrecisionResult:
     loss_fp32: float
     loss_mixed: float
     used_loss_scaling: bool
+    max_abs_output: float = 1.0
+    rounds: Any = None
+
+    @property
+    def relative_error(self) -> float:
+        return self.max_abs_error / self.max_abs_output if self.max_abs_output > 0 else math.inf
+
+    def _span(self, label: str) -> str:
+        if self.rounds is None:
+            return ""
+        runs = self.rounds[label]
+        return f", {times(runs.ratio_low)} to {times(runs.ratio_high)} per round"
 
     @property
     def forward_speedup(self) -> float:
@@ -151,21 +255,25 @@ class MixedPrecisionResult:
         return [self.forward_fp32, self.forward_mixed, self.train_fp32, self.train_mixed]
 
     def __str__(self) -> str:
-        u = UNIT_ROUNDOFF.get(self.dtype.removeprefix("mixed_"), 2.0**-8)
+        name = self.dtype.removeprefix("mixed_")
+        u = UNIT_ROUNDOFF.get(name, 2.0**-8)
         scaling = "with loss scaling" if self.used_loss_scaling else "no loss scaling"
+        loss_rel = self.loss_abs_difference / abs(self.loss_fp32) if self.loss_fp32 else math.inf
         return "\n".join(
             [
-                f"{self.framework} {self.dtype} vs float32 on {self.device} ({scaling}):",
+                f"{self.framework} {self.dtype} vs float32 on {self.device} ({scaling}), "
+                "timed round-robin; speed against float32:",
                 f"  forward     {format_duration(self.forward_fp32.median_ms)} -> "
                 f"{format_duration(self.forward_mixed.median_ms)} "
-                f"(speedup {times(self.forward_speedup)})",
+                f"({times(self.forward_speedup)}{self._span(f'forward {self.dtype}')})",
                 f"  train step  {format_duration(self.train_fp32.median_ms)} -> "
                 f"{format_duration(self.train_mixed.median_ms)} "
-                f"(speedup {times(self.train_speedup)})",
-                f"  max |output difference| = {times(self.max_abs_error / u)} the "
-                f"{self.dtype.removeprefix('mixed_')} unit roundoff",
-                f"  loss after {self.steps} steps differs by "
-                f"{times(self.loss_abs_difference / u)} the unit roundoff",
+                f"({times(self.train_speedup)}{self._span(f'train step {self.dtype}')})",
+                f"  max |output difference| / max |output| = {times(self.relative_error / u)} "
+                f"the {name} unit roundoff",
+                f"  loss after {self.steps} updates: {self.loss_fp32:.4f} float32, "
+                f"{self.loss_mixed:.4f} {name} (relative difference "
+                f"{times(loss_rel / u)} the unit roundoff)",
             ]
         )
 
@@ -255,10 +363,11 @@ def mixed_precision_torch(
 
     losses = {}
     for mixed in (False, True):
-        _, step = make_step(mixed)
+        model, step = make_step(mixed)
         for _ in range(steps):
-            loss = step()
-        losses[mixed] = float(loss)
+            step()
+        with torch.no_grad():  # the loss after the last update, in float32
+            losses[mixed] = float(loss_fn(model(x).float(), y))
 
     def forward32() -> Any:
         with torch.no_grad():
@@ -268,23 +377,72 @@ def mixed_precision_torch(
         with torch.no_grad(), autocast():
             return base(x)
 
-    opts: dict[str, Any] = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "warn": False}
     _, step32 = make_step(False)
     _, step_mixed = make_step(True)
+    timed = _round_robin(
+        {
+            "forward float32": forward32,
+            f"forward {dtype}": forward_mixed,
+            "train step float32": step32,
+            f"train step {dtype}": step_mixed,
+        },
+        warmup_ms,
+        rep_ms,
+    )
     return MixedPrecisionResult(
         framework="torch",
         device=str(dev),
         dtype=dtype,
         steps=steps,
-        forward_fp32=bench(forward32, label="forward float32", **opts),
-        forward_mixed=bench(forward_mixed, label=f"forward {dtype}", **opts),
-        train_fp32=bench(step32, label="train step float32", **opts),
-        train_mixed=bench(step_mixed, label=f"train step {dtype}", **opts),
+        forward_fp32=timed.timings[0],
+        forward_mixed=timed.timings[1],
+        train_fp32=timed.timings[2],
+        train_mixed=timed.timings[3],
         max_abs_error=max_err,
         loss_fp32=losses[False],
         loss_mixed=losses[True],
         used_loss_scaling=use_scaler,
+        max_abs_output=float(out32.abs().max()),
+        rounds=timed.rounds,
     )
+
+
+@dataclass(frozen=True)
+class _Timed:
+    timings: tuple[Timing, ...]
+    rounds: Any
+
+
+def _round_robin(calls: dict[str, Callable[[], Any]], warmup_ms: float, rep_ms: float) -> _Timed:
+    """Forward and train-step variants timed round-robin; each label's samples pooled.
+
+    The forward pair and the train-step pair are each compared with their
+    float32 member, so they are two interleaved groups of two.
+    """
+    from labkit.timing.interleave import interleave
+
+    labels = list(calls)
+    groups = [labels[:2], labels[2:]]
+    timings: list[Timing] = []
+    merged: dict[str, Any] = {}
+    for group in groups:
+        result = interleave(
+            {k: calls[k] for k in group}, rounds=3, rep_ms=rep_ms, warmup_ms=warmup_ms
+        )
+        for v in result.variants:
+            timings.append(Timing(tuple(x for t in v.runs for x in t.samples_ms), label=v.label))
+            merged[v.label] = v
+    return _Timed(tuple(timings), _Rounds(merged))
+
+
+class _Rounds:
+    """The variants of both groups by label (what :class:`MixedPrecisionResult` reads)."""
+
+    def __init__(self, variants: dict[str, Any]) -> None:
+        self._variants = variants
+
+    def __getitem__(self, label: str) -> Any:
+        return self._variants[label]
 
 
 # --------------------------------------------------------------------------- keras
@@ -356,19 +514,27 @@ def mixed_precision_keras(
         model32 = build("float32")
         model_mixed = build(policy)
         model_mixed.set_weights(model32.get_weights())
-        max_err = float(tf.reduce_max(tf.abs(tf.cast(model_mixed(x), tf.float32) - model32(x))))
+        ref = model32(x)
+        max_err = float(tf.reduce_max(tf.abs(tf.cast(model_mixed(x), tf.float32) - ref)))
+        max_out = float(tf.reduce_max(tf.abs(ref)))
         scaled = type(model_mixed.optimizer).__name__ == "LossScaleOptimizer"
         losses = []
         for model in (model32, model_mixed):
             for _ in range(steps):
-                loss = model.train_on_batch(x, y)
-            losses.append(float(loss))
-        opts: dict[str, Any] = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "warn": False}
-        fwd32 = bench(lambda: model32(x), label="forward float32", **opts)
-        fwd_mixed = bench(lambda: model_mixed(x), label=f"forward {policy}", **opts)
-        train32 = bench(lambda: model32.train_on_batch(x, y), label="train step float32", **opts)
-        train_mixed = bench(
-            lambda: model_mixed.train_on_batch(x, y), label=f"train step {policy}", **opts
+                model.train_on_batch(x, y)
+            losses.append(float(model.evaluate(x, y, verbose=0)))  # after the last update
+        # The forward pass in a graph, as predict runs it: eagerly it would time Python.
+        graph32, graph_mixed = tf.function(model32), tf.function(model_mixed)
+        graph32(x), graph_mixed(x)  # trace outside the timing
+        timed = _round_robin(
+            {
+                "forward float32": lambda: graph32(x),
+                f"forward {policy}": lambda: graph_mixed(x),
+                "train step float32": lambda: model32.train_on_batch(x, y),
+                f"train step {policy}": lambda: model_mixed.train_on_batch(x, y),
+            },
+            warmup_ms,
+            rep_ms,
         )
     finally:
         mp.set_global_policy(original)
@@ -379,12 +545,14 @@ def mixed_precision_keras(
         device=pick_device("tensorflow"),
         dtype=policy,
         steps=steps,
-        forward_fp32=fwd32,
-        forward_mixed=fwd_mixed,
-        train_fp32=train32,
-        train_mixed=train_mixed,
+        forward_fp32=timed.timings[0],
+        forward_mixed=timed.timings[1],
+        train_fp32=timed.timings[2],
+        train_mixed=timed.timings[3],
         max_abs_error=max_err,
         loss_fp32=losses[0],
         loss_mixed=losses[1],
         used_loss_scaling=scaled,
+        max_abs_output=max_out,
+        rounds=timed.rounds,
     )

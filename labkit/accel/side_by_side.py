@@ -5,10 +5,20 @@ same optimizer (plain SGD), same batch. Before anything is timed, each
 version's first loss is checked to be near ln(10) ≈ 2.30, the loss of an
 untrained 10-class classifier: a timing of a broken step is worthless.
 
-TensorFlow shows three ways to run the step: eager (Python drives every op),
-``tf.function`` (traced once into a graph) and Keras's own
-``train_on_batch`` (a compiled train function). The gap between eager and
-graph is pure framework overhead, which matters most for small models.
+TensorFlow shows three ways to run the step: Keras layers under a
+``GradientTape`` called eagerly (Python drives every op), the same step in
+``tf.function`` (traced once into a graph), and Keras's own
+``train_on_batch`` (its compiled train function: a plain graph on a CPU-only
+host; with a GPU, Keras's ``jit_compile="auto"`` compiles it with XLA, so
+that row means something else there). The gap between eager and graph is
+framework overhead, which matters most for small models.
+
+The variants are timed round-robin (:func:`labkit.interleave`), so a change
+in the machine's state hits them alike, and each is given a rate: one step
+is about 6 × batch × weights FLOPs (forward 2·B·W, backward twice that),
+which says whether the step is dominated by arithmetic or by overhead.
+torch and TensorFlow keep their own thread pools in one process; the
+printout gives both sizes.
 """
 
 from __future__ import annotations
@@ -28,28 +38,64 @@ from labkit.core.validate import (
     check_shape,
 )
 from labkit.machine.memory import require_memory_fits
-from labkit.timing.bench import Timing, bench
+from labkit.timing.bench import Timing
 from labkit.timing.compare import Comparison, compare
 
 VARIANTS = ("torch", "tf eager", "tf.function", "keras train_on_batch")
 LOSS_BOUNDS = (0.5, 10.0)
 
 
+#: What each variant runs, printed under the table.
+DESCRIPTIONS = {
+    "torch": "torch, eager (autograd, torch.optim.SGD)",
+    "tf eager": "Keras layers and a GradientTape, called eagerly",
+    "tf.function": "the same step traced once with tf.function",
+    "keras train_on_batch": "Keras's compiled train function (XLA on a GPU host, not here)",
+}
+
+
 @dataclass(frozen=True)
 class SideBySide:
-    """Timings of one training step per variant, and each variant's first loss."""
+    """Timings of one training step per variant, and each variant's first loss.
+
+    Each Timing pools the samples of every round; ``rounds`` is
+    :func:`labkit.interleave`'s result (None for one built by hand).
+    ``flops_per_step`` is 6 × batch × weights.
+    """
 
     timings: tuple[Timing, ...]
     first_losses: dict[str, float]
     batch: int
     sizes: tuple[int, ...]
+    rounds: Any = None
+    threads: str = ""
+
+    @property
+    def flops_per_step(self) -> float:
+        weights = sum(a * b for a, b in zip(self.sizes[:-1], self.sizes[1:], strict=True))
+        return 6.0 * self.batch * weights
 
     def comparison(self, baseline: int | str | None = None) -> Comparison:
         return compare(list(self.timings), baseline)
 
+    def rates(self) -> list[str]:
+        """Each variant's GFLOP/s at its median, with what it runs."""
+        lines = []
+        for t in self.timings:
+            rate = self.flops_per_step / (t.median_ms * 1e-3) / 1e9 if t.median_ms > 0 else 0.0
+            label = t.label or "?"
+            lines.append(f"{label}: {rate:.1f} GFLOP/s ({DESCRIPTIONS.get(label, label)})")
+        return lines
+
     def __str__(self) -> str:
         arch = "→".join(str(s) for s in self.sizes)
-        return f"MLP {arch}, batch {self.batch}, one SGD step:\n{self.comparison()}"
+        table = str(self.rounds) if self.rounds is not None else str(self.comparison())
+        head = (
+            f"MLP {arch}, batch {self.batch}, one SGD step "
+            f"(about {self.flops_per_step / 1e9:.2f} GFLOP):"
+        )
+        tail = [*self.rates(), self.threads] if self.threads else self.rates()
+        return "\n".join([head, table, *tail])
 
 
 def _data(batch: int, features: int, classes: int, seed: int) -> tuple[Any, Any]:
@@ -168,6 +214,45 @@ def mlp_side_by_side(
         loss = steps[variant]()
         value = float(loss.item() if hasattr(loss, "item") else loss)
         first_losses[variant] = _check_loss(variant, value)
-    opts: dict[str, Any] = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "warn": False}
-    timings = tuple(bench(steps[v], label=v, **opts) for v in variants)
-    return SideBySide(timings=timings, first_losses=first_losses, batch=batch, sizes=sizes)
+    from labkit.timing.interleave import interleave
+
+    tf_variants = [v for v in variants if v != "torch"]
+    rounds = interleave(
+        {v: steps[v] for v in variants}, rounds=3, rep_ms=rep_ms, warmup_ms=warmup_ms
+    )
+    tf_device = None
+    if tf_variants:
+        from labkit.machine.report import pick_device
+
+        tf_device = "tf:" + pick_device("tensorflow").strip("/")
+    timings = tuple(
+        Timing(
+            tuple(x for t in v.runs for x in t.samples_ms),
+            label=v.label,
+            # train_on_batch returns numpy, so bench saw no TF tensor: name TF's device here
+            device=tf_device if v.label in tf_variants and tf_device else v.runs[0].device,
+        )
+        for v in rounds.variants
+    )
+    return SideBySide(
+        timings=timings,
+        first_losses=first_losses,
+        batch=batch,
+        sizes=sizes,
+        rounds=rounds,
+        threads=_threads(bool(tf_variants), "torch" in variants),
+    )
+
+
+def _threads(tensorflow: bool, torch: bool) -> str:
+    """The thread pools the two frameworks use in this process, in one line."""
+    parts = []
+    if torch:
+        parts.append(
+            f"torch intra-op threads: {import_optional('torch', 'threads').get_num_threads()}"
+        )
+    if tensorflow:
+        tf = import_tensorflow("threads")
+        intra = tf.config.threading.get_intra_op_parallelism_threads()
+        parts.append(f"TensorFlow intra-op threads: {intra or 'its default (0: one per core)'}")
+    return "; ".join(parts)

@@ -7,8 +7,9 @@ host blocks until the queue is empty, the GPU idles while the host prepares
 the next launch, and every step pays a full round trip.
 
 On the CPU there is no queue: each op has finished when its call returns, so
-a sync point costs only the conversion itself and the ratios stay near 1×.
-On CUDA the same loop with ``.item()`` per step is often several times slower.
+a sync point costs only the conversion itself. On a GPU it also drains the
+queue, which PyTorch's performance tuning guide tells you to avoid
+("Avoid unnecessary CPU-GPU synchronization").
 """
 
 from __future__ import annotations
@@ -23,17 +24,28 @@ from labkit.core.units import format_duration
 from labkit.core.validate import check_ms, check_positive_int, check_torch_device
 from labkit.machine.memory import require_memory_fits
 from labkit.machine.report import resolve_torch_device
-from labkit.timing.bench import Timing, bench
+from labkit.timing.bench import Timing
 
 PURPOSE = "the sync-point demo"
 
 
+#: The four habits, in the order they are printed: (mode, label).
+MODES: tuple[tuple[str, str], ...] = (
+    ("deferred", "one sync at the end"),
+    ("item", ".item() every step"),
+    ("cpu", ".cpu() every step"),
+    ("print", "print() every step"),
+)
+
+
 @dataclass(frozen=True)
 class SyncPointsResult:
-    """Medians of the same loop with different sync habits; ratios are vs ``deferred``.
+    """The same training loop with four sync habits, timed round-robin.
 
-    ``item_ratio`` = item-per-step median / deferred median (> 1 means the
-    per-step sync costs time), likewise ``cpu_ratio`` and ``print_ratio``.
+    Each Timing pools the samples of every round of its variant;
+    ``rounds`` is :func:`labkit.interleave`'s result (per-round ratios), or
+    None for a result built by hand. ``item_ratio`` and the others are
+    median / deferred median (> 1: the per-step sync costs time).
     """
 
     device: str
@@ -42,6 +54,7 @@ class SyncPointsResult:
     item_per_step: Timing
     cpu_per_step: Timing
     print_per_step: Timing
+    rounds: Any = None  # labkit.timing.interleave.Interleaved
 
     @property
     def deferred_median_ms(self) -> float:
@@ -67,95 +80,108 @@ class SyncPointsResult:
         """The four timings, for :func:`labkit.compare`."""
         return [self.deferred, self.item_per_step, self.cpu_per_step, self.print_per_step]
 
+    def _speed(self, label: str, timing: Timing) -> str:
+        """Speed against one sync at the end, and its range over rounds where there are rounds."""
+        text = f"{times(ratio(self.deferred.median_ms, timing.median_ms))}"
+        if self.rounds is not None:
+            runs = self.rounds[label]
+            text += f" ({times(runs.ratio_low)} to {times(runs.ratio_high)} per round)"
+        return text
+
     def __str__(self) -> str:
-        rows = [
-            ("one sync at the end", self.deferred, None),
-            (".item() every step", self.item_per_step, self.item_ratio),
-            (".cpu() every step", self.cpu_per_step, self.cpu_ratio),
-            ("print() every step", self.print_per_step, self.print_ratio),
+        lines = [
+            f"{self.steps} training steps (forward, backward, SGD step) on {self.device}, "
+            "the same work in each; speed against one sync at the end:"
         ]
-        lines = [f"{self.steps} training-like steps on {self.device}:"]
-        for name, timing, r in rows:
-            extra = "" if r is None else f"  ({times(r)} the time of one sync at the end)"
-            lines.append(f"  {name:<20} {format_duration(timing.median_ms)}{extra}")
-        if self.device == "cpu":
-            lines.append(
-                "  On the CPU every op has finished when it returns (no queue), so syncing "
-                "costs little. On a GPU, expect the per-step syncs to be much slower."
-            )
+        for (_, label), timing in zip(MODES, self.timings(), strict=True):
+            extra = "" if timing is self.deferred else f"  {self._speed(label, timing)}"
+            lines.append(f"  {label:<20} {format_duration(timing.median_ms)}{extra}")
         return "\n".join(lines)
 
 
-def _loop(torch: Any, w: Any, x0: Any, steps: int, mode: str) -> Any:
-    x = x0
-    total = torch.zeros((), device=x0.device)
+def _loop(
+    torch: Any, params: tuple[Any, Any], x: Any, target: Any, opt: Any, steps: int, mode: str
+) -> Any:
+    """``steps`` training steps; every mode does the same work and differs only in its sync."""
+    w1, w2 = params
+    running = torch.zeros((), device=x.device)
     sink = io.StringIO()
     values = []
     for _ in range(steps):
-        x = torch.tanh(x @ w)
-        loss = x.square().mean()
-        if mode == "deferred":
-            total = total + loss.detach()
-        elif mode == "item":
+        loss = (torch.tanh(x @ w1) @ w2 - target).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        running = running + loss.detach()  # every mode keeps the running loss on the device
+        if mode == "item":
             values.append(loss.item())
         elif mode == "cpu":
             values.append(loss.detach().cpu())
-        else:  # print: formatting a tensor reads its value, which is a sync
+        elif mode == "print":  # formatting a tensor reads its value, which is a sync
             print(loss.detach(), file=sink)
-    if mode == "deferred":
-        return total.item()  # the one sync
+    values.append(running.item())  # the sync at the end, in every mode
     return values
 
 
 def sync_points_benchmark(
-    steps: int = 50,
-    size: int = 256,
+    steps: int = 20,
+    size: int = 128,
     *,
     device: Any = None,
+    rounds: int = 3,
     warmup_ms: float = 20.0,
-    rep_ms: float = 200.0,
+    rep_ms: float = 60.0,
 ) -> SyncPointsResult:
-    """Time ``steps`` small matmul steps with each sync habit, on ``device``.
+    """Time ``steps`` training steps with each sync habit on ``device``, round-robin.
 
-    ``device=None`` picks the best torch device (:func:`labkit.pick_device`).
+    A step is a forward pass through two ``size``×``size`` layers, the
+    backward pass and an SGD step; every habit also adds the loss to a
+    running total on the device and reads it once at the end, so the
+    variants differ only in the per-step sync. ``device=None`` picks the best
+    torch device (:func:`labkit.pick_device`).
     """
+    from labkit.timing.interleave import interleave
+
     steps = check_positive_int("steps", steps)
     size = check_positive_int("size", size)
+    rounds = check_positive_int("rounds", rounds)
     warmup_ms = check_ms("warmup_ms", warmup_ms)
     rep_ms = check_ms("rep_ms", rep_ms)
     check_torch_device(device)
     torch = import_optional("torch", PURPOSE)
     dev = resolve_torch_device(device)
-    require_memory_fits(4 * size * size, dev, arrays=4, what=f"sync_points_benchmark(size={size})")
+    require_memory_fits(4 * size * size, dev, arrays=8, what=f"sync_points_benchmark(size={size})")
     gen = torch.Generator().manual_seed(0)
-    w = (torch.randn(size, size, generator=gen) / size**0.5).to(dev)
-    x0 = torch.randn(size, size, generator=gen).to(dev)
-    results = {}
-    for mode, label in (
-        ("deferred", "sync once"),
-        ("item", ".item() per step"),
-        ("cpu", ".cpu() per step"),
-        ("print", "print per step"),
-    ):
-        results[mode] = bench(
-            _loop,
-            torch,
-            w,
-            x0,
-            steps,
-            mode,
-            warmup_ms=warmup_ms,
-            rep_ms=rep_ms,
-            label=label,
-            warn=False,
+    w1 = (torch.randn(size, size, generator=gen) / size**0.5).to(dev).requires_grad_()
+    w2 = (torch.randn(size, size, generator=gen) / size**0.5).to(dev).requires_grad_()
+    x = torch.randn(size, size, generator=gen).to(dev)
+    target = torch.randn(size, size, generator=gen).to(dev)
+    opt = torch.optim.SGD([w1, w2], lr=1e-3)
+    calls = {
+        label: (lambda mode=mode: _loop(torch, (w1, w2), x, target, opt, steps, mode))
+        for mode, label in MODES
+    }
+    result = interleave(
+        calls, rounds=max(rounds, 2), rep_ms=rep_ms, warmup_ms=warmup_ms, device=str(dev)
+    )
+    pooled = {
+        v.label: Timing(
+            tuple(s for t in v.runs for s in t.samples_ms),
+            label=v.label,
+            device=v.runs[0].device,
+            method=v.runs[0].method,
         )
+        for v in result.variants
+    }
+    labels = [label for _, label in MODES]
     return SyncPointsResult(
         device=str(dev),
         steps=steps,
-        deferred=results["deferred"],
-        item_per_step=results["item"],
-        cpu_per_step=results["cpu"],
-        print_per_step=results["print"],
+        deferred=pooled[labels[0]],
+        item_per_step=pooled[labels[1]],
+        cpu_per_step=pooled[labels[2]],
+        print_per_step=pooled[labels[3]],
+        rounds=result,
     )
 
 

@@ -17,6 +17,10 @@ SYNC_LINES: dict[str, bool] = {
     "y.cpu()": True,
     "if (loss > 0).any(): ...": True,
     "opt.step()": False,
+    "x_cpu.to('cuda')  # x_cpu in ordinary (pageable) memory": True,
+    "x_pin.to('cuda', non_blocking=True)  # x_pin pinned": False,
+    "y[y > 0]  # boolean-mask indexing": True,
+    "scaler.step(opt)  # torch.amp.GradScaler": True,
 }
 
 _WHY = {
@@ -27,6 +31,19 @@ _WHY = {
     "y.cpu()": "a copy to the host must wait for the data to exist",
     "if (loss > 0).any(): ...": "Python's `if` needs a bool on the host",
     "opt.step()": "the optimizer's kernels are queued like any other",
+    "x_cpu.to('cuda')  # x_cpu in ordinary (pageable) memory": (
+        "a copy from pageable memory synchronizes (NVIDIA's API synchronization behaviour; "
+        "torch copies it and waits for the stream)"
+    ),
+    "x_pin.to('cuda', non_blocking=True)  # x_pin pinned": (
+        "a copy from pinned memory with non_blocking=True is queued like a kernel"
+    ),
+    "y[y > 0]  # boolean-mask indexing": (
+        "the result's size depends on the values, so the host must read them first"
+    ),
+    "scaler.step(opt)  # torch.amp.GradScaler": (
+        "it reads found_inf with .item() to decide whether to step"
+    ),
 }
 
 
@@ -105,7 +122,8 @@ def cnn_head_params(params: Any) -> CheckResult:
             True,
             True,
             f"{ref:,}: twelve times the article's 327,690, for one layer, and the model now "
-            "accepts only 224×224 inputs. The size-agnostic head needs 5,130.",
+            "accepts only inputs whose pooled map is 112×112 (224×224, 225×225, 112×448, ...). "
+            "The size-agnostic head needs 5,130.",
         )
     if value == ref - 10:
         return CheckResult(exercise, False, True, "Add the 10 biases.")

@@ -172,3 +172,17 @@ def _set_kept(libc: ctypes.CDLL, keep: bool) -> bool:
     libc.mallopt(_M_TRIM_THRESHOLD, DEFAULT_TRIM_THRESHOLD)
     libc.malloc_trim(ctypes.c_size_t(0))
     return True
+
+
+def transparent_hugepages() -> str | None:
+    """The kernel's transparent-huge-page mode ("always", "madvise" or "never"); None elsewhere.
+
+    Under "always" every large anonymous mapping may get 2 MiB pages without
+    asking, and a buffer then takes one fault per 2 MiB, not per 4 KiB.
+    """
+    try:
+        text = open("/sys/kernel/mm/transparent_hugepage/enabled", encoding="ascii").read()
+    except OSError:
+        return None
+    start, end = text.find("["), text.find("]")
+    return text[start + 1 : end] if 0 <= start < end else None

@@ -101,8 +101,9 @@ class CNN224(_SeedLayers):
 
     This fixes the ``view`` RuntimeError at 224 px, at a cost: fc1 grows from
     327,690 to 4,014,090 parameters (12×; 4,014,986 for the whole model), and
-    the model is locked to 224×224 inputs (any other size fails in fc1,
-    loudly, thanks to ``flatten``).
+    the model is locked to inputs whose pooled map is 112×112 (224×224, but
+    also 225×225 or 112×448; any other size fails in fc1, loudly, thanks to
+    ``flatten``).
     """
 
     def __init__(self, num_classes: int = 10) -> None:

@@ -79,30 +79,42 @@ class VariantCurve:
         return next((p for p in self.points if p.batch_size == batch), None)
 
     def verdict(self) -> str:
-        """Where this curve peaks, against batch 1 and at the largest batch, from the data.
+        """Where this curve peaks and where it falls, from this one run's data.
 
-        "below the best" is said only when the largest batch's faster quartile
-        is slower than the best point's slower quartile (their IQRs do not
-        overlap); its page faults per call are printed beside it.
+        Two points are told apart only when their IQRs do not overlap: the
+        batches within the noise of the best are listed with it, and the
+        first batch after the best whose faster quartile is below the best's
+        slower one is named, with its page faults per call. One run per
+        point: drift between runs (which :func:`labkit.interleave` measures)
+        can be larger than these IQRs.
         """
-        first, best, last = self.points[0], self.peak, self.points[-1]
+        best = self.peak
+        first = self.points[0]
+        ties = [
+            p.batch_size
+            for p in self.points
+            if p is not best
+            and p.images_per_s_high >= best.images_per_s_low
+            and p.images_per_s_low <= best.images_per_s_high
+        ]
         text = (
             f"{self.name}: best at batch {best.batch_size}, "
-            f"{times(best.images_per_s / first.images_per_s)} batch "
-            f"{first.batch_size}'s images/s"
+            f"{times(best.images_per_s / first.images_per_s)} batch {first.batch_size}'s images/s"
         )
-        if last is best:
-            return text + "; the largest batch is the best"
-        faults = last.minor_faults_per_call
-        fault_text = "" if faults is None else f", {faults:,.0f} page faults per call"
-        if last.images_per_s_high < best.images_per_s_low:
-            where = "below the best (the IQRs do not overlap)"
+        if ties:
+            text += f" (within the noise of it: batch {', '.join(map(str, ties))})"
+        after = [p for p in self.points if p.batch_size > best.batch_size]
+        fall = next((p for p in after if p.images_per_s_high < best.images_per_s_low), None)
+        if fall is None:
+            text += "; no larger batch falls below it" if after else "; the largest batch"
         else:
-            where = "within the noise of the best (the IQRs overlap)"
-        return (
-            text + f"; batch {last.batch_size}: {last.images_per_s / best.images_per_s:.2f} "
-            f"of the best, {where}{fault_text}"
-        )
+            faults = fall.minor_faults_per_call
+            fault_text = "" if faults is None else f", {faults:,.0f} page faults per call there"
+            text += (
+                f"; falls below it from batch {fall.batch_size} "
+                f"({fall.images_per_s / best.images_per_s:.2f} of the best{fault_text})"
+            )
+        return text + " [one run per point]"
 
 
 @dataclass(frozen=True)
@@ -236,18 +248,24 @@ def _chosen(device_type: str, names: Sequence[str] | None) -> tuple[Variant, ...
 
 
 def bfloat16_hardware() -> str:
-    """Whether this CPU reports bfloat16 instructions (AVX512_BF16, AMX, Arm BF16), in one line.
+    """What this CPU offers bfloat16 work, in one line: bfloat16 instructions, and AVX-512.
 
-    Without them a bfloat16 matmul or convolution on the CPU converts to
-    float32 to compute, so autocast adds casts and saves no arithmetic.
+    torch runs a CPU bfloat16 convolution through oneDNN only where oneDNN
+    supports bfloat16 on this ISA (``mkldnn_bf16_device_check`` →
+    ``ideep::has_bf16_type_support``: at least ``avx512_core`` on x86; it
+    emulates bfloat16 where AVX-512 lacks AVX512_BF16); elsewhere it uses its
+    generic convolution, several times slower than oneDNN's float32 one.
     """
     from labkit.machine.cpu import cpu_info
 
     simd = cpu_info().simd_features
     found = [name for name in ("AVX512_BF16", "AMX", "BF16") if name in simd]
+    avx512 = "AVX-512" if "AVX512F" in simd else "no AVX-512"
     if found:
-        return f"this CPU reports bfloat16 instructions: {', '.join(found)}"
-    return "this CPU reports no bfloat16 instructions (no AVX512_BF16, AMX or Arm BF16)"
+        return f"this CPU reports bfloat16 instructions: {', '.join(found)} ({avx512})"
+    return (
+        f"this CPU reports no bfloat16 instructions (no AVX512_BF16, AMX or Arm BF16) and {avx512}"
+    )
 
 
 def _amp(torch: Any, variant: Variant) -> Any:
@@ -285,7 +303,7 @@ def measure(
     batches, image = SWEEPS[kind]
     if batch_sizes is not None:
         batches = tuple(check_sizes(batch_sizes, "batch_sizes"))
-    budget = (
+    budget: dict[str, Any] = (
         {"warmup_ms": 0.0, "rep_ms": 5.0} if quick else {"warmup_ms": warmup_ms, "rep_ms": rep_ms}
     )
     chosen = _chosen(where.type, names)
@@ -360,7 +378,8 @@ def variant_steps(
         name = variant.name
         fmt = torch.channels_last if variant.channels_last else torch.contiguous_format
         torch.manual_seed(0)
-        model = CNN().to(device=where, memory_format=fmt).eval()
+        model: Any = CNN()
+        model = model.to(device=where, memory_format=fmt).eval()
         x = torch.randn(batch, 3, image_size, image_size, device=where).contiguous(
             memory_format=fmt
         )

@@ -97,7 +97,7 @@ def keras_rnn(
     - "LSTM" / "GRU": Keras defaults, which are the cuDNN-eligible settings
       (tanh, sigmoid recurrent activation, no recurrent dropout, no unroll,
       bias; GRU also ``reset_after=True``); where TensorFlow sees a GPU they
-      run one fused cuDNN kernel, eagerly or in a graph.
+      run as one cuDNN call (a CudnnRNNV3 op), eagerly or in a graph.
     - "LSTM-no-cudnn": the same LSTM with ``use_cudnn=False``: the loop,
       for a like-for-like comparison.
     """
@@ -138,7 +138,7 @@ class RnnTiming:
     """One layer in one mode: its runs (one per round) and whether its graph holds a cuDNN op.
 
     ``uses_cudnn`` is read from the layer traced with ``tf.function``: True
-    when the graph holds a ``CudnnRNN*`` op, i.e. Keras chose the fused kernel
+    when the graph holds a ``CudnnRNN*`` op, i.e. Keras chose the cuDNN path
     (it does so only for LSTM and GRU with the cuDNN-compatible settings and
     a visible GPU, ``keras/src/backend/tensorflow/rnn.py``); the eager call
     takes the same branch.
@@ -300,7 +300,7 @@ def time_keras_rnns(
             rep_ms=rep_ms,
             warmup_ms=warmup_ms,
             device="tf",
-            min_reps=3,
+            min_reps=5,
         )
     rows = tuple(
         RnnTiming(

@@ -1,7 +1,7 @@
-"""``labkit bench rnn``: a fused cuDNN recurrent layer against a loop over time steps.
+"""``labkit bench rnn``: a cuDNN recurrent layer (one call per sequence) against a loop over time steps.
 
 Notebook 06's lesson: on a GPU an LSTM with cuDNN-eligible settings runs the
-whole sequence as one fused kernel, while a loop launches small kernels for
+whole sequence as one cuDNN call (one op), while a loop launches small kernels for
 every time step. Where TensorFlow is importable this times the article's
 Keras layers with :func:`labkit.models.rnn_keras.time_keras_rnns`, the function
 and the input shape notebook 06's cells use (SimpleRNN, LSTM with the
@@ -92,7 +92,7 @@ class RnnResults:
     def summary(self) -> list[str]:
         dev = self.device
         fused = "LSTM" if self.framework == "tensorflow" else "nn.LSTM"
-        path = "a cuDNN fused kernel" if self.cudnn else "no cuDNN on a CPU"
+        path = "one cuDNN call per sequence" if self.cudnn else "no cuDNN on a CPU"
         lines = [f"{dev}: measured {self._describe()}"]
         lines += [f"{dev}: {kind}: {format_duration(ms)}" for kind, ms in self.median_ms.items()]
         for name, r in self.ratios().items():
