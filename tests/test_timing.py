@@ -240,6 +240,7 @@ def test_timing_is_frozen_and_serializable():
         "first_call_ms",
         "method",
         "calls_per_sample",
+        "minor_faults_per_call",
         "n",
         "median_ms",
         "q1_ms",

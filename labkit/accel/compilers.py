@@ -31,7 +31,7 @@ from labkit.core.units import format_duration
 from labkit.core.validate import check_ms, check_positive_int, check_torch_device
 from labkit.machine.memory import require_memory_fits
 from labkit.machine.report import resolve_torch_device
-from labkit.timing.bench import Timing, bench
+from labkit.timing.bench import Timing
 
 
 @dataclass(frozen=True)
@@ -276,7 +276,11 @@ def _sync_torch(torch: Any, values: Any) -> None:
 
 @dataclass(frozen=True)
 class XlaResult:
-    """TensorFlow eager vs ``tf.function`` vs ``tf.function(jit_compile=True)``."""
+    """TensorFlow eager vs ``tf.function`` vs ``tf.function(jit_compile=True)``, round-robin.
+
+    The timings pool the samples of every round; ``rounds`` is
+    :func:`labkit.interleave`'s result (None for a result built by hand).
+    """
 
     elements: int
     eager: Timing
@@ -284,39 +288,65 @@ class XlaResult:
     xla: Timing
     graph_first_call_s: float
     xla_first_call_s: float
+    rounds: Any = None
 
     @property
     def xla_vs_graph(self) -> float:
         """graph median / XLA median: > 1 means XLA is faster."""
         return ratio(self.graph.median_ms, self.xla.median_ms)
 
+    def _per_round(self) -> list[float]:
+        if self.rounds is None:
+            return [self.xla_vs_graph]
+        graph, xla = self.rounds["tf.function"], self.rounds["tf.function + XLA"]
+        return [ratio(g.median_ms, x.median_ms) for g, x in zip(graph.runs, xla.runs, strict=True)]
+
+    def verdict(self) -> str:
+        """XLA against plain tf.function, judged round by round."""
+        per_round = self._per_round()
+        low, high = min(per_round), max(per_round)
+        span = f"{times(low)} to {times(high)} per round"
+        if low > 1:
+            how = "faster in every round"
+        elif high < 1:
+            how = "slower in every round"
+        else:
+            how = "faster in some rounds and slower in others"
+        return f"XLA against tf.function here: {how} ({span})"
+
     def timings(self) -> list[Timing]:
         return [self.eager, self.graph, self.xla]
 
     def __str__(self) -> str:
-        verdict = "faster" if self.xla_vs_graph > 1 else "slower"
         return "\n".join(
             [
-                "TensorFlow, elementwise chain:",
+                "TensorFlow, elementwise chain, timed round-robin with freed memory kept:",
                 f"  eager                    {format_duration(self.eager.median_ms)}",
                 f"  tf.function              {format_duration(self.graph.median_ms)}  "
                 f"(first call {seconds(self.graph_first_call_s)})",
                 f"  tf.function + XLA        {format_duration(self.xla.median_ms)}  "
                 f"(first call {seconds(self.xla_first_call_s)})",
-                f"  XLA is {times(self.xla_vs_graph)} the speed of tf.function here: {verdict}",
+                f"  {self.verdict()}",
             ]
         )
 
 
 def tf_xla_benchmark(
-    size: int = 4_000_000, *, warmup_ms: float = 25.0, rep_ms: float = 200.0
+    size: int = 4_000_000, *, rounds: int = 3, warmup_ms: float = 25.0, rep_ms: float = 100.0
 ) -> XlaResult:
     """The same elementwise chain in TensorFlow: eager, graph, and XLA-compiled.
 
     Each first call (tracing, and for XLA compilation) is timed on its own;
-    the results are checked against eager before anything is timed.
+    the results are checked against eager before anything is timed. The
+    three are then timed round-robin (:func:`labkit.interleave`) inside
+    :func:`labkit.machine.allocator.keep_freed_memory`, so that page faults
+    do not decide the comparison.
     """
+    from labkit.machine.allocator import keep_freed_memory
+    from labkit.timing.interleave import interleave
+
     size = check_positive_int("size", size)
+    rounds = check_positive_int("rounds", rounds)
     warmup_ms, rep_ms = check_ms("warmup_ms", warmup_ms), check_ms("rep_ms", rep_ms)
     require_memory_fits(4 * size, arrays=6, what=f"tf_xla_benchmark(size={size})")
     tf = import_tensorflow("the XLA benchmark")
@@ -339,12 +369,28 @@ def tf_xla_benchmark(
         diff = float(abs(out.numpy() - expected).max())
         if diff > 1e-5:
             raise AssertionError(f"{name} result differs from eager by {diff}")
-    opts: dict[str, Any] = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "warn": False}
+    with keep_freed_memory():
+        result = interleave(
+            {
+                "tf eager": lambda: chain(x, y),
+                "tf.function": lambda: graph(x, y),
+                "tf.function + XLA": lambda: xla(x, y),
+            },
+            rounds=max(rounds, 2),
+            rep_ms=rep_ms,
+            warmup_ms=warmup_ms,
+            device="tf",
+        )
+    pooled = {
+        v.label: Timing(tuple(t for r in v.runs for t in r.samples_ms), label=v.label)
+        for v in result.variants
+    }
     return XlaResult(
         elements=size,
-        eager=bench(chain, x, y, label="tf eager", **opts),
-        graph=bench(graph, x, y, label="tf.function", **opts),
-        xla=bench(xla, x, y, label="tf.function(jit_compile=True)", **opts),
+        eager=pooled["tf eager"],
+        graph=pooled["tf.function"],
+        xla=pooled["tf.function + XLA"],
         graph_first_call_s=first["graph"],
         xla_first_call_s=first["xla"],
+        rounds=result,
     )

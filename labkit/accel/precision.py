@@ -125,6 +125,12 @@ class Fp32MatmulResult:
     def used_bf16(self) -> bool:
         return self.relative_error > 1e-4
 
+    @property
+    def ieee_gflop_per_s(self) -> float:
+        """The float32 ("ieee") matmul's rate: 2·n³ FLOPs at its median."""
+        ms = self.rounds["ieee"].median_ms
+        return 2.0 * self.size**3 / (ms * 1e-3) / 1e9 if ms > 0 else 0.0
+
     def __str__(self) -> str:
         bf16 = self.rounds["bf16"]
         span = f"{times(bf16.ratio_low)} to {times(bf16.ratio_high)} per round"
@@ -135,8 +141,10 @@ class Fp32MatmulResult:
             )
         else:
             verdict = (
-                f'"bf16" did not change the result (relative error {self.relative_error:.1e}, '
-                f"float32's rounding): oneDNN kept float32 on this CPU ({span})"
+                f'"bf16" did not change the result (relative error {self.relative_error:.1e}): '
+                "torch ran the same float32 matmul both times (it takes oneDNN's bfloat16 path "
+                f"only where oneDNN supports bfloat16 on this CPU), so the ratio ({span}) is this "
+                "run's noise"
             )
         return (
             f"float32 matmul {self.size}×{self.size} on the CPU, "
@@ -155,7 +163,6 @@ def fp32_matmul_in_bf16(
     the CPU supports it; the setting is restored afterwards. Where oneDNN
     cannot, the result is bit-for-bit float32's and the error says so.
     """
-    from labkit.models.cnn_variants import bfloat16_hardware
     from labkit.timing.interleave import interleave
 
     size = check_positive_int("size", size)
@@ -196,6 +203,27 @@ def fp32_matmul_in_bf16(
 
 def _str_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+def bfloat16_hardware() -> str:
+    """What this CPU offers bfloat16 work, in one line: bfloat16 instructions, and AVX-512.
+
+    torch runs a CPU bfloat16 convolution through oneDNN only where oneDNN
+    supports bfloat16 on this ISA (``mkldnn_bf16_device_check`` →
+    ``ideep::has_bf16_type_support``: at least ``avx512_core`` on x86; it
+    emulates bfloat16 where AVX-512 lacks AVX512_BF16); elsewhere it uses its
+    generic convolution, several times slower than oneDNN's float32 one.
+    """
+    from labkit.machine.cpu import cpu_info
+
+    simd = cpu_info().simd_features
+    found = [name for name in ("AVX512_BF16", "AMX", "BF16") if name in simd]
+    avx512 = "AVX-512" if "AVX512F" in simd else "no AVX-512"
+    if found:
+        return f"this CPU reports bfloat16 instructions: {', '.join(found)} ({avx512})"
+    return (
+        f"this CPU reports no bfloat16 instructions (no AVX512_BF16, AMX or Arm BF16) and {avx512}"
+    )
 
 
 # --------------------------------------------------------------------------- results
@@ -427,7 +455,7 @@ def _round_robin(calls: dict[str, Callable[[], Any]], warmup_ms: float, rep_ms: 
     merged: dict[str, Any] = {}
     for group in groups:
         result = interleave(
-            {k: calls[k] for k in group}, rounds=3, rep_ms=rep_ms, warmup_ms=warmup_ms
+            {k: calls[k] for k in group}, rounds=2, rep_ms=rep_ms, warmup_ms=warmup_ms
         )
         for v in result.variants:
             timings.append(Timing(tuple(x for t in v.runs for x in t.samples_ms), label=v.label))

@@ -15,8 +15,9 @@ framework overhead, which matters most for small models.
 
 The variants are timed round-robin (:func:`labkit.interleave`), so a change
 in the machine's state hits them alike, and each is given a rate: one step
-is about 6 × batch × weights FLOPs (forward 2·B·W, backward twice that),
-which says whether the step is dominated by arithmetic or by overhead.
+is the forward pass's 2·B·W FLOPs plus a backward pass of twice that, less
+the first layer's input gradient (the input needs none), which says whether
+the step is dominated by arithmetic or by overhead.
 torch and TensorFlow keep their own thread pools in one process; the
 printout gives both sizes.
 """
@@ -60,7 +61,9 @@ class SideBySide:
 
     Each Timing pools the samples of every round; ``rounds`` is
     :func:`labkit.interleave`'s result (None for one built by hand).
-    ``flops_per_step`` is 6 × batch × weights.
+    ``flops_per_step`` counts the forward pass (2·batch·weights) and the
+    backward pass (twice that, except that the input needs no gradient, so
+    the first layer only computes its weight gradient).
     """
 
     timings: tuple[Timing, ...]
@@ -72,8 +75,9 @@ class SideBySide:
 
     @property
     def flops_per_step(self) -> float:
-        weights = sum(a * b for a, b in zip(self.sizes[:-1], self.sizes[1:], strict=True))
-        return 6.0 * self.batch * weights
+        """Forward 2·B·W, backward 4·B·W, less the first layer's input gradient (2·B·W1)."""
+        layers = [a * b for a, b in zip(self.sizes[:-1], self.sizes[1:], strict=True)]
+        return self.batch * (6.0 * sum(layers) - 2.0 * layers[0])
 
     def comparison(self, baseline: int | str | None = None) -> Comparison:
         return compare(list(self.timings), baseline)
@@ -218,7 +222,7 @@ def mlp_side_by_side(
 
     tf_variants = [v for v in variants if v != "torch"]
     rounds = interleave(
-        {v: steps[v] for v in variants}, rounds=3, rep_ms=rep_ms, warmup_ms=warmup_ms
+        {v: steps[v] for v in variants}, rounds=2, rep_ms=rep_ms, warmup_ms=warmup_ms
     )
     tf_device = None
     if tf_variants:

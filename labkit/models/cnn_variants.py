@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from labkit.accel.common import times
+from labkit.accel.precision import bfloat16_hardware  # noqa: F401 - notebook 05 reads it here
 from labkit.core.optional import import_optional
 from labkit.core.units import format_speedup
 
@@ -245,27 +246,6 @@ def _chosen(device_type: str, names: Sequence[str] | None) -> tuple[Variant, ...
     if unknown:
         raise ValueError(f"names has {unknown}, not variants on {device_type}: {list(by_name)}")
     return tuple(by_name[n] for n in names)
-
-
-def bfloat16_hardware() -> str:
-    """What this CPU offers bfloat16 work, in one line: bfloat16 instructions, and AVX-512.
-
-    torch runs a CPU bfloat16 convolution through oneDNN only where oneDNN
-    supports bfloat16 on this ISA (``mkldnn_bf16_device_check`` →
-    ``ideep::has_bf16_type_support``: at least ``avx512_core`` on x86; it
-    emulates bfloat16 where AVX-512 lacks AVX512_BF16); elsewhere it uses its
-    generic convolution, several times slower than oneDNN's float32 one.
-    """
-    from labkit.machine.cpu import cpu_info
-
-    simd = cpu_info().simd_features
-    found = [name for name in ("AVX512_BF16", "AMX", "BF16") if name in simd]
-    avx512 = "AVX-512" if "AVX512F" in simd else "no AVX-512"
-    if found:
-        return f"this CPU reports bfloat16 instructions: {', '.join(found)} ({avx512})"
-    return (
-        f"this CPU reports no bfloat16 instructions (no AVX512_BF16, AMX or Arm BF16) and {avx512}"
-    )
 
 
 def _amp(torch: Any, variant: Variant) -> Any:

@@ -300,7 +300,7 @@ def time_keras_rnns(
             rep_ms=rep_ms,
             warmup_ms=warmup_ms,
             device="tf",
-            min_reps=5,
+            min_reps=3,
         )
     rows = tuple(
         RnnTiming(
