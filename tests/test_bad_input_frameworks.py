@@ -298,7 +298,7 @@ CASES: list[Case] = [
         {"size": 1000, "device": "cpu"},
         {"size": st.integers(2**40, 2**48)},
         torch=True,
-        guards=("labkit.accel.compilers.bench",),
+        guards=("labkit.timing.allocation.compare_allocation",),
         label="accel.torch_compile_benchmark.memory",
     ),
     Case(
@@ -384,7 +384,7 @@ CASES: list[Case] = [
         {"device": "cpu"},
         {"size": st.integers(2**16, 2**24)},
         torch=True,
-        guards=("labkit.accel.sync_points.bench",),
+        guards=("labkit.timing.interleave.interleave",),
         label="accel.sync_points_benchmark.memory",
     ),
     Case(f"{ACCEL}.sync_points:async_launch_demo", {}, {"size": BAD_POS, "repeats": BAD_POS}),
