@@ -359,7 +359,7 @@ def variant_steps(
         fmt = torch.channels_last if variant.channels_last else torch.contiguous_format
         torch.manual_seed(0)
         model: Any = CNN()
-        model = model.to(device=where, memory_format=fmt).eval()
+        model = model.to(device=where, memory_format=fmt).train(False)  # inference mode
         x = torch.randn(batch, 3, image_size, image_size, device=where).contiguous(
             memory_format=fmt
         )
