@@ -145,7 +145,7 @@ def torch_compile_benchmark(
     compiler: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
     device: Any = None,
     run: bool = True,
-    rounds: int = 3,
+    rounds: int = 2,
     warmup_ms: float = 25.0,
     rep_ms: float = 100.0,
 ) -> CompileResult | None:

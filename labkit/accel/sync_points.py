@@ -89,8 +89,9 @@ class SyncPointsResult:
         return text
 
     def __str__(self) -> str:
+        where = "cpu, one thread" if self.device == "cpu" else self.device
         lines = [
-            f"{self.steps} training steps (forward, backward, SGD step) on {self.device}, "
+            f"{self.steps} training steps (forward, backward, SGD step) on {where}, "
             "the same work in each; speed against one sync at the end:"
         ]
         for (_, label), timing in zip(MODES, self.timings(), strict=True):
@@ -128,9 +129,9 @@ def sync_points_benchmark(
     size: int = 128,
     *,
     device: Any = None,
-    rounds: int = 3,
-    warmup_ms: float = 20.0,
-    rep_ms: float = 60.0,
+    rounds: int = 2,
+    warmup_ms: float = 10.0,
+    rep_ms: float = 30.0,
 ) -> SyncPointsResult:
     """Time ``steps`` training steps with each sync habit on ``device``, round-robin.
 
@@ -138,7 +139,9 @@ def sync_points_benchmark(
     backward pass and an SGD step; every habit also adds the loss to a
     running total on the device and reads it once at the end, so the
     variants differ only in the per-step sync. ``device=None`` picks the best
-    torch device (:func:`labkit.pick_device`).
+    torch device (:func:`labkit.pick_device`). On a CPU the loop runs on one
+    thread (restored afterwards): its ops are small, and with
+    several threads a busy core makes every op's barrier wait.
     """
     from labkit.timing.interleave import interleave
 
@@ -161,9 +164,22 @@ def sync_points_benchmark(
         label: (lambda mode=mode: _loop(torch, (w1, w2), x, target, opt, steps, mode))
         for mode, label in MODES
     }
-    result = interleave(
-        calls, rounds=max(rounds, 2), rep_ms=rep_ms, warmup_ms=warmup_ms, device=str(dev)
-    )
+    threads = torch.get_num_threads()
+    if dev.type == "cpu":
+        # 128×128 ops are too small to split: on several threads each op's barrier can cost
+        # more than its work, and a busy core makes every barrier wait (oversubscription).
+        torch.set_num_threads(1)
+    try:
+        result = interleave(
+            calls,
+            rounds=max(rounds, 2),
+            rep_ms=rep_ms,
+            warmup_ms=warmup_ms,
+            device=str(dev),
+            min_reps=3,
+        )
+    finally:
+        torch.set_num_threads(threads)
     pooled = {
         v.label: Timing(
             tuple(s for t in v.runs for s in t.samples_ms),
