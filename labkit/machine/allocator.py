@@ -110,28 +110,11 @@ def keep_freed_memory() -> Iterator[AllocatorSetting]:
     memory to the OS. Elsewhere (macOS, Windows,
     musl) it does nothing, and the setting it yields says so.
     """
-    found = _glibc()
-    if found is None:
-        yield AllocatorSetting(
-            active=False,
-            allocator="not glibc",
-            detail="this C library has no mallopt: freed memory is handled as it always is",
-        )
-        return
-    libc, name = found
-    ok = _set_kept(libc, True)
+    setting = set_keep_freed(True)
     try:
-        yield AllocatorSetting(
-            active=ok,
-            allocator=name,
-            detail=(
-                "freed memory kept in the process (M_MMAP_MAX=0, M_TRIM_THRESHOLD=2^31-1)"
-                if ok
-                else "mallopt refused the setting: freed memory is handled as it always is"
-            ),
-        )
+        yield setting
     finally:
-        _set_kept(libc, False)
+        set_keep_freed(False)  # a no-op where the C library is not glibc
 
 
 def set_keep_freed(keep: bool) -> AllocatorSetting:
