@@ -1,0 +1,360 @@
+"""Every lever of notebooks 04 and 05 on one model's training step, before and after.
+
+Notebooks 04 and 05 measure each lever alone: the sync a ``.item()`` every
+step costs, the memory layout, ``torch.compile``, autocast. A learner who
+wants to speed up a real training loop applies them together, and they
+interact (a compiled graph fuses the casts autocast adds; a layout that suits
+one convolution algorithm may not suit another). :func:`apply_levers` times
+the course CNN's training step (forward, cross-entropy, backward, an SGD
+step) with the levers added one at a time, in :data:`LEVERS` order, so each
+configuration differs from the one before it in exactly one lever, and the
+last has them all. All configurations are timed round-robin
+(:func:`labkit.interleave`) with freed memory kept in the process
+(:func:`labkit.machine.allocator.keep_freed_memory`), so that no
+configuration pays page faults the others do not; the faults per call are
+reported anyway.
+
+The precision lever is bfloat16 autocast on every device: it needs no loss
+scaling, since bfloat16 has float32's exponent range (float16 with
+``torch.amp.GradScaler`` is notebook 04's). ``torch.compile``'s first call
+compiles; it is reported apart and kept out of the step times.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from labkit.core.optional import import_optional
+from labkit.core.units import format_duration, format_speedup
+from labkit.core.validate import check_int, check_ms
+from labkit.timing.interleave import Interleaved
+
+#: The levers, in the order they are added; each configuration adds the next one.
+LEVERS: tuple[str, ...] = (
+    "no .item() per step",
+    "channels_last",
+    "torch.compile",
+    "bfloat16 autocast",
+)
+BEFORE = "before: float32, NCHW, eager, .item() every step"
+PURPOSE = "labkit.models.levers.apply_levers"
+#: A lever helped (or hurt) only when every round's ratio is beyond this factor: two rounds
+#: that agree within a few percent are not told apart from the order they ran in.
+BAND = 1.10
+
+
+def config_labels(levers: Sequence[str] = LEVERS) -> tuple[str, ...]:
+    """The configurations' labels: before, then "+ lever" for each lever added."""
+    return (BEFORE, *(f"+ {lever}" for lever in levers))
+
+
+def _chosen(levers: Sequence[str] | None) -> tuple[str, ...]:
+    if levers is None:
+        return LEVERS
+    unknown = [name for name in levers if name not in LEVERS]
+    if unknown or not levers:
+        raise ValueError(
+            f"levers must name at least one of {', '.join(map(repr, LEVERS))}; got {list(levers)!r}"
+        )
+    return tuple(name for name in LEVERS if name in levers)
+
+
+@dataclass(frozen=True)
+class LeverStep:
+    """One lever added: the configuration's step time and its speed against the one before.
+
+    ``speedup`` is the median over rounds of (previous configuration's run
+    median / this one's), with ``low`` and ``high`` the smallest and largest
+    round's ratio: "× as fast", above 1 when the lever helped.
+    """
+
+    label: str
+    median_ms: float
+    speedup: float
+    low: float
+    high: float
+    minor_faults_per_call: float | None
+
+    def verdict(self) -> str:
+        span = f"{format_speedup(self.low)} to {format_speedup(self.high)} per round"
+        band = f"{(BAND - 1) * 100:.0f}%"
+        if self.low > BAND:
+            return f"{self.label}: faster by more than {band} in every round ({span})"
+        if self.high < 1 / BAND:
+            return f"{self.label}: slower by more than {band} in every round ({span})"
+        return f"{self.label}: no change beyond {band} in every round ({span})"
+
+
+@dataclass(frozen=True)
+class LeversResult:
+    """:func:`apply_levers`' measurement: the interleaved runs and what each lever did."""
+
+    device: str
+    batch: int
+    image_size: int
+    steps_per_call: int
+    runs: Interleaved
+    first_call_s: dict[str, float]
+    first_loss: dict[str, float]
+
+    def steps(self) -> list[LeverStep]:
+        """Each configuration after the first against the one before it, round by round."""
+        out = []
+        variants = self.runs.variants
+        for before, after in zip(variants, variants[1:], strict=False):
+            ratios = [
+                (b.median_ms / a.median_ms) if a.median_ms > 0 else float("inf")
+                for b, a in zip(before.runs, after.runs, strict=True)
+            ]
+            faults = after.runs[0].minor_faults_per_call
+            out.append(
+                LeverStep(
+                    label=after.label,
+                    median_ms=after.median_ms,
+                    speedup=sorted(ratios)[len(ratios) // 2],
+                    low=min(ratios),
+                    high=max(ratios),
+                    minor_faults_per_call=faults,
+                )
+            )
+        return out
+
+    @property
+    def fastest(self) -> str:
+        """The configuration with the shortest median step."""
+        return min(self.runs.variants, key=lambda v: v.median_ms).label
+
+    def verdicts(self) -> list[str]:
+        """Each lever's effect, every lever against before, and the fastest configuration."""
+        lines = [step.verdict() for step in self.steps()]
+        last = self.runs.variants[-1]
+        lines.append(
+            f"every lever here against before: {format_speedup(last.ratio)} as fast "
+            f"({format_speedup(last.ratio_low)} to {format_speedup(last.ratio_high)} per round)"
+        )
+        fastest = self.runs[self.fastest]
+        if fastest.label == BEFORE:
+            lines.append("the fastest configuration here is the one before any lever")
+        elif fastest.label == last.label:
+            lines.append("the fastest configuration here is the one with every lever")
+        else:
+            lines.append(
+                f"the fastest configuration here: up to '{fastest.label}', "
+                f"{format_speedup(fastest.ratio)} as fast as before "
+                f"({format_speedup(fastest.ratio_low)} to {format_speedup(fastest.ratio_high)} "
+                "per round)"
+            )
+        return lines
+
+    def summary(self) -> list[str]:
+        """The lines a CPU-only learner sees from a recording."""
+        return [
+            f"course CNN training step, batch {self.batch}, {self.image_size}×{self.image_size}, "
+            f"on {self.device}:",
+            *(
+                f"  {step.label}: {format_duration(step.median_ms / self.steps_per_call)} per step"
+                for step in self.steps()
+            ),
+            *self.verdicts(),
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "batch": self.batch,
+            "image_size": self.image_size,
+            "steps_per_call": self.steps_per_call,
+            "first_call_s": dict(self.first_call_s),
+            "first_loss": dict(self.first_loss),
+            "configurations": [
+                {"label": v.label, "median_ms_per_call": v.median_ms} for v in self.runs.variants
+            ],
+            "steps": [vars(step) for step in self.steps()],
+            "verdicts": self.verdicts(),
+        }
+
+    def __str__(self) -> str:
+        n = self.steps_per_call
+        base = self.runs.baseline
+        first = self.first_loss[BEFORE]
+        header = [
+            "",
+            "per step",
+            "× as fast as the line above",
+            "faults per call",
+            "first call's loss",
+        ]
+        rows = [
+            header,
+            [BEFORE, format_duration(base.median_ms / n), "", _faults(base), f"{first:.5f}"],
+        ]
+        for step in self.steps():
+            rows.append(
+                [
+                    step.label,
+                    format_duration(step.median_ms / n),
+                    f"{format_speedup(step.speedup)} ({format_speedup(step.low)} to "
+                    f"{format_speedup(step.high)})",
+                    _faults(self.runs[step.label]),
+                    f"{self.first_loss[step.label]:.5f}",
+                ]
+            )
+        widths = [max(len(row[c]) for row in rows) for c in range(len(header))]
+        lines = [
+            "  ".join(
+                cell.ljust(w) if c == 0 else cell.rjust(w)
+                for c, (cell, w) in enumerate(zip(row, widths, strict=True))
+            ).rstrip()
+            for row in rows
+        ]
+        compiled = ", ".join(
+            f"{label.removeprefix('+ ')}: {value:.1f} s"
+            for label, value in self.first_call_s.items()
+        )
+        first_calls = (
+            [
+                "first call of each compiled configuration (it compiles; not in the step times): "
+                + compiled
+            ]
+            if compiled
+            else []
+        )
+        return "\n".join(
+            [
+                f"course CNN training step (forward, cross-entropy, backward, SGD), batch "
+                f"{self.batch}, {self.image_size}×{self.image_size} images, on {self.device}; "
+                f"{n} steps per timed call, each line adds one lever to the line above",
+                *lines,
+                f"{self.runs.rounds} rounds, configurations in rotating order, freed memory kept "
+                "in the process; the ratio's range is its smallest and largest round",
+                *first_calls,
+                *self.verdicts(),
+            ]
+        )
+
+
+def _faults(variant: Any) -> str:
+    values = [t.minor_faults_per_call for t in variant.runs]
+    known = [v for v in values if v is not None]
+    return f"{max(known):,.0f}" if known else "n/a"
+
+
+def _train_step(
+    torch: Any, levers: set[str], batch: int, image_size: int, device: Any, steps: int
+) -> Callable[[], Any]:
+    """One configuration (the levers that are on): ``steps`` training steps, their mean loss."""
+    from labkit.models.cnn import CNN
+
+    fmt = torch.channels_last if "channels_last" in levers else torch.contiguous_format
+    torch.manual_seed(0)
+    model: Any = CNN()
+    model = model.to(device=device, memory_format=fmt)
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(batch, 3, image_size, image_size, generator=gen).to(device)
+    x = x.contiguous(memory_format=fmt)
+    y = torch.randint(0, 10, (batch,), generator=gen).to(device)
+    forward = torch.compile(model) if "torch.compile" in levers else model
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    sync_each_step = "no .item() per step" not in levers
+    amp = "bfloat16 autocast" in levers
+
+    def loss_of() -> Any:
+        cast = (
+            torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+            if amp
+            else contextlib.nullcontext()
+        )
+        with cast:
+            return torch.nn.functional.cross_entropy(forward(x), y)
+
+    def call() -> Any:
+        running = torch.zeros((), device=device)
+        for _ in range(steps):
+            loss = loss_of()
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            running = running + loss.detach()  # every configuration keeps the total on the device
+            if sync_each_step:
+                loss.item()  # the habit: read the loss back every step (a sync on a GPU)
+        return running.item() / steps  # one sync at the end, in every configuration
+
+    return call
+
+
+def apply_levers(
+    device: Any = None,
+    *,
+    batch: int = 16,
+    image_size: int = 64,
+    steps: int = 2,
+    rounds: int = 2,
+    levers: Sequence[str] | None = None,
+    rep_ms: float = 150.0,
+    warmup_ms: float = 0.0,
+) -> LeversResult:
+    """Time the course CNN's training step with :data:`LEVERS` added one at a time.
+
+    Args:
+        device: a torch device or its name (default: the best one here).
+        batch, image_size: the training batch; 64×64 images keep a CPU run short.
+        steps: training steps per timed call (the ``.item()`` habit costs per step).
+        rounds: interleaved rounds (at least 2).
+        levers: which of :data:`LEVERS` to add (default: all), always in that order.
+        rep_ms, warmup_ms: :func:`labkit.bench`'s budgets per run; every call
+            is at least one warm-up (the first call of a compiled configuration,
+            which compiles, is made and timed before the rounds start).
+    """
+    from labkit.machine.allocator import keep_freed_memory
+    from labkit.machine.memory import require_memory_fits
+    from labkit.machine.report import resolve_torch_device
+    from labkit.timing.interleave import interleave
+
+    batch = check_int("batch", batch, minimum=1)
+    image_size = check_int("image_size", image_size, minimum=4)
+    steps = check_int("steps", steps, minimum=1)
+    rounds = check_int("rounds", rounds, minimum=2)
+    rep_ms = check_ms("rep_ms", rep_ms)
+    warmup_ms = check_ms("warmup_ms", warmup_ms, allow_zero=True)
+    chosen = _chosen(levers)
+    torch = import_optional("torch", PURPOSE)
+    where = resolve_torch_device(device)
+    # the input, the first layer's output and its gradient, per configuration
+    require_memory_fits(
+        4 * batch * image_size * image_size * (3 + 2 * 32),
+        where,
+        arrays=len(chosen) + 1,
+        what=f"apply_levers(batch={batch}, image_size={image_size})",
+    )
+    calls: dict[str, Callable[[], Any]] = {}
+    first_loss: dict[str, float] = {}
+    first_call_s: dict[str, float] = {}
+    with keep_freed_memory():
+        for config, label in enumerate(config_labels(chosen)):
+            on = set(chosen[:config])
+            calls[label] = _train_step(torch, on, batch, image_size, where, steps)
+            start = time.perf_counter()
+            first_loss[label] = calls[label]()  # the same weights and batch in every configuration
+            if "torch.compile" in on:
+                first_call_s[label] = time.perf_counter() - start
+        runs = interleave(
+            calls,
+            rounds=rounds,
+            rep_ms=rep_ms,
+            warmup_ms=warmup_ms,
+            device=str(where),
+            min_reps=3,
+        )
+    return LeversResult(
+        device=str(where),
+        batch=batch,
+        image_size=image_size,
+        steps_per_call=steps,
+        runs=runs,
+        first_call_s=first_call_s,
+        first_loss=first_loss,
+    )
