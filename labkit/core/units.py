@@ -131,3 +131,19 @@ def format_samples_per_s(value: float, *, round_to_3: bool = False) -> str:
     if value < 100:
         return f"{three_digits(value)} samples/s"
     return f"{round3(value):,} samples/s" if round_to_3 else f"{value:,.0f} samples/s"
+
+
+def align_columns(rows: list[list[str]]) -> list[str]:
+    """Rows of cells as aligned lines: the first column left-aligned, the others right-aligned.
+
+    Columns are two spaces apart, each as wide as its widest cell; trailing
+    spaces are stripped.
+    """
+    widths = [max(len(row[col]) for row in rows) for col in range(len(rows[0]))]
+    return [
+        "  ".join(
+            cell.ljust(width) if col == 0 else cell.rjust(width)
+            for col, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    ]

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.core.optional import import_optional
-from labkit.core.units import format_duration, format_speedup
+from labkit.core.units import align_columns, format_duration, format_speedup
 from labkit.core.validate import check_int, check_ms
 from labkit.timing.interleave import Interleaved
 
@@ -203,14 +203,7 @@ class LeversResult:
                     f"{self.first_loss[step.label]:.5f}",
                 ]
             )
-        widths = [max(len(row[c]) for row in rows) for c in range(len(header))]
-        lines = [
-            "  ".join(
-                cell.ljust(w) if c == 0 else cell.rjust(w)
-                for c, (cell, w) in enumerate(zip(row, widths, strict=True))
-            ).rstrip()
-            for row in rows
-        ]
+        lines = align_columns(rows)
         compiled = ", ".join(
             f"{label.removeprefix('+ ')}: {value:.1f} s"
             for label, value in self.first_call_s.items()

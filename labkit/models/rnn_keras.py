@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.core.optional import import_tensorflow
+from labkit.core.units import align_columns
 from labkit.core.validate import (
     check_choice,
     check_ms,
@@ -198,14 +199,7 @@ class KerasRnnTimings:
                     "yes" if uses_cudnn else "no",
                 ]
             )
-        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-        return "\n".join(
-            "  ".join(
-                c.ljust(w) if i == 0 else c.rjust(w)
-                for i, (c, w) in enumerate(zip(row, widths, strict=True))
-            ).rstrip()
-            for row in table
-        )
+        return "\n".join(align_columns(table))
 
     def __str__(self) -> str:
         first = self.rows[0]

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.core.results import JsonRecord
-from labkit.core.units import format_duration, format_speedup
+from labkit.core.units import align_columns, format_duration, format_speedup
 from labkit.core.validate import check_ms, check_positive_int
 from labkit.timing.bench import Timing, bench, quantile
 
@@ -165,14 +165,7 @@ class Interleaved(JsonRecord):
                     ratio,
                 ]
             )
-        widths = [max(len(row[col]) for row in table) for col in range(len(header))]
-        lines = [
-            "  ".join(
-                cell.ljust(width) if col == 0 else cell.rjust(width)
-                for col, (cell, width) in enumerate(zip(row, widths, strict=True))
-            ).rstrip()
-            for row in table
-        ]
+        lines = align_columns(table)
         lines.append(f"{self.rounds} rounds, variants in rotating order")
         lines += self.verdicts()
         return "\n".join(lines)
