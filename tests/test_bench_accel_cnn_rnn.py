@@ -1,4 +1,4 @@
-"""``labkit bench accel|cnn|rnn``: quick runs on this CPU, and the GPU recording path with fakes.
+"""``labkit bench accel|cnn|levers|rnn``: quick runs on this CPU, and the GPU recording path with fakes.
 
 Quick runs check structure only: their numbers mean nothing. The recordings
 are made by the real recording code from made-up measurements.
@@ -6,6 +6,7 @@ are made by the real recording code from made-up measurements.
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pytest
 from labkit.accel import AsyncLaunchResult, CompileResult, MixedPrecisionResult, SyncPointsResult
 from labkit.cli.bench import accel as bench_accel
 from labkit.cli.bench import cnn as bench_cnn
+from labkit.cli.bench import levers as bench_levers
 from labkit.cli.bench import rnn as bench_rnn
 from labkit.cli.main import main
 from labkit.machine import gpu, reference
@@ -24,7 +26,7 @@ from labkit.timing.bench import Timing
 
 pytest.importorskip("torch")
 
-COMMANDS = ("accel", "cnn", "rnn")
+COMMANDS = ("accel", "cnn", "levers", "rnn")
 
 
 @pytest.fixture(autouse=True)
@@ -43,7 +45,8 @@ def no_tensorflow(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_importing_the_modules_imports_no_framework() -> None:
     code = (
-        "import labkit.cli.bench.accel, labkit.cli.bench.cnn, labkit.cli.bench.rnn, sys, json; "
+        "import labkit.cli.bench.accel, labkit.cli.bench.cnn, labkit.cli.bench.levers, "
+        "labkit.cli.bench.rnn, sys, json; "
         "print(json.dumps(sorted(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -85,6 +88,18 @@ def test_cnn_quick_text(capsys: pytest.CaptureFixture[str]) -> None:
     assert "page faults per call" in out and "not measured" not in out
 
 
+def test_levers_quick_text(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "levers", "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(
+        "course CNN training step (forward, cross-entropy, backward, SGD), batch 2"
+    )
+    for label in ("before: float32", "+ no .item() per step", "+ channels_last", "+ bfloat16"):
+        assert label in out
+    assert "+ torch.compile" not in out  # --quick leaves the cold compile out
+    assert out.rstrip().endswith("no torch.compile; the numbers mean little)")
+
+
 def test_rnn_quick_text_torch(no_tensorflow: None, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "rnn", "--quick"]) == 0
     out = capsys.readouterr().out
@@ -105,6 +120,9 @@ def test_quick_json(
     if name == "accel":
         assert [p["dtype"] for p in data["mixed_precision"]] == ["bfloat16", "float16"]
         assert data["sync_points"]["item_ratio"] > 0 and data["torch_compile"] is None
+    elif name == "levers":
+        assert (data["batch"], data["image_size"]) == (2, 16) and data["first_call_s"] == {}
+        assert [c["label"] for c in data["configurations"]][-1] == "+ bfloat16 autocast"
     elif name == "cnn":
         assert data["largest_common_batch"] == 4 and data["failed"] == []
         assert set(data["gain_vs_float32_nchw"]) == {
@@ -150,7 +168,9 @@ def test_record_without_a_gpu_writes_and_measures_nothing(
     capsys: pytest.CaptureFixture[str],
     _private_reference_dir: Path,
 ) -> None:
-    module = {"accel": bench_accel, "cnn": bench_cnn, "rnn": bench_rnn}[name]
+    module = {"accel": bench_accel, "cnn": bench_cnn, "levers": bench_levers, "rnn": bench_rnn}[
+        name
+    ]
     monkeypatch.setattr(gpu, "has_gpu", lambda: False)
     monkeypatch.setattr(module, "measure", lambda **kw: pytest.fail("measured"))
     assert main(["bench", name, "--record"]) == 0
@@ -253,6 +273,16 @@ def fake_cnn() -> bench_cnn.CnnResults:
     )
 
 
+@functools.cache
+def fake_levers() -> bench_levers.LeversResult:
+    """A real --quick run on this CPU, relabelled as a GPU's (its numbers are not the point)."""
+    import dataclasses
+
+    from labkit.models import levers
+
+    return dataclasses.replace(levers.apply_levers("cpu", quick=True), device="cuda", quick=False)
+
+
 def fake_rnn() -> bench_rnn.RnnResults:
     return bench_rnn.RnnResults(
         "torch",
@@ -266,6 +296,7 @@ def fake_rnn() -> bench_rnn.RnnResults:
 FAKES: dict[str, tuple[Any, Any]] = {
     "accel": (bench_accel, fake_accel),
     "cnn": (bench_cnn, fake_cnn),
+    "levers": (bench_levers, fake_levers),
     "rnn": (bench_rnn, fake_rnn),
 }
 

@@ -38,6 +38,7 @@ RUNNERS = {
     "roofline": ("labkit.cli.bench.roofline", "run_roofline_benchmark"),
     "accel": ("labkit.cli.bench.accel", "run_accel_benchmark"),
     "cnn": ("labkit.cli.bench.cnn", "run_cnn_benchmark"),
+    "levers": ("labkit.cli.bench.levers", "run_levers_benchmark"),
     "rnn": ("labkit.cli.bench.rnn", "run_rnn_benchmark"),
     "kernels": ("labkit.cli.bench.kernels", "run_kernels_benchmark"),
     "batching": ("labkit.cli.bench.batching", "run_batching_benchmark"),

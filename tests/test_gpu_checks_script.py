@@ -26,6 +26,7 @@ STEPS = (
     "bench_roofline",
     "bench_accel",
     "bench_cnn",
+    "bench_levers",
     "bench_rnn",
     "bench_kernels",
     "bench_batching",

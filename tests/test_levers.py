@@ -81,3 +81,19 @@ def step(low: float, high: float) -> levers.LeverStep:
 )
 def test_a_lever_is_judged_only_beyond_the_band(low: float, high: float, word: str) -> None:
     assert word in step(low, high).verdict()
+
+
+def test_the_sizes_follow_the_device_unless_given() -> None:
+    assert levers.SIZES["gpu"] == (64, 224) and levers.SIZES["cpu"] == (16, 64)
+    quick = levers.apply_levers("cpu", quick=True, levers=NO_COMPILE)
+    assert (quick.batch, quick.image_size) == levers.SIZES["quick"] and quick.quick
+    assert quick.summary()[-1].startswith("(--quick") and str(quick).endswith("mean little)")
+    given = levers.apply_levers(levers=["channels_last"], **TINY)
+    assert (given.batch, given.image_size, given.quick) == (2, 8, False)
+    assert not given.summary()[-1].startswith("(--quick")
+
+
+def test_quick_leaves_the_compile_out(monkeypatch: Any) -> None:
+    monkeypatch.setattr(torch, "compile", lambda model: pytest.fail("compiled in --quick"))
+    result = levers.apply_levers("cpu", quick=True)
+    assert "+ torch.compile" not in result.runs.labels and result.first_call_s == {}

@@ -107,6 +107,9 @@ step bench_accel 90 json env LABKIT_REFERENCE_DIR="$OUT/reference" \
     "$PYTHON" -m labkit bench accel --json --record
 step bench_cnn 60 json env LABKIT_REFERENCE_DIR="$OUT/reference" \
     "$PYTHON" -m labkit bench cnn --json --record
+# Two cold torch.compile first calls (eager and autocast graphs) are most of levers' time.
+step bench_levers 150 json env LABKIT_REFERENCE_DIR="$OUT/reference" \
+    "$PYTHON" -m labkit bench levers --json --record
 step bench_rnn 60 json env LABKIT_REFERENCE_DIR="$OUT/reference" \
     "$PYTHON" -m labkit bench rnn --json --record
 # Notebooks 07-09 (kernels also writes the Kernel Tuner cache next to its recording).

@@ -45,6 +45,10 @@ PURPOSE = "labkit.models.levers.apply_levers"
 #: A lever helped (or hurt) only when every round's ratio is beyond this factor: two rounds
 #: that agree within a few percent are not told apart from the order they ran in.
 BAND = 1.10
+#: (batch, image size) by where it runs: the GPU cell, ``labkit bench levers`` and its
+#: recording use the "gpu" row, a CPU the "cpu" row, ``--quick`` the "quick" row (BM8).
+SIZES: dict[str, tuple[int, int]] = {"gpu": (64, 224), "cpu": (16, 64), "quick": (2, 16)}
+_QUICK = "(--quick: toy sizes and tiny time budgets, no torch.compile; the numbers mean little)"
 
 
 def config_labels(levers: Sequence[str] = LEVERS) -> tuple[str, ...]:
@@ -100,6 +104,7 @@ class LeversResult:
     runs: Interleaved
     first_call_s: dict[str, float]
     first_loss: dict[str, float]
+    quick: bool = False
 
     def steps(self) -> list[LeverStep]:
         """Each configuration after the first against the one before it, round by round."""
@@ -160,11 +165,13 @@ class LeversResult:
                 for step in self.steps()
             ),
             *self.verdicts(),
+            *([_QUICK] if self.quick else []),
         ]
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "device": self.device,
+            "quick": self.quick,
             "batch": self.batch,
             "image_size": self.image_size,
             "steps_per_call": self.steps_per_call,
@@ -226,6 +233,7 @@ class LeversResult:
                 "in the process; the ratio's range is its smallest and largest round",
                 *first_calls,
                 *self.verdicts(),
+                *([_QUICK] if self.quick else []),
             ]
         )
 
@@ -282,40 +290,50 @@ def _train_step(
 def apply_levers(
     device: Any = None,
     *,
-    batch: int = 16,
-    image_size: int = 64,
+    batch: int | None = None,
+    image_size: int | None = None,
     steps: int = 2,
     rounds: int = 2,
     levers: Sequence[str] | None = None,
     rep_ms: float = 150.0,
     warmup_ms: float = 0.0,
+    quick: bool = False,
 ) -> LeversResult:
     """Time the course CNN's training step with :data:`LEVERS` added one at a time.
 
     Args:
         device: a torch device or its name (default: the best one here).
-        batch, image_size: the training batch; 64×64 images keep a CPU run short.
+        batch, image_size: the training batch (default: :data:`SIZES`' row for the
+            device: 64 images of 224×224 on a GPU, 16 of 64×64 on a CPU, which keeps a
+            CPU run to seconds).
         steps: training steps per timed call (the ``.item()`` habit costs per step).
         rounds: interleaved rounds (at least 2).
         levers: which of :data:`LEVERS` to add (default: all), always in that order.
         rep_ms, warmup_ms: :func:`labkit.bench`'s budgets per run; every call
             is at least one warm-up (the first call of a compiled configuration,
             which compiles, is made and timed before the rounds start).
+        quick: toy sizes, 5 ms budgets and no ``torch.compile`` (its cold first
+            call alone takes seconds): checks that the code runs; the numbers mean little.
     """
     from labkit.machine.allocator import keep_freed_memory
     from labkit.machine.memory import require_memory_fits
     from labkit.machine.report import resolve_torch_device
     from labkit.timing.interleave import interleave
 
-    batch = check_int("batch", batch, minimum=1)
-    image_size = check_int("image_size", image_size, minimum=4)
-    steps = check_int("steps", steps, minimum=1)
-    rounds = check_int("rounds", rounds, minimum=2)
-    rep_ms = check_ms("rep_ms", rep_ms)
-    warmup_ms = check_ms("warmup_ms", warmup_ms, allow_zero=True)
-    chosen = _chosen(levers)
     torch = import_optional("torch", PURPOSE)
     where = resolve_torch_device(device)
+    default_batch, default_size = SIZES["quick" if quick else _kind(where)]
+    batch = check_int("batch", default_batch if batch is None else batch, minimum=1)
+    image_size = check_int(
+        "image_size", default_size if image_size is None else image_size, minimum=4
+    )
+    steps = check_int("steps", steps, minimum=1)
+    rounds = check_int("rounds", rounds, minimum=2)
+    rep_ms = check_ms("rep_ms", 5.0 if quick else rep_ms)
+    warmup_ms = check_ms("warmup_ms", warmup_ms, allow_zero=True)
+    chosen = _chosen(levers)
+    if quick:
+        chosen = tuple(name for name in chosen if name != "torch.compile") or chosen
     # the input, the first layer's output and its gradient, per configuration
     require_memory_fits(
         4 * batch * image_size * image_size * (3 + 2 * 32),
@@ -350,4 +368,10 @@ def apply_levers(
         runs=runs,
         first_call_s=first_call_s,
         first_loss=first_loss,
+        quick=quick,
     )
+
+
+def _kind(device: Any) -> str:
+    """:data:`SIZES`' row for a torch device: "gpu" for CUDA (and ROCm), "cpu" otherwise."""
+    return "gpu" if device.type == "cuda" else "cpu"

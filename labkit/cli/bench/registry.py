@@ -137,6 +137,14 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         + _RECORDED,
     ),
     Benchmark(
+        "levers",
+        "every lever of notebooks 04-05 on one CNN training step, before and after",
+        "Time the course CNN's training step (forward, cross-entropy, backward, SGD) with the "
+        "levers added one at a time: no .item() per step, channels_last, torch.compile, "
+        "bfloat16 autocast; each against the line before it and all against before, "
+        "interleaved, with torch.compile's first call apart (--quick leaves it out). " + _RECORDED,
+    ),
+    Benchmark(
         "rnn",
         "a fused (cuDNN) LSTM against a loop over time steps, Keras or torch",
         "Time the Keras SimpleRNN, LSTM (cuDNN-eligible) and LSTM(use_cudnn=False) where "
