@@ -42,7 +42,11 @@ def test_sync_points_structure_and_text() -> None:
     assert isinstance(r, SyncPointsResult)
     assert r.device == "cpu" and r.steps == 3
     assert all(isinstance(t, Timing) for t in r.timings())
-    assert r.item_ratio == pytest.approx(r.item_median_ms / r.deferred_median_ms)
+    # the headline is the median of the per-round ratios, inside the printed per-round range
+    item = r.rounds[".item() every step"]
+    assert r.item_ratio == pytest.approx(1 / item.ratio)
+    assert item.ratio_low <= 1 / r.item_ratio <= item.ratio_high
+    assert r.item_median_ms == item.median_ms
     text = str(r)
     assert ".item() every step" in text and "×" in text and "the same work in each" in text
     assert "per round" in text and r.rounds is not None
@@ -116,7 +120,10 @@ def test_compile_benchmark_bookkeeping_with_injected_compiler() -> None:
 
     r = torch_compile_benchmark(size=1000, compiler=fake_compile, device="cpu", **FAST)
     assert isinstance(r, CompileResult)
-    assert calls == [elementwise_chain, elementwise_chain]  # cold, then warm
+    # Inductor's start-up on a one-op function first, then the chain cold, then warm
+    assert calls[1:] == [elementwise_chain, elementwise_chain] and len(calls) == 3
+    assert r.startup_s is not None and r.arrays_moved == (11, 3)
+    assert "memory traffic: eager 11 arrays of 1,000 float32" in str(r)
     assert r.compiler == "fake_compile" and r.elements == 1000
     assert r.first_call_s >= 0
     assert isinstance(r.eager, Timing) and isinstance(r.compiled, Timing)
@@ -143,6 +150,38 @@ def test_compile_benchmark_break_even() -> None:
     assert r.speedup == pytest.approx(5.0) and r.break_even_calls == 125
     slow = CompileResult("torch", "c", None, compiled, eager, first_call_s=1.0)
     assert slow.break_even_calls is None and "never pays off" in str(slow)
+
+
+def test_break_even_is_a_range_over_the_rounds_savings() -> None:
+    from labkit.timing.interleave import Interleaved, VariantRuns
+
+    def runs(label: str, medians: tuple[float, ...]) -> VariantRuns:
+        timings = tuple(Timing((m,), label=label) for m in medians)
+        return VariantRuns(label, timings, sorted(medians)[1], 0.0, 0.0, 0.0, 1.0, 1.0, 1.0)
+
+    rounds = Interleaved(
+        (runs("eager", (10.0, 10.0, 10.0)), runs("compiled", (6.0, 8.0, 9.0))), 0, 3
+    )
+    r = CompileResult(
+        "torch",
+        "c",
+        None,
+        rounds["eager"].pooled(),
+        rounds["compiled"].pooled(),
+        1.0,
+        rounds=rounds,
+    )
+    # savings 4, 2 and 1 ms per call: 1 s is repaid after 250 to 1,000 calls (500 at the median)
+    assert r.break_even_range(1.0) == (250, 1000) and r.break_even_calls == 500
+    assert "after n=250 to n=1000 calls" in str(r)
+    assert rounds.versus("compiled", "eager") == (pytest.approx(10 / 8), 10 / 9, 10 / 6)
+    never = Interleaved(
+        (runs("eager", (10.0, 10.0, 10.0)), runs("compiled", (6.0, 8.0, 11.0))), 0, 3
+    )
+    r2 = CompileResult(
+        "torch", "c", None, never["eager"].pooled(), never["compiled"].pooled(), 1.0, rounds=never
+    )
+    assert r2.break_even_range(1.0) is None and "may never pay off" in str(r2)
 
 
 def test_compile_benchmark_run_false(capsys: pytest.CaptureFixture[str]) -> None:

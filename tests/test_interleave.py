@@ -265,3 +265,32 @@ def test_noise_range_against_simulated_medians():
 
     iqr = 0.05 * 1.349
     assert statistics.mean(ranges) == pytest.approx(noise_range(iqr, 40, 5), rel=0.1)
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "phrase"),
+    [
+        (1.2, 1.5, "faster by more than 10% in every round"),
+        (0.5, 0.85, "slower by more than 10% in every round"),
+        (1.02, 1.2, "no change beyond 10% in every round"),
+        (0.8, 1.3, "no change beyond 10% in every round"),
+    ],
+)
+def test_band_verdict(low: float, high: float, phrase: str) -> None:
+    from labkit.timing.interleave import band_verdict
+
+    assert band_verdict(low, high) == phrase
+
+
+def test_pooled_keeps_every_sample_and_the_most_faults() -> None:
+    from labkit.timing.bench import Timing
+    from labkit.timing.interleave import VariantRuns
+
+    runs = (
+        Timing((1.0, 2.0), label="a", minor_faults_per_call=3.0),
+        Timing((3.0,), label="a", minor_faults_per_call=5.0),
+    )
+    variant = VariantRuns("a", runs, 2.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0)
+    pooled = variant.pooled()
+    assert pooled.samples_ms == (1.0, 2.0, 3.0) and pooled.label == "a"
+    assert pooled.minor_faults_per_call == 5.0 == variant.minor_faults_per_call

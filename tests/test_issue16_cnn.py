@@ -315,8 +315,10 @@ def test_bfloat16_hardware_line_is_masked() -> None:
     for other in (
         "this CPU reports bfloat16 instructions: AVX512_BF16, AMX (AVX-512)",
         "this CPU reports bfloat16 instructions: BF16 (no AVX-512)",
+        "this CPU reports bfloat16 instructions: AVX_NE_CONVERT (no AVX-512)",
         "this CPU reports no bfloat16 instructions (no AVX512_BF16, AMX or Arm BF16) and AVX-512",
-        "this CPU reports no bfloat16 instructions (no AVX512_BF16, AMX or Arm BF16) and no AVX-512",
+        "this CPU reports no bfloat16 instructions (no AVX512_BF16, AMX, AVX-NE-CONVERT or Arm BF16) and AVX-512",
+        "this CPU reports no bfloat16 instructions (no AVX512_BF16, AMX, AVX-NE-CONVERT or Arm BF16) and no AVX-512",
     ):
         assert _sanitize(other + "\n") == "<bfloat16 instructions>\n"
 

@@ -62,16 +62,51 @@ class CompileResult:
     eager_as_allocated: Timing | None = None
     faults_per_call: dict[str, float | None] | None = None
     rounds: Any = None  # labkit.timing.interleave.Interleaved (eager vs compiled)
+    startup_s: float | None = None
+    arrays_moved: tuple[int, int] | None = None  # (eager, fused), for the default chain
+
+    def _median_ms(self, label: str, timing: Timing) -> float:
+        """The median of the round medians (what the per-round ranges describe)."""
+        return timing.median_ms if self.rounds is None else self.rounds[label].median_ms
+
+    @property
+    def eager_median_ms(self) -> float:
+        return self._median_ms("eager", self.eager)
+
+    @property
+    def compiled_median_ms(self) -> float:
+        return self._median_ms("compiled", self.compiled)
 
     @property
     def speedup(self) -> float:
+        if self.rounds is not None:
+            return float(self.rounds["compiled"].ratio)
         return ratio(self.eager.median_ms, self.compiled.median_ms)
 
+    def _savings_ms(self) -> list[float]:
+        """Eager minus compiled, per round (one value for a result built by hand)."""
+        if self.rounds is None:
+            return [self.eager.median_ms - self.compiled.median_ms]
+        eager, compiled = self.rounds["eager"].runs, self.rounds["compiled"].runs
+        return [e.median_ms - c.median_ms for e, c in zip(eager, compiled, strict=True)]
+
     def _break_even(self, first_call_s: float) -> int | None:
-        saved_ms = self.eager.median_ms - self.compiled.median_ms
+        saved = sorted(self._savings_ms())
+        saved_ms = saved[len(saved) // 2] if len(saved) % 2 else sum(saved) / len(saved)
         if saved_ms <= 0:
             return None
         return int(-(-(first_call_s * 1e3) // saved_ms))
+
+    def break_even_range(self, first_call_s: float) -> tuple[int, int] | None:
+        """Calls to repay ``first_call_s`` at the largest and at the smallest per-round saving.
+
+        None when some round saved nothing: the compile may then never pay off.
+        """
+        saved = self._savings_ms()
+        if min(saved) <= 0:
+            return None
+        ms = first_call_s * 1e3
+        return int(-(-ms // max(saved))), int(-(-ms // min(saved)))
 
     @property
     def break_even_calls(self) -> int | None:
@@ -84,6 +119,33 @@ class CompileResult:
     def timings(self) -> list[Timing]:
         return [self.eager, self.compiled]
 
+    def _per_fault(self) -> str:
+        """The extra time of returning freed memory, per extra page fault (", X per fault")."""
+        if self.eager_as_allocated is None or self.faults_per_call is None:
+            return ""
+        returned, kept = self.faults_per_call.get("returned"), self.faults_per_call.get("kept")
+        if returned is None or kept is None or returned - kept < 1:
+            return ""
+        extra_ms = self.eager_as_allocated.median_ms - self.eager_median_ms
+        return f"; {format_duration(extra_ms / (returned - kept))} more per extra fault"
+
+    def _rates(self) -> str:
+        """The GB/s each version reaches on the arrays it must move (the default chain only)."""
+        if self.arrays_moved is None or self.elements is None:
+            return ""
+        eager_arrays, fused_arrays = self.arrays_moved
+        eager_ms, compiled_ms = self.eager_median_ms, self.compiled_median_ms
+        elements = self.elements
+
+        def rate(arrays: int, ms: float) -> float:
+            return arrays * 4 * elements / (ms * 1e-3) / 1e9 if ms > 0 else 0.0
+
+        return (
+            f"  memory traffic: eager {eager_arrays} arrays of {self.elements:,} float32 at "
+            f"{rate(eager_arrays, eager_ms):.1f} GB/s, compiled {fused_arrays} at "
+            f"{rate(fused_arrays, compiled_ms):.1f} GB/s (compare with notebook 02's bandwidth)"
+        )
+
     def __str__(self) -> str:
         speed = times(self.speedup)
         if self.rounds is not None:
@@ -95,20 +157,31 @@ class CompileResult:
             lines.append(
                 f"  eager, freed memory returned to the OS  "
                 f"{format_duration(self.eager_as_allocated.median_ms)}  "
-                f"({_faults(faults.get('returned'))} page faults per call)"
+                f"({_faults(faults.get('returned'))} page faults per call"
+                f"{self._per_fault()})"
             )
             lines.append(
-                f"  eager, freed memory kept                {format_duration(self.eager.median_ms)}"
+                f"  eager, freed memory kept                {format_duration(self.eager_median_ms)}"
                 f"  ({_faults(faults.get('kept'))} page faults per call)"
             )
         else:
-            lines.append(f"  eager                   {format_duration(self.eager.median_ms)}")
-        lines += [
-            f"  compiled, steady state  {format_duration(self.compiled.median_ms)}  "
-            f"({speed} the speed of eager with freed memory kept)",
+            lines.append(f"  eager                   {format_duration(self.eager_median_ms)}")
+        lines.append(
+            f"  compiled, steady state  {format_duration(self.compiled_median_ms)}  "
+            f"({speed} the speed of eager with freed memory kept)"
+        )
+        rates = self._rates()
+        if rates:
+            lines.append(rates)
+        if self.startup_s is not None:
+            lines.append(
+                f"  first torch.compile in this process  {seconds(self.startup_s)}  "
+                "(a one-op function: Inductor's one-off start-up in a process)"
+            )
+        lines.append(
             f"  compiled, first call, cold caches  {seconds(self.first_call_s)}  "
-            "(trace + compile + run)",
-        ]
+            "(trace + compile + run; what a new or changed function pays)"
+        )
         if self.warm_first_call_s is not None:
             lines.append(
                 f"  compiled, first call, warm caches  {seconds(self.warm_first_call_s)}  "
@@ -119,18 +192,40 @@ class CompileResult:
                 f"  first call on a new input size     {seconds(self.new_shape_first_call_s)}"
                 "  (a recompile)"
             )
-        if self.break_even_calls is None:
-            lines.append("  the compiled version is not faster here: compiling never pays off")
-        else:
-            text = f"  the cold compile pays for itself after n={self.break_even_calls} calls"
-            if self.warm_break_even_calls is not None:
-                text += f", the warm one after n={self.warm_break_even_calls}"
-            lines.append(text)
+        lines.append(self._break_even_line())
         return "\n".join(lines)
+
+    def _break_even_line(self) -> str:
+        if self.break_even_calls is None:
+            return "  the compiled version is not faster here: compiling never pays off"
+        cold = self.break_even_range(self.first_call_s)
+        if cold is None:
+            return (
+                f"  the cold compile pays for itself after n={self.break_even_calls} calls at the "
+                "median saving, but one round saved nothing, so it may never pay off"
+            )
+        text = f"  the cold compile pays for itself after n={cold[0]} to n={cold[1]} calls"
+        warm = (
+            None
+            if self.warm_first_call_s is None
+            else self.break_even_range(self.warm_first_call_s)
+        )
+        if warm is not None:
+            text += f", the warm one after n={warm[0]} to n={warm[1]}"
+        return text + " (from the largest and the smallest per-round saving)"
 
 
 def _faults(value: float | None) -> str:
     return "?" if value is None else f"{value:,.0f}"
+
+
+#: Arrays of the chain's size that :func:`elementwise_chain` reads and writes: eagerly each op
+#: reads its inputs and writes its output (2 + 2 + 2 + 2 + 3); fused, x and y in and one out.
+CHAIN_ARRAYS = (11, 3)
+
+
+def _one_op(t: Any) -> Any:
+    return t + 1
 
 
 def elementwise_chain(x: Any, y: Any) -> Any:
@@ -190,6 +285,7 @@ def torch_compile_benchmark(
 
     elements: int | None = None
     other: tuple[Any, ...] | None = None
+    timing_device = str(resolve_torch_device(device)) if device is not None or fn is None else None
     if fn is None:
         dev = resolve_torch_device(device)
         require_memory_fits(4 * size, dev, arrays=8, what=f"torch_compile_benchmark(size={size})")
@@ -209,6 +305,12 @@ def torch_compile_benchmark(
 
     allocation = compare_allocation(eager_call, rounds=rounds, rep_ms=rep_ms, warmup_ms=warmup_ms)
     with _fresh_inductor_cache():
+        # Inductor's one-off start-up (imports, compiler and ISA checks) is paid by the first
+        # compile in a process, whatever it compiles: time it on a one-op function first.
+        tiny = torch.ones(8)
+        start = time.perf_counter()
+        compiler(_one_op)(tiny)
+        startup_s = time.perf_counter() - start
         first = []
         for _ in range(2):  # cold, then warm
             torch._dynamo.reset()
@@ -230,11 +332,9 @@ def torch_compile_benchmark(
             rounds=max(rounds, 2),
             rep_ms=rep_ms,
             warmup_ms=warmup_ms,
+            device=timing_device,
         )
-    pooled = {
-        v.label: Timing(tuple(x for t in v.runs for x in t.samples_ms), label=v.label)
-        for v in steady.variants
-    }
+    pooled = {v.label: v.pooled() for v in steady.variants}
     faults = allocation.faults_per_call
     return CompileResult(
         "torch",
@@ -251,6 +351,8 @@ def torch_compile_benchmark(
         ),
         faults_per_call={"returned": faults.get(AS_ALLOCATED), "kept": faults.get(KEPT)},
         rounds=steady,
+        startup_s=startup_s,
+        arrays_moved=CHAIN_ARRAYS if elements is not None else None,
     )
 
 
@@ -292,8 +394,13 @@ class XlaResult:
 
     @property
     def xla_vs_graph(self) -> float:
-        """graph median / XLA median: > 1 means XLA is faster."""
+        """graph median / XLA median: > 1 means XLA is faster (per round, where there are rounds)."""
+        if self.rounds is not None:
+            return self.rounds.versus("tf.function + XLA", "tf.function")[0]
         return ratio(self.graph.median_ms, self.xla.median_ms)
+
+    def _median_ms(self, label: str, timing: Timing) -> float:
+        return timing.median_ms if self.rounds is None else self.rounds[label].median_ms
 
     def _per_round(self) -> list[float]:
         if self.rounds is None:
@@ -321,10 +428,12 @@ class XlaResult:
         return "\n".join(
             [
                 "TensorFlow, elementwise chain, timed round-robin with freed memory kept:",
-                f"  eager                    {format_duration(self.eager.median_ms)}",
-                f"  tf.function              {format_duration(self.graph.median_ms)}  "
+                f"  eager                    {format_duration(self._median_ms('tf eager', self.eager))}",
+                f"  tf.function              "
+                f"{format_duration(self._median_ms('tf.function', self.graph))}  "
                 f"(first call {seconds(self.graph_first_call_s)})",
-                f"  tf.function + XLA        {format_duration(self.xla.median_ms)}  "
+                f"  tf.function + XLA        "
+                f"{format_duration(self._median_ms('tf.function + XLA', self.xla))}  "
                 f"(first call {seconds(self.xla_first_call_s)})",
                 f"  {self.verdict()}",
             ]
@@ -381,10 +490,7 @@ def tf_xla_benchmark(
             warmup_ms=warmup_ms,
             device="tf",
         )
-    pooled = {
-        v.label: Timing(tuple(t for r in v.runs for t in r.samples_ms), label=v.label)
-        for v in result.variants
-    }
+    pooled = {v.label: v.pooled() for v in result.variants}
     return XlaResult(
         elements=size,
         eager=pooled["tf eager"],

@@ -210,19 +210,22 @@ def bfloat16_hardware() -> str:
 
     torch runs a CPU bfloat16 convolution through oneDNN only where oneDNN
     supports bfloat16 on this ISA (``mkldnn_bf16_device_check`` →
-    ``ideep::has_bf16_type_support``: at least ``avx512_core`` on x86; it
-    emulates bfloat16 where AVX-512 lacks AVX512_BF16); elsewhere it uses its
-    generic convolution, several times slower than oneDNN's float32 one.
+    ``ideep::has_bf16_type_support``: on x86 ``avx512_core``, where oneDNN
+    emulates bfloat16 if AVX512_BF16 is missing, or ``avx2_vnni_2``, the
+    AVX-NE-CONVERT CPUs, which torch's own check leaves to ideep "as cpuinfo has
+    no avx_ne_convert check"); elsewhere it uses its generic convolution,
+    several times slower than oneDNN's float32 one.
     """
     from labkit.machine.cpu import cpu_info
 
     simd = cpu_info().simd_features
-    found = [name for name in ("AVX512_BF16", "AMX", "BF16") if name in simd]
+    found = [name for name in ("AVX512_BF16", "AMX", "AVX_NE_CONVERT", "BF16") if name in simd]
     avx512 = "AVX-512" if "AVX512F" in simd else "no AVX-512"
     if found:
         return f"this CPU reports bfloat16 instructions: {', '.join(found)} ({avx512})"
     return (
-        f"this CPU reports no bfloat16 instructions (no AVX512_BF16, AMX or Arm BF16) and {avx512}"
+        "this CPU reports no bfloat16 instructions (no AVX512_BF16, AMX, AVX-NE-CONVERT or Arm "
+        f"BF16) and {avx512}"
     )
 
 
@@ -261,18 +264,44 @@ class MixedPrecisionResult:
     def relative_error(self) -> float:
         return self.max_abs_error / self.max_abs_output if self.max_abs_output > 0 else math.inf
 
-    def _span(self, label: str) -> str:
+    def _pair(self, kind: str) -> tuple[float, float, float] | None:
+        """(median, lowest, highest) per-round speed of mixed against float32, for "forward" or
+        "train step"; None for a result built by hand (no rounds)."""
         if self.rounds is None:
+            return None
+        return self.rounds.versus(f"{kind} {self.dtype}", f"{kind} float32")
+
+    def _median_ms(self, timing: Timing) -> float:
+        """The median of the round medians (the statistic the per-round ranges describe)."""
+        return timing.median_ms if self.rounds is None else self.rounds[timing.label].median_ms
+
+    def _span(self, kind: str) -> str:
+        pair = self._pair(kind)
+        if pair is None:
             return ""
-        runs = self.rounds[label]
-        return f", {times(runs.ratio_low)} to {times(runs.ratio_high)} per round"
+        return f", {times(pair[1])} to {times(pair[2])} per round"
+
+    def _faults(self, *timings: Timing) -> str:
+        counts = [
+            (self.rounds[t.label].minor_faults_per_call if self.rounds else t.minor_faults_per_call)
+            for t in timings
+        ]
+        if any(c is None for c in counts):
+            return ""
+        return f"; {' and '.join(f'{c:,.0f}' for c in counts)} page faults per call"
 
     @property
     def forward_speedup(self) -> float:
+        pair = self._pair("forward")
+        if pair is not None:
+            return pair[0]
         return ratio(self.forward_fp32.median_ms, self.forward_mixed.median_ms)
 
     @property
     def train_speedup(self) -> float:
+        pair = self._pair("train step")
+        if pair is not None:
+            return pair[0]
         return ratio(self.train_fp32.median_ms, self.train_mixed.median_ms)
 
     @property
@@ -291,12 +320,14 @@ class MixedPrecisionResult:
             [
                 f"{self.framework} {self.dtype} vs float32 on {self.device} ({scaling}), "
                 "timed round-robin; speed against float32:",
-                f"  forward     {format_duration(self.forward_fp32.median_ms)} -> "
-                f"{format_duration(self.forward_mixed.median_ms)} "
-                f"({times(self.forward_speedup)}{self._span(f'forward {self.dtype}')})",
-                f"  train step  {format_duration(self.train_fp32.median_ms)} -> "
-                f"{format_duration(self.train_mixed.median_ms)} "
-                f"({times(self.train_speedup)}{self._span(f'train step {self.dtype}')})",
+                f"  forward     {format_duration(self._median_ms(self.forward_fp32))} -> "
+                f"{format_duration(self._median_ms(self.forward_mixed))} "
+                f"({times(self.forward_speedup)}{self._span('forward')}"
+                f"{self._faults(self.forward_fp32, self.forward_mixed)})",
+                f"  train step  {format_duration(self._median_ms(self.train_fp32))} -> "
+                f"{format_duration(self._median_ms(self.train_mixed))} "
+                f"({times(self.train_speedup)}{self._span('train step')}"
+                f"{self._faults(self.train_fp32, self.train_mixed)})",
                 f"  max |output difference| / max |output| = {times(self.relative_error / u)} "
                 f"the {name} unit roundoff",
                 f"  loss after {self.steps} updates: {self.loss_fp32:.4f} float32, "
@@ -416,6 +447,7 @@ def mixed_precision_torch(
         },
         warmup_ms,
         rep_ms,
+        device=str(dev),
     )
     return MixedPrecisionResult(
         framework="torch",
@@ -441,36 +473,25 @@ class _Timed:
     rounds: Any
 
 
-def _round_robin(calls: dict[str, Callable[[], Any]], warmup_ms: float, rep_ms: float) -> _Timed:
-    """Forward and train-step variants timed round-robin; each label's samples pooled.
+def _round_robin(
+    calls: dict[str, Callable[[], Any]], warmup_ms: float, rep_ms: float, device: Any = None
+) -> _Timed:
+    """The four variants (forward and train step, float32 and mixed) timed round-robin together.
 
-    The forward pair and the train-step pair are each compared with their
-    float32 member, so they are two interleaved groups of two.
+    One rotation for all four, so that a change in the machine's state hits
+    every variant alike; inside :func:`~labkit.machine.allocator.keep_freed_memory`,
+    so that no variant pays page faults the others do not (each line prints
+    its faults per call). Each mixed variant is compared with its float32
+    twin round by round (:meth:`Interleaved.versus`).
     """
+    from labkit.machine.allocator import keep_freed_memory
     from labkit.timing.interleave import interleave
 
-    labels = list(calls)
-    groups = [labels[:2], labels[2:]]
-    timings: list[Timing] = []
-    merged: dict[str, Any] = {}
-    for group in groups:
+    with keep_freed_memory():
         result = interleave(
-            {k: calls[k] for k in group}, rounds=2, rep_ms=rep_ms, warmup_ms=warmup_ms
+            calls, rounds=3, rep_ms=rep_ms, warmup_ms=warmup_ms, device=device, min_reps=3
         )
-        for v in result.variants:
-            timings.append(Timing(tuple(x for t in v.runs for x in t.samples_ms), label=v.label))
-            merged[v.label] = v
-    return _Timed(tuple(timings), _Rounds(merged))
-
-
-class _Rounds:
-    """The variants of both groups by label (what :class:`MixedPrecisionResult` reads)."""
-
-    def __init__(self, variants: dict[str, Any]) -> None:
-        self._variants = variants
-
-    def __getitem__(self, label: str) -> Any:
-        return self._variants[label]
+    return _Timed(tuple(v.pooled() for v in result.variants), result)
 
 
 # --------------------------------------------------------------------------- keras

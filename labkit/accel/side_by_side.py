@@ -24,6 +24,7 @@ printout gives both sizes.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -86,7 +87,9 @@ class SideBySide:
         """Each variant's GFLOP/s at its median, with what it runs."""
         lines = []
         for t in self.timings:
-            rate = self.flops_per_step / (t.median_ms * 1e-3) / 1e9 if t.median_ms > 0 else 0.0
+            # the median of the round medians, the number the table above prints
+            ms = self.rounds[t.label].median_ms if self.rounds is not None else t.median_ms
+            rate = self.flops_per_step / (ms * 1e-3) / 1e9 if ms > 0 else 0.0
             label = t.label or "?"
             lines.append(f"{label}: {rate:.1f} GFLOP/s ({DESCRIPTIONS.get(label, label)})")
         return lines
@@ -222,20 +225,18 @@ def mlp_side_by_side(
 
     tf_variants = [v for v in variants if v != "torch"]
     rounds = interleave(
-        {v: steps[v] for v in variants}, rounds=2, rep_ms=rep_ms, warmup_ms=warmup_ms
+        {v: steps[v] for v in variants}, rounds=3, rep_ms=rep_ms, warmup_ms=warmup_ms
     )
     tf_device = None
     if tf_variants:
         from labkit.machine.report import pick_device
 
         tf_device = "tf:" + pick_device("tensorflow").strip("/")
+    # train_on_batch returns numpy, so bench saw no TF tensor: name TF's device here
     timings = tuple(
-        Timing(
-            tuple(x for t in v.runs for x in t.samples_ms),
-            label=v.label,
-            # train_on_batch returns numpy, so bench saw no TF tensor: name TF's device here
-            device=tf_device if v.label in tf_variants and tf_device else v.runs[0].device,
-        )
+        dataclasses.replace(v.pooled(), device=tf_device)
+        if v.label in tf_variants and tf_device
+        else v.pooled()
         for v in rounds.variants
     )
     return SideBySide(

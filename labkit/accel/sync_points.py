@@ -25,6 +25,7 @@ from labkit.core.validate import check_ms, check_positive_int, check_torch_devic
 from labkit.machine.memory import require_memory_fits
 from labkit.machine.report import resolve_torch_device
 from labkit.timing.bench import Timing
+from labkit.timing.interleave import BAND, band_verdict
 
 PURPOSE = "the sync-point demo"
 
@@ -56,37 +57,50 @@ class SyncPointsResult:
     print_per_step: Timing
     rounds: Any = None  # labkit.timing.interleave.Interleaved
 
+    def _median_ms(self, timing: Timing) -> float:
+        """The median of the round medians where there are rounds (what the ranges describe)."""
+        return timing.median_ms if self.rounds is None else self.rounds[timing.label].median_ms
+
+    def _ratio(self, timing: Timing) -> float:
+        """Time against one sync at the end (> 1: the per-step sync costs time)."""
+        if self.rounds is not None:
+            speed = self.rounds[timing.label].ratio
+            return 1 / speed if speed > 0 else float("inf")
+        return ratio(timing.median_ms, self.deferred.median_ms)
+
     @property
     def deferred_median_ms(self) -> float:
-        return self.deferred.median_ms
+        return self._median_ms(self.deferred)
 
     @property
     def item_median_ms(self) -> float:
-        return self.item_per_step.median_ms
+        return self._median_ms(self.item_per_step)
 
     @property
     def item_ratio(self) -> float:
-        return ratio(self.item_per_step.median_ms, self.deferred.median_ms)
+        return self._ratio(self.item_per_step)
 
     @property
     def cpu_ratio(self) -> float:
-        return ratio(self.cpu_per_step.median_ms, self.deferred.median_ms)
+        return self._ratio(self.cpu_per_step)
 
     @property
     def print_ratio(self) -> float:
-        return ratio(self.print_per_step.median_ms, self.deferred.median_ms)
+        return self._ratio(self.print_per_step)
 
     def timings(self) -> list[Timing]:
         """The four timings, for :func:`labkit.compare`."""
         return [self.deferred, self.item_per_step, self.cpu_per_step, self.print_per_step]
 
     def _speed(self, label: str, timing: Timing) -> str:
-        """Speed against one sync at the end, and its range over rounds where there are rounds."""
-        text = f"{times(ratio(self.deferred.median_ms, timing.median_ms))}"
-        if self.rounds is not None:
-            runs = self.rounds[label]
-            text += f" ({times(runs.ratio_low)} to {times(runs.ratio_high)} per round)"
-        return text
+        """Speed against one sync at the end, its range over rounds and what the range shows."""
+        if self.rounds is None:
+            return times(ratio(self.deferred.median_ms, timing.median_ms))
+        runs = self.rounds[label]
+        return (
+            f"{times(runs.ratio)} ({times(runs.ratio_low)} to {times(runs.ratio_high)} per round: "
+            f"{band_verdict(runs.ratio_low, runs.ratio_high)})"
+        )
 
     def __str__(self) -> str:
         where = "cpu, one thread" if self.device == "cpu" else self.device
@@ -96,7 +110,12 @@ class SyncPointsResult:
         ]
         for (_, label), timing in zip(MODES, self.timings(), strict=True):
             extra = "" if timing is self.deferred else f"  {self._speed(label, timing)}"
-            lines.append(f"  {label:<20} {format_duration(timing.median_ms)}{extra}")
+            lines.append(f"  {label:<20} {format_duration(self._median_ms(timing))}{extra}")
+        if self.rounds is not None:
+            lines.append(
+                f"{self.rounds.rounds} rounds in rotating order; a difference counts only beyond "
+                f"{(BAND - 1) * 100:.0f}% in every round"
+            )
         return "\n".join(lines)
 
 
@@ -129,7 +148,7 @@ def sync_points_benchmark(
     size: int = 128,
     *,
     device: Any = None,
-    rounds: int = 2,
+    rounds: int = 3,
     warmup_ms: float = 10.0,
     rep_ms: float = 30.0,
 ) -> SyncPointsResult:
@@ -180,15 +199,7 @@ def sync_points_benchmark(
         )
     finally:
         torch.set_num_threads(threads)
-    pooled = {
-        v.label: Timing(
-            tuple(s for t in v.runs for s in t.samples_ms),
-            label=v.label,
-            device=v.runs[0].device,
-            method=v.runs[0].method,
-        )
-        for v in result.variants
-    }
+    pooled = {v.label: v.pooled() for v in result.variants}
     labels = [label for _, label in MODES]
     return SyncPointsResult(
         device=str(dev),

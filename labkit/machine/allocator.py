@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -74,8 +75,14 @@ class AllocatorSetting(JsonRecord):
         return f"{self.allocator}: {self.detail}"
 
 
+@functools.cache
 def _glibc() -> tuple[ctypes.CDLL, str] | None:
-    """The C library and its version, when it is glibc (mallopt exists); else None."""
+    """The C library and its version, when it is glibc (mallopt exists); else None.
+
+    Cached: ``ctypes.util.find_library`` may run ``ldconfig`` or a compiler to
+    find the library, and an interleaved comparison switches the allocator
+    before every round.
+    """
     if not sys.platform.startswith("linux"):
         return None
     try:

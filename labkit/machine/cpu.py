@@ -31,6 +31,8 @@ _LINUX_FLAGS: dict[str, tuple[str, ...]] = {
     "AVX512_BF16": ("avx512_bf16",),
     "AVX512_FP16": ("avx512_fp16",),
     "AMX": ("amx_tile",),
+    "AMX_FP16": ("amx_fp16",),
+    "AVX_NE_CONVERT": ("avx_ne_convert",),
     "NEON": ("asimd", "neon"),
     "BF16": ("bf16",),
     "SVE": ("sve",),

@@ -31,7 +31,7 @@ from typing import Any
 from labkit.core.optional import import_optional
 from labkit.core.units import align_columns, format_duration, format_speedup
 from labkit.core.validate import check_int, check_ms
-from labkit.timing.interleave import Interleaved
+from labkit.timing.interleave import BAND, Interleaved, band_verdict
 
 #: The levers, in the order they are added; each configuration adds the next one.
 LEVERS: tuple[str, ...] = (
@@ -42,9 +42,6 @@ LEVERS: tuple[str, ...] = (
 )
 BEFORE = "before: float32, NCHW, eager, .item() every step"
 PURPOSE = "labkit.models.levers.apply_levers"
-#: A lever helped (or hurt) only when every round's ratio is beyond this factor: two rounds
-#: that agree within a few percent are not told apart from the order they ran in.
-BAND = 1.10
 #: (batch, image size) by where it runs: the GPU cell, ``labkit bench levers`` and its
 #: recording use the "gpu" row, a CPU the "cpu" row, ``--quick`` the "quick" row (BM8).
 SIZES: dict[str, tuple[int, int]] = {"gpu": (64, 224), "cpu": (16, 64), "quick": (2, 16)}
@@ -85,12 +82,7 @@ class LeverStep:
 
     def verdict(self) -> str:
         span = f"{format_speedup(self.low)} to {format_speedup(self.high)} per round"
-        band = f"{(BAND - 1) * 100:.0f}%"
-        if self.low > BAND:
-            return f"{self.label}: faster by more than {band} in every round ({span})"
-        if self.high < 1 / BAND:
-            return f"{self.label}: slower by more than {band} in every round ({span})"
-        return f"{self.label}: no change beyond {band} in every round ({span})"
+        return f"{self.label}: {band_verdict(self.low, self.high, BAND)} ({span})"
 
 
 @dataclass(frozen=True)

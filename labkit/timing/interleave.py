@@ -75,6 +75,22 @@ def noise_range(within_run_spread: float, samples_per_run: int, runs: int) -> fl
     return _expected_range_of_normals(runs) * standard_error
 
 
+#: A variant is called faster (or slower) than another only when every round's ratio is beyond
+#: this factor: two rounds that agree within a few percent are not told apart from the order
+#: they ran in.
+BAND = 1.10
+
+
+def band_verdict(low: float, high: float, band: float = BAND) -> str:
+    """What per-round speed ratios from ``low`` to ``high`` show ("× as fast"), beyond ``band``."""
+    percent = f"{(band - 1) * 100:.0f}%"
+    if low > band:
+        return f"faster by more than {percent} in every round"
+    if high < 1 / band:
+        return f"slower by more than {percent} in every round"
+    return f"no change beyond {percent} in every round"
+
+
 def _spread(values: list[float]) -> float:
     middle = _median(values)
     if middle <= 0:
@@ -106,6 +122,29 @@ class VariantRuns(JsonRecord):
     ratio_high: float
 
     @property
+    def minor_faults_per_call(self) -> float | None:
+        """The most page faults per call of any round (None where they are not counted)."""
+        known = [t.minor_faults_per_call for t in self.runs if t.minor_faults_per_call is not None]
+        return max(known) if known else None
+
+    def pooled(self) -> Timing:
+        """Every round's samples in one :class:`Timing`, for plots and :func:`labkit.compare`.
+
+        Report :attr:`median_ms` and :attr:`ratio`, not this Timing's median:
+        they are the statistics the per-round ranges describe, and a pooled
+        median can fall outside them.
+        """
+        first = self.runs[0]
+        faults = self.minor_faults_per_call
+        return Timing(
+            tuple(s for t in self.runs for s in t.samples_ms),
+            label=self.label,
+            device=first.device,
+            method=first.method,
+            minor_faults_per_call=faults,
+        )
+
+    @property
     def drifted(self) -> bool:
         """Whether the run medians spread at least :data:`DRIFT_FACTOR` × what noise alone gives them."""
         return self.between_run_spread >= DRIFT_FACTOR * max(self.noise_between_run_spread, 1e-12)
@@ -125,6 +164,18 @@ class Interleaved(JsonRecord):
     @property
     def baseline(self) -> VariantRuns:
         return self.variants[self.baseline_index]
+
+    def versus(self, label: str, against: str) -> tuple[float, float, float]:
+        """``against``'s run median over ``label``'s, round by round: (median, lowest, highest).
+
+        The speed of ``label`` relative to any other variant, not only the
+        baseline ("× as fast": above 1 when ``label`` is faster).
+        """
+        ratios = sorted(
+            _ratio(b.median_ms, a.median_ms)
+            for a, b in zip(self[label].runs, self[against].runs, strict=True)
+        )
+        return _median(ratios), ratios[0], ratios[-1]
 
     def __getitem__(self, label: str) -> VariantRuns:
         for variant in self.variants:
