@@ -229,7 +229,7 @@ def _one_op(t: Any) -> Any:
 
 
 def elementwise_chain(x: Any, y: Any) -> Any:
-    """(x * 2 + 1).relu().sin() * y: five memory-bound ops that fusion turns into one."""
+    """(x * 2 + 1).relu().sin() * y: five elementwise ops that fusion turns into one pass."""
     return (x * 2 + 1).relu().sin() * y
 
 

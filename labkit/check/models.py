@@ -20,7 +20,7 @@ SYNC_LINES: dict[str, bool] = {
     "x_cpu.to('cuda')  # x_cpu in ordinary (pageable) memory": True,
     "x_pin.to('cuda', non_blocking=True)  # x_pin pinned": False,
     "y[y > 0]  # boolean-mask indexing": True,
-    "scaler.step(opt)  # torch.amp.GradScaler": True,
+    "scaler.step(opt)  # torch.amp.GradScaler, SGD not fused": True,
 }
 
 _WHY = {
@@ -41,8 +41,9 @@ _WHY = {
     "y[y > 0]  # boolean-mask indexing": (
         "the result's size depends on the values, so the host must read them first"
     ),
-    "scaler.step(opt)  # torch.amp.GradScaler": (
-        "it reads found_inf with .item() to decide whether to step"
+    "scaler.step(opt)  # torch.amp.GradScaler, SGD not fused": (
+        "it reads found_inf with .item() to decide whether to step (a fused optimizer, "
+        "SGD(fused=True) or Adam(fused=True), reads it on the device instead)"
     ),
 }
 
@@ -122,7 +123,8 @@ def cnn_head_params(params: Any) -> CheckResult:
             True,
             True,
             f"{ref:,}: twelve times the article's 327,690, for one layer, and the model now "
-            "accepts only inputs whose pooled map is 112×112 (224×224, 225×225, 112×448, ...). "
+            "accepts only inputs whose pooled map has 112 × 112 = 12,544 positions (224×224, "
+            "225×225, 112×448, ...). "
             "The size-agnostic head needs 5,130.",
         )
     if value == ref - 10:

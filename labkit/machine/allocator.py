@@ -112,8 +112,9 @@ def keep_freed_memory() -> Iterator[AllocatorSetting]:
 
     On exit mappings are allowed again (65,536, glibc's default) and the trim
     threshold is glibc's default 128 KiB; the mmap threshold stays where
-    glibc's dynamic rule had put it but no longer moves (any ``mallopt``
-    turns the dynamic rule off). ``malloc_trim(0)`` then returns the free
+    glibc's dynamic rule had put it but no longer moves (setting
+    ``M_TRIM_THRESHOLD``, ``M_TOP_PAD``, ``M_MMAP_THRESHOLD`` or ``M_MMAP_MAX``
+    turns the dynamic rule off for the rest of the process, ``man 3 mallopt``). ``malloc_trim(0)`` then returns the free
     memory to the OS. Elsewhere (macOS, Windows,
     musl) it does nothing, and the setting it yields says so.
     """

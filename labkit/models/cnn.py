@@ -61,7 +61,7 @@ class SeedCNN(_SeedLayers):
        match target batch_size (2).``
 
     The 32,768 features fit any input whose pooled map has 32 × 32 = 1,024
-    positions: 64×64, but also 65×65 (pooling floors) or 32×128.
+    positions: 64×64, but also 65×65 (pooling floors) or 32×128 (pooled to 16×64).
 
     Never flatten with ``view(-1, N)``; use ``torch.flatten(x, 1)`` or ``nn.Flatten()``.
     fc1 has 327,690 parameters (32,768 × 10 + 10); the whole model 328,586
@@ -101,8 +101,8 @@ class CNN224(_SeedLayers):
 
     This fixes the ``view`` RuntimeError at 224 px, at a cost: fc1 grows from
     327,690 to 4,014,090 parameters (12×; 4,014,986 for the whole model), and
-    the model is locked to inputs whose pooled map is 112×112 (224×224, but
-    also 225×225 or 112×448; any other size fails in fc1, loudly, thanks to
+    the model is locked to inputs whose pooled map has 112 × 112 = 12,544 positions
+    (224×224, but also 225×225 or 112×448; any other size fails in fc1, loudly, thanks to
     ``flatten``).
     """
 

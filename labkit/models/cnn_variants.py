@@ -260,7 +260,7 @@ def measure(
     names: Sequence[str] | None = None,
     keep_freed: bool = False,
     warmup_ms: float = 25.0,
-    rep_ms: float = 50.0,
+    rep_ms: float = 150.0,
 ) -> CnnResults:
     """Images/s of a seeded :class:`~labkit.models.cnn.CNN` in every variant this device runs.
 
