@@ -23,6 +23,7 @@ compiles; it is reported apart and kept out of the step times.
 from __future__ import annotations
 
 import contextlib
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -112,7 +113,7 @@ class LeversResult:
                 LeverStep(
                     label=after.label,
                     median_ms=after.median_ms,
-                    speedup=sorted(ratios)[len(ratios) // 2],
+                    speedup=statistics.median(ratios),
                     low=min(ratios),
                     high=max(ratios),
                     minor_faults_per_call=faults,
