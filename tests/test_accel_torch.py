@@ -17,8 +17,8 @@ from labkit.accel import (  # noqa: E402
     async_launch_demo,
     elementwise_chain,
     mixed_precision_torch,
-    precision,  # noqa: E402
     sync_points_benchmark,
+    tf32,  # noqa: E402
     tf32_defaults,
     torch_compile_benchmark,
 )
@@ -70,7 +70,7 @@ def test_async_launch_demo_skips_without_gpu(capsys: pytest.CaptureFixture[str])
 
 def test_tf32_defaults_torch_types() -> None:
     d = tf32_defaults(("torch",))
-    names = [name for name, _ in precision.TORCH_FP32_SETTINGS]
+    names = [name for name, _ in tf32.TORCH_FP32_SETTINGS]
     assert list(d) == names
     assert all(d[key] in (None, "ieee", "tf32", "bf16", "none") for key in names)
     if hasattr(torch.backends, "fp32_precision"):  # torch 2.9+: cuDNN convs and RNNs allow TF32

@@ -12,7 +12,7 @@ from labkit import check
 
 torch = pytest.importorskip("torch")
 
-from labkit.accel import compilers, precision, side_by_side  # noqa: E402
+from labkit.accel import compilers, side_by_side, tf32  # noqa: E402
 from labkit.timing.bench import Timing  # noqa: E402
 
 SANITIZE = Path(__file__).resolve().parents[1] / "notebooks" / "nbval_sanitize.cfg"
@@ -27,7 +27,7 @@ def _sanitize(text: str) -> str:
 
 def test_fp32_matmul_in_bf16_restores_the_setting_and_reads_its_error() -> None:
     before = torch.backends.mkldnn.matmul.fp32_precision
-    result = precision.fp32_matmul_in_bf16(size=64, rounds=2, rep_ms=2)
+    result = tf32.fp32_matmul_in_bf16(size=64, rounds=2, rep_ms=2)
     assert torch.backends.mkldnn.matmul.fp32_precision == before
     assert result.relative_error >= 0 and result.ieee_gflop_per_s > 0
     assert str(result).startswith("float32 matmul 64×64 on the CPU")
@@ -39,9 +39,7 @@ def test_fp32_matmul_verdicts_are_masked(error: float) -> None:
         "ieee": SimpleNamespace(median_ms=10.0),
         "bf16": SimpleNamespace(ratio=1.0, ratio_low=0.9, ratio_high=1.1, median_ms=10.0),
     }
-    result = precision.Fp32MatmulResult(
-        size=64, rounds=_Table(runs), relative_error=error, hardware="x"
-    )
+    result = tf32.Fp32MatmulResult(size=64, rounds=_Table(runs), relative_error=error, hardware="x")
     verdict = str(result).splitlines()[-1]
     assert _sanitize(verdict + "\n") == "<bf16 matmul verdict>\n"
 

@@ -22,12 +22,9 @@ from labkit.accel.compilers import (
 )
 from labkit.accel.placement import PlacementDemo, tf_device_log, tf_soft_placement_demo
 from labkit.accel.precision import (
-    Fp32MatmulResult,
     MixedPrecisionResult,
-    fp32_matmul_in_bf16,
     mixed_precision_keras,
     mixed_precision_torch,
-    tf32_defaults,
 )
 from labkit.accel.side_by_side import VARIANTS, SideBySide, mlp_side_by_side
 from labkit.accel.sync_points import (
@@ -36,6 +33,7 @@ from labkit.accel.sync_points import (
     async_launch_demo,
     sync_points_benchmark,
 )
+from labkit.accel.tf32 import Fp32MatmulResult, fp32_matmul_in_bf16, tf32_defaults
 from labkit.accel.tf_memory import TfMemoryStatus, tf_memory_growth_status
 
 __all__ = [

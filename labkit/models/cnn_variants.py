@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from labkit.accel.common import times
-from labkit.accel.precision import bfloat16_hardware  # noqa: F401 - notebook 05 reads it here
+from labkit.accel.tf32 import bfloat16_hardware  # noqa: F401 - notebook 05 reads it here
 from labkit.core.optional import import_optional
 from labkit.core.units import format_speedup
 
