@@ -43,6 +43,10 @@ def test_a_run_without_compile_times_each_configuration() -> None:
     # the same weights and batch: float32 configurations agree; bfloat16 is close, not equal
     assert result.first_loss["+ channels_last"] == pytest.approx(base, rel=1e-4)
     assert result.first_loss["+ bfloat16 autocast"] == pytest.approx(base, rel=5e-2)
+    diff = result.output_difference
+    assert diff is not None and diff[levers.BEFORE] == 0.0
+    assert 0 < diff["+ bfloat16 autocast"] < 0.1  # bfloat16's rounding, not a different model
+    assert "logits vs before" in str(result) and "reference" in str(result)
     text = str(result)
     assert text.splitlines()[0].startswith("course CNN training step")
     assert "first call of each compiled" not in text

@@ -304,7 +304,7 @@ def torch_compile_benchmark(
         return workload(*args)
 
     allocation = compare_allocation(eager_call, rounds=rounds, rep_ms=rep_ms, warmup_ms=warmup_ms)
-    with _fresh_inductor_cache():
+    with fresh_inductor_cache():
         # Inductor's one-off start-up (imports, compiler and ISA checks) is paid by the first
         # compile in a process, whatever it compiles: time it on a one-op function first.
         tiny = torch.ones(8)
@@ -357,7 +357,7 @@ def torch_compile_benchmark(
 
 
 @contextlib.contextmanager
-def _fresh_inductor_cache() -> Iterator[str]:
+def fresh_inductor_cache() -> Iterator[str]:
     """``TORCHINDUCTOR_CACHE_DIR`` set to a new empty directory, removed afterwards."""
     previous = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     with tempfile.TemporaryDirectory(prefix="labkit-inductor-") as directory:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -224,9 +225,12 @@ def mlp_side_by_side(
     from labkit.timing.interleave import interleave
 
     tf_variants = [v for v in variants if v != "torch"]
-    rounds = interleave(
-        {v: steps[v] for v in variants}, rounds=3, rep_ms=rep_ms, warmup_ms=warmup_ms
-    )
+    from labkit.machine.allocator import keep_freed_memory
+
+    with keep_freed_memory():  # no variant pays page faults the others do not
+        rounds = interleave(
+            {v: steps[v] for v in variants}, rounds=3, rep_ms=rep_ms, warmup_ms=warmup_ms
+        )
     tf_device = None
     if tf_variants:
         from labkit.machine.report import pick_device
@@ -259,5 +263,12 @@ def _threads(tensorflow: bool, torch: bool) -> str:
     if tensorflow:
         tf = import_tensorflow("threads")
         intra = tf.config.threading.get_intra_op_parallelism_threads()
-        parts.append(f"TensorFlow intra-op threads: {intra or 'its default (0: one per core)'}")
+        env = os.environ.get("TF_NUM_INTRAOP_THREADS", "").strip()
+        if intra:
+            what = str(intra)
+        elif env:  # TensorFlow reads it when its thread pools start
+            what = f"{env} (TF_NUM_INTRAOP_THREADS)"
+        else:
+            what = "its default (0: one per logical CPU)"
+        parts.append(f"TensorFlow intra-op threads: {what}")
     return "; ".join(parts)

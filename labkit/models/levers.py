@@ -98,6 +98,8 @@ class LeversResult:
     first_call_s: dict[str, float]
     first_loss: dict[str, float]
     quick: bool = False
+    #: max |logits - before's logits| / max |before's logits|, same weights and batch, before training
+    output_difference: dict[str, float] | None = None
 
     def steps(self) -> list[LeverStep]:
         """Each configuration after the first against the one before it, round by round."""
@@ -161,6 +163,12 @@ class LeversResult:
             *([_QUICK] if self.quick else []),
         ]
 
+    def _difference(self, label: str) -> str:
+        if self.output_difference is None:
+            return "n/a"
+        value = self.output_difference[label]
+        return "identical" if value == 0 else f"{value:.1e}"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "device": self.device,
@@ -170,6 +178,7 @@ class LeversResult:
             "steps_per_call": self.steps_per_call,
             "first_call_s": dict(self.first_call_s),
             "first_loss": dict(self.first_loss),
+            "output_difference": dict(self.output_difference or {}),
             "configurations": [
                 {"label": v.label, "median_ms_per_call": v.median_ms} for v in self.runs.variants
             ],
@@ -180,17 +189,16 @@ class LeversResult:
     def __str__(self) -> str:
         n = self.steps_per_call
         base = self.runs.baseline
-        first = self.first_loss[BEFORE]
         header = [
             "",
             "per step",
             "× as fast as the line above",
             "faults per call",
-            "first call's loss",
+            "logits vs before",
         ]
         rows = [
             header,
-            [BEFORE, format_duration(base.median_ms / n), "", _faults(base), f"{first:.5f}"],
+            [BEFORE, format_duration(base.median_ms / n), "", _faults(base), "reference"],
         ]
         for step in self.steps():
             rows.append(
@@ -200,7 +208,7 @@ class LeversResult:
                     f"{format_speedup(step.speedup)} ({format_speedup(step.low)} to "
                     f"{format_speedup(step.high)})",
                     _faults(self.runs[step.label]),
-                    f"{self.first_loss[step.label]:.5f}",
+                    self._difference(step.label),
                 ]
             )
         lines = align_columns(rows)
@@ -223,7 +231,8 @@ class LeversResult:
                 f"{n} steps per timed call, each line adds one lever to the line above",
                 *lines,
                 f"{self.runs.rounds} rounds, configurations in rotating order, freed memory kept "
-                "in the process; the ratio's range is its smallest and largest round",
+                "in the process; the ratio's range is its smallest and largest round; logits: "
+                "max |difference| / max |logits| against before's, same weights and batch",
                 *first_calls,
                 *self.verdicts(),
                 *([_QUICK] if self.quick else []),
@@ -239,8 +248,9 @@ def _faults(variant: Any) -> str:
 
 def _train_step(
     torch: Any, levers: set[str], batch: int, image_size: int, device: Any, steps: int
-) -> Callable[[], Any]:
-    """One configuration (the levers that are on): ``steps`` training steps, their mean loss."""
+) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """One configuration (the levers that are on): a call of ``steps`` training steps that
+    returns their mean loss, and its model's logits on the batch (float32, detached)."""
     from labkit.models.cnn import CNN
 
     fmt = torch.channels_last if "channels_last" in levers else torch.contiguous_format
@@ -265,6 +275,15 @@ def _train_step(
         with cast:
             return torch.nn.functional.cross_entropy(forward(x), y)
 
+    def logits() -> Any:
+        cast = (
+            torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+            if amp
+            else contextlib.nullcontext()
+        )
+        with cast:  # with autograd on, as in training: a compiled model reuses this graph
+            return forward(x).detach().float()
+
     def call() -> Any:
         running = torch.zeros((), device=device)
         for _ in range(steps):
@@ -277,7 +296,7 @@ def _train_step(
                 loss.item()  # the habit: read the loss back every step (a sync on a GPU)
         return running.item() / steps  # one sync at the end, in every configuration
 
-    return call
+    return call, logits
 
 
 def apply_levers(
@@ -285,7 +304,7 @@ def apply_levers(
     *,
     batch: int | None = None,
     image_size: int | None = None,
-    steps: int = 2,
+    steps: int = 10,
     rounds: int = 2,
     levers: Sequence[str] | None = None,
     rep_ms: float = 150.0,
@@ -334,17 +353,29 @@ def apply_levers(
         arrays=len(chosen) + 1,
         what=f"apply_levers(batch={batch}, image_size={image_size})",
     )
+    from labkit.accel.compilers import fresh_inductor_cache
+
     calls: dict[str, Callable[[], Any]] = {}
     first_loss: dict[str, float] = {}
     first_call_s: dict[str, float] = {}
-    with keep_freed_memory():
+    difference: dict[str, float] = {}
+    reference = None
+    # An empty Inductor cache, so that a compiled configuration's first call is a cold compile
+    # whatever earlier runs left on disk (notebook 04 times cold and warm apart).
+    cache = fresh_inductor_cache() if "torch.compile" in chosen else contextlib.nullcontext()
+    with keep_freed_memory(), cache:
         for config, label in enumerate(config_labels(chosen)):
             on = set(chosen[:config])
-            calls[label] = _train_step(torch, on, batch, image_size, where, steps)
+            calls[label], logits = _train_step(torch, on, batch, image_size, where, steps)
             start = time.perf_counter()
-            first_loss[label] = calls[label]()  # the same weights and batch in every configuration
+            out = logits()  # the same seeded weights and batch in every configuration
+            first_loss[label] = calls[label]()
             if "torch.compile" in on:
                 first_call_s[label] = time.perf_counter() - start
+            if reference is None:
+                reference = out
+            scale = float(reference.abs().max())
+            difference[label] = float((out - reference).abs().max()) / scale if scale else 0.0
         runs = interleave(
             calls,
             rounds=rounds,
@@ -362,6 +393,7 @@ def apply_levers(
         first_call_s=first_call_s,
         first_loss=first_loss,
         quick=quick,
+        output_difference=difference,
     )
 
 
