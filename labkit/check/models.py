@@ -18,6 +18,7 @@ SYNC_LINES: dict[str, bool] = {
     "if (loss > 0).any(): ...": True,
     "opt.step()": False,
     "x_cpu.to('cuda')  # x_cpu in ordinary (pageable) memory": True,
+    "x_pin.to('cuda')  # x_pin pinned, non_blocking=False": True,
     "x_pin.to('cuda', non_blocking=True)  # x_pin pinned": False,
     "y[y > 0]  # boolean-mask indexing": True,
     "scaler.step(opt)  # torch.amp.GradScaler, SGD not fused": True,
@@ -34,6 +35,10 @@ _WHY = {
     "x_cpu.to('cuda')  # x_cpu in ordinary (pageable) memory": (
         "a copy from pageable memory synchronizes (NVIDIA's API synchronization behaviour; "
         "torch copies it and waits for the stream)"
+    ),
+    "x_pin.to('cuda')  # x_pin pinned, non_blocking=False": (
+        "without non_blocking=True torch copies and then synchronizes the stream "
+        "(at::cuda::memcpy_and_sync), pinned memory or not"
     ),
     "x_pin.to('cuda', non_blocking=True)  # x_pin pinned": (
         "a copy from pinned memory with non_blocking=True is queued like a kernel"
