@@ -316,7 +316,7 @@ CASES: list[Case] = [
         {"requested_device": BAD_TF_DEVICE, "size": st.one_of(BAD_POS, st.integers(2**20, 2**30))},
     ),
     Case(
-        f"{ACCEL}.precision:tf32_defaults",
+        f"{ACCEL}.tf32:tf32_defaults",
         {"frameworks": ["torch"]},
         {
             "frameworks": st.one_of(
