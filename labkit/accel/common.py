@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from labkit.core.units import format_duration
+from labkit.timing.bench import Timing
 
 
 def ratio(numerator_ms: float, denominator_ms: float) -> float:
@@ -26,3 +28,14 @@ def seconds(value_s: float) -> str:
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def round_median_ms(timing: Timing, rounds: Any) -> float:
+    """The median to report for a timing that pools interleaved rounds.
+
+    With ``rounds`` (:class:`labkit.timing.interleave.Interleaved`), the median
+    of the timing's round medians: the statistic the per-round ranges describe,
+    which a pooled median can fall outside. Without (a result built by hand),
+    the timing's own median.
+    """
+    return timing.median_ms if rounds is None else rounds[timing.label].median_ms

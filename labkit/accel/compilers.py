@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.accel.common import ratio, seconds, times
+from labkit.accel.common import ratio, round_median_ms, seconds, times
 from labkit.core.optional import import_optional, import_tensorflow
 from labkit.core.units import format_duration
 from labkit.core.validate import check_ms, check_positive_int, check_torch_device
@@ -65,17 +66,13 @@ class CompileResult:
     startup_s: float | None = None
     arrays_moved: tuple[int, int] | None = None  # (eager, fused), for the default chain
 
-    def _median_ms(self, label: str, timing: Timing) -> float:
-        """The median of the round medians (what the per-round ranges describe)."""
-        return timing.median_ms if self.rounds is None else self.rounds[label].median_ms
-
     @property
     def eager_median_ms(self) -> float:
-        return self._median_ms("eager", self.eager)
+        return round_median_ms(self.eager, self.rounds)
 
     @property
     def compiled_median_ms(self) -> float:
-        return self._median_ms("compiled", self.compiled)
+        return round_median_ms(self.compiled, self.rounds)
 
     @property
     def speedup(self) -> float:
@@ -91,8 +88,7 @@ class CompileResult:
         return [e.median_ms - c.median_ms for e, c in zip(eager, compiled, strict=True)]
 
     def _break_even(self, first_call_s: float) -> int | None:
-        saved = sorted(self._savings_ms())
-        saved_ms = saved[len(saved) // 2] if len(saved) % 2 else sum(saved) / len(saved)
+        saved_ms = statistics.median(self._savings_ms())
         if saved_ms <= 0:
             return None
         return int(-(-(first_call_s * 1e3) // saved_ms))
@@ -399,9 +395,6 @@ class XlaResult:
             return self.rounds.versus("tf.function + XLA", "tf.function")[0]
         return ratio(self.graph.median_ms, self.xla.median_ms)
 
-    def _median_ms(self, label: str, timing: Timing) -> float:
-        return timing.median_ms if self.rounds is None else self.rounds[label].median_ms
-
     def _per_round(self) -> list[float]:
         if self.rounds is None:
             return [self.xla_vs_graph]
@@ -428,12 +421,12 @@ class XlaResult:
         return "\n".join(
             [
                 "TensorFlow, elementwise chain, timed round-robin with freed memory kept:",
-                f"  eager                    {format_duration(self._median_ms('tf eager', self.eager))}",
+                f"  eager                    {format_duration(round_median_ms(self.eager, self.rounds))}",
                 f"  tf.function              "
-                f"{format_duration(self._median_ms('tf.function', self.graph))}  "
+                f"{format_duration(round_median_ms(self.graph, self.rounds))}  "
                 f"(first call {seconds(self.graph_first_call_s)})",
                 f"  tf.function + XLA        "
-                f"{format_duration(self._median_ms('tf.function + XLA', self.xla))}  "
+                f"{format_duration(round_median_ms(self.xla, self.rounds))}  "
                 f"(first call {seconds(self.xla_first_call_s)})",
                 f"  {self.verdict()}",
             ]

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.accel.common import ratio, times
+from labkit.accel.common import ratio, round_median_ms, times
 from labkit.core.optional import import_optional, import_tensorflow
 from labkit.core.units import format_duration
 from labkit.core.validate import (
@@ -95,8 +95,7 @@ class MixedPrecisionResult:
         return self.rounds.versus(f"{kind} {self.dtype}", f"{kind} float32")
 
     def _median_ms(self, timing: Timing) -> float:
-        """The median of the round medians (the statistic the per-round ranges describe)."""
-        return timing.median_ms if self.rounds is None else self.rounds[timing.label].median_ms
+        return round_median_ms(timing, self.rounds)
 
     def _span(self, kind: str) -> str:
         pair = self._pair(kind)

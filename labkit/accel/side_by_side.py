@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from labkit.accel.common import round_median_ms
 from labkit.core.optional import import_optional, import_tensorflow
 from labkit.core.validate import (
     check_choice,
@@ -89,7 +90,7 @@ class SideBySide:
         lines = []
         for t in self.timings:
             # the median of the round medians, the number the table above prints
-            ms = self.rounds[t.label].median_ms if self.rounds is not None else t.median_ms
+            ms = round_median_ms(t, self.rounds)
             rate = self.flops_per_step / (ms * 1e-3) / 1e9 if ms > 0 else 0.0
             label = t.label or "?"
             lines.append(f"{label}: {rate:.1f} GFLOP/s ({DESCRIPTIONS.get(label, label)})")

@@ -18,7 +18,7 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.accel.common import ratio, times
+from labkit.accel.common import ratio, round_median_ms, times
 from labkit.core.optional import import_optional
 from labkit.core.units import format_duration
 from labkit.core.validate import check_ms, check_positive_int, check_torch_device
@@ -58,8 +58,7 @@ class SyncPointsResult:
     rounds: Any = None  # labkit.timing.interleave.Interleaved
 
     def _median_ms(self, timing: Timing) -> float:
-        """The median of the round medians where there are rounds (what the ranges describe)."""
-        return timing.median_ms if self.rounds is None else self.rounds[timing.label].median_ms
+        return round_median_ms(timing, self.rounds)
 
     def _ratio(self, timing: Timing) -> float:
         """Time against one sync at the end (> 1: the per-step sync costs time)."""

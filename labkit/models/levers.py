@@ -266,22 +266,17 @@ def _train_step(
     sync_each_step = "no .item() per step" not in levers
     amp = "bfloat16 autocast" in levers
 
+    def precision() -> Any:
+        if amp:
+            return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
     def loss_of() -> Any:
-        cast = (
-            torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-            if amp
-            else contextlib.nullcontext()
-        )
-        with cast:
+        with precision():
             return torch.nn.functional.cross_entropy(forward(x), y)
 
     def logits() -> Any:
-        cast = (
-            torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-            if amp
-            else contextlib.nullcontext()
-        )
-        with cast:  # with autograd on, as in training: a compiled model reuses this graph
+        with precision():  # with autograd on, as in training: a compiled model reuses this graph
             return forward(x).detach().float()
 
     def call() -> Any:
