@@ -1,10 +1,10 @@
-"""The SLURM script: valid bash, the command it builds, and its single-node path run for real.
+"""The SLURM script: valid bash, the command it builds, and its single-node path with srun stubbed.
 
-SLURM is not installed here, so ``srun`` and ``scontrol`` are replaced by
-two-line stand-ins that do what they do on a one-node allocation (run the
-command once; list one host). Everything else is the script as a user
-submits it: it builds the torchrun command, prints it, and runs a 2-process
-gloo job through the c10d rendezvous on a free local port.
+Here ``srun`` and ``scontrol`` are replaced by two-line stand-ins that do what
+they do on a one-node allocation (run the command once; list one host), so
+this runs wherever torch does. It checks the command the script builds; it
+cannot check what Slurm decides (the CPUs a step gets): tests/test_slurm.py
+submits the same script to a real one-node Slurm for that.
 """
 
 from __future__ import annotations
@@ -124,6 +124,17 @@ def test_launch_command_builds_the_multi_node_form() -> None:
         "4096",
     ]
     assert "--nproc-per-node=gpu" in launch.launch_command(2, "gpu", "node001")
+    numa = launch.launch_command(2, 4, "node001", numa_binding="node")
+    assert numa[numa.index("--rdzv-endpoint=node001") + 1] == "--numa-binding=node"
+
+
+def test_sbatch_script_asks_srun_for_the_cpus_again() -> None:
+    """C37: from Slurm 22.05 srun does not inherit sbatch's --cpus-per-task."""
+    srun = [line for line in SBATCH.read_text().splitlines() if line.startswith("srun ")]
+    assert srun == [
+        'srun --kill-on-bad-exit=1 --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" '
+        '--cpu-bind=cores "${CMD[@]}"'
+    ]
 
 
 @pytest.mark.parametrize(
@@ -139,6 +150,11 @@ def test_launch_command_builds_the_multi_node_form() -> None:
 def test_launch_command_validates(args: tuple, error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         launch.launch_command(*args)
+
+
+def test_launch_command_names_the_numa_modes() -> None:
+    with pytest.raises(ValueError, match="numa_binding.*node"):
+        launch.launch_command(1, 2, "h:1", numa_binding="gpu")
 
 
 def test_launch_module_prints_the_command(capsys: pytest.CaptureFixture[str]) -> None:

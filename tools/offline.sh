@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/offline.sh CMD [ARG...]: run CMD with no network (issue 8: the suite passes offline).
 #
-# CMD runs in a new network namespace whose only interface is the loopback, brought up:
+# CMD runs in a new network namespace whose only interface is the loopback, brought up
+# (with 127.0.0.2 beside 127.0.0.1, for getaddrinfo's AI_ADDRCONFIG: see stage 2 below):
 # notebook kernels (ZMQ), torchrun's rendezvous and gloo all talk over 127.0.0.1, while a
 # connect to any other address fails at once with ENETUNREACH. As root: unshare -n. Otherwise
 # a user namespace too (unshare -rn, then CMD runs under the caller's uid again), or sudo.
@@ -23,6 +24,10 @@ if [ "${1-}" = "--labkit-offline-stage2" ]; then  # inside the new namespace
   shift
   if [ "${LABKIT_OFFLINE_LO:-ip}" = ip ] && command -v ip >/dev/null; then
     ip link set lo up
+    # A second loopback address: getaddrinfo(3) with AI_ADDRCONFIG returns no IPv4 address when
+    # the loopback address is the only one ("the loopback address is not considered ... as a
+    # configured address"), and Slurm's daemons and clients look up with it (tests/test_slurm.py).
+    ip addr add 127.0.0.2/8 dev lo 2>/dev/null || true
   else
     "$py" "$here/offline_net.py" lo-up
   fi

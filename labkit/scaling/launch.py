@@ -106,6 +106,10 @@ _BACKENDS = ("auto", "gloo", "nccl")
 _ENDPOINT = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.-]+)(:(\d{1,5}))?$")
 
 
+#: torchrun's --numa-binding modes (torch.numa.binding.AffinityMode, torch >= 2.9).
+NUMA_BINDINGS = ("node", "socket", "exclusive", "core-complex")
+
+
 def launch_command(
     nnodes: int,
     nproc_per_node: int | str,
@@ -116,6 +120,7 @@ def launch_command(
     module: str = "labkit.scaling.train_ddp",
     script_args: Sequence[str] = (),
     python: str | None = None,
+    numa_binding: str | None = None,
 ) -> list[str]:
     """The torchrun command to run on *every* node of a multi-node job (as a list of arguments).
 
@@ -124,8 +129,10 @@ def launch_command(
     ``nnodes`` torchrun agents whose ``rdzv_id`` matches (use the job id, so
     two jobs never merge), assigns node and global ranks, and each agent
     starts ``nproc_per_node`` workers (an int, or torchrun's "gpu", "cpu",
-    "auto"). ``labkit/scaling/slurm/train_ddp.sbatch`` builds exactly this
-    command; ``docs/multinode.md`` explains each part.
+    "auto"). ``numa_binding`` (torchrun's ``--numa-binding``, torch >= 2.9:
+    "node", "socket", "exclusive", "core-complex") pins each worker to the CPUs
+    near its GPU; None leaves it out. ``labkit/scaling/slurm/train_ddp.sbatch``
+    builds exactly this command; ``docs/multinode.md`` explains each part.
     """
     nnodes = check_positive_int("nnodes", nnodes)
     if isinstance(nproc_per_node, str):
@@ -140,6 +147,8 @@ def launch_command(
         )
     if match.group(3) is not None and int(match.group(3)) > 65535:
         raise ValueError(f"rdzv_endpoint's port must be 0..65535, got {rdzv_endpoint!r}")
+    if numa_binding is not None:
+        check_choice("numa_binding", numa_binding, NUMA_BINDINGS)
     for name, value in (("rdzv_id", rdzv_id), ("rdzv_backend", rdzv_backend), ("module", module)):
         if not value or any(c.isspace() for c in value):
             raise ValueError(f"{name} must be a non-empty string without spaces, got {value!r}")
@@ -152,6 +161,7 @@ def launch_command(
         f"--rdzv-id={rdzv_id}",
         f"--rdzv-backend={rdzv_backend}",
         f"--rdzv-endpoint={rdzv_endpoint}",
+        *([f"--numa-binding={numa_binding}"] if numa_binding is not None else []),
         "-m",
         module,
         *check_script_args(script_args),
@@ -392,6 +402,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("rdzv_endpoint", help="host:port of the first node")
     parser.add_argument("--rdzv-id", default="labkit-ddp", help="a job id shared by all nodes")
     parser.add_argument("--python", default="python", help="the interpreter on the nodes")
+    parser.add_argument(
+        "--numa-binding", choices=NUMA_BINDINGS, help="pin each worker near its GPU (torchrun's)"
+    )
     argv = list(sys.argv[1:] if argv is None else argv)
     split = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:split])
@@ -407,6 +420,7 @@ def main(argv: list[str] | None = None) -> int:
             rdzv_id=args.rdzv_id,
             script_args=extra,
             python=args.python,
+            numa_binding=args.numa_binding,
         )
     except (TypeError, ValueError) as exc:
         parser.error(str(exc))

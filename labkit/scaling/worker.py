@@ -226,6 +226,8 @@ def describe(ctx: Context) -> dict[str, Any]:
             "host": ctx.hostname,
             "threads": ctx.threads,
             "group_rank": ctx.group_rank,
+            # The CPUs this rank may run on (what Slurm's or taskset's binding left it).
+            "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         }
     )
     return {
@@ -236,6 +238,7 @@ def describe(ctx: Context) -> dict[str, Any]:
         "devices": [r["device"] for r in per_rank],
         "hosts": [r["host"] for r in per_rank],
         "threads_per_rank": [r["threads"] for r in per_rank],
+        "cpus_per_rank": [r["cpus"] for r in per_rank],
         "torch_version": torch.__version__,
     }
 
