@@ -1293,6 +1293,7 @@ CASES: list[Case] = [
             ("cnn_head_params", ("params",), {}),
             ("rnn_param_counts", ("keras_params", "torch_params"), {}),
             ("sector_efficiency", ("stride_2", "stride_32"), {}),
+            ("strided_copy_rate", ("answer",), {"answer": "copy_fraction_32"}),
             ("bank_conflicts", ("unpadded_ways", "padded_ways"), {}),
             ("occupancy", ("answer",), {"answer": "occupancy_fraction"}),
             ("loader_workers", ("answer",), {"answer": "workers"}),
@@ -1561,6 +1562,7 @@ ONE_ANSWER = (
     "largest_batch",
     "idle_fraction",
     "accumulation_steps",
+    "strided_copy_rate",
 )
 TWO_ANSWERS = (
     "summary_statistics",
@@ -1647,6 +1649,7 @@ def test_each_check_passes_its_own_reference(name: str) -> None:
         "largest_batch": check.pipelines.largest_batch_that_fits(),
         "idle_fraction": 1 - union_ms(check.TIMELINE_KERNELS_MS) / 10.0,
         "accumulation_steps": 8,
+        "strided_copy_rate": 2 / 9,
     }
     assert getattr(check, name)(references[name]).passed
 

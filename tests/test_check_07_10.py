@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from labkit import check
-from labkit.check.kernels import theoretical_occupancy, useful_fraction
+from labkit.check.kernels import copy_rate_fraction, theoretical_occupancy, useful_fraction
 from labkit.check.pipelines import knee, largest_batch_that_fits, workers_needed
 from labkit.profiling.common import union_ms
 
@@ -14,6 +14,7 @@ from labkit.profiling.common import union_ms
     "result",
     [
         lambda: check.sector_efficiency(None, None),
+        lambda: check.strided_copy_rate(...),
         lambda: check.bank_conflicts(..., 1),
         lambda: check.occupancy(None),
         lambda: check.knee_batch(None, [1, 2], [1.0, 2.0]),
@@ -33,6 +34,7 @@ def test_blank_answers_are_not_solved_yet_with_a_hint(result) -> None:
 
 def test_reference_answers_pass() -> None:
     assert check.sector_efficiency(0.5, 0.125)
+    assert check.strided_copy_rate(2 / 9) and check.strided_copy_rate(0.22)
     assert check.bank_conflicts(32, 1)
     assert check.occupancy(0.5) and check.occupancy(50)
     assert check.knee_batch(64, [1, 8, 64, 512], [1.0, 50.0, 95.0, 100.0])
@@ -49,6 +51,7 @@ def test_reference_answers_pass() -> None:
     ("result", "says"),
     [
         (lambda: check.sector_efficiency(0.5, 1 / 32), "32-byte sector"),
+        (lambda: check.strided_copy_rate(0.125), "reads' useful fraction"),
         (lambda: check.bank_conflicts(32, 0), "1-way"),
         (lambda: check.occupancy(1.0), "registers"),
         (lambda: check.knee_batch(512, [1, 8, 64, 512], [1.0, 50.0, 95.0, 100.0]), "smallest"),
@@ -73,6 +76,8 @@ def test_usual_slips_get_their_own_message(result, says: str) -> None:
 
 def test_reference_values_follow_from_the_rules() -> None:
     assert [useful_fraction(s) for s in (1, 2, 4, 8, 16, 32)] == [1, 0.5, 0.25, 0.125, 0.125, 0.125]
+    fractions = [copy_rate_fraction(s) for s in (1, 2, 4, 8, 32)]
+    assert fractions == pytest.approx([1, 2 / 3, 2 / 5, 2 / 9, 2 / 9])
     assert theoretical_occupancy() == 0.5
     assert workers_needed() == 7
     assert largest_batch_that_fits() == (24e9 - 2e9 - 1.6e9) // 150e6

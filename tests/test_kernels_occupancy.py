@@ -169,7 +169,8 @@ def test_bad_arguments_are_named(kwargs, error, match) -> None:
 
 
 def _kernel(regs: int, smem: int, arch: str = "sm_90") -> KernelResources:
-    return KernelResources("sgemm_tiled", "sgemm_tiled", arch, regs, smem, 0, 0, 0, 0, 1)
+    # A kernel whose block size is free (sgemm_tiled's is fixed: FIXED_BLOCK_THREADS)
+    return KernelResources("heavy_kernel", "heavy_kernel", arch, regs, smem, 0, 0, 0, 0, 1)
 
 
 def test_sweep_over_block_sizes() -> None:
@@ -179,7 +180,7 @@ def test_sweep_over_block_sizes() -> None:
     assert sweep.rows[7].threads_per_block == 256 and sweep.rows[7].percent == 25.0
     assert sweep.best.threads_per_block == 32  # 16 blocks of 1 warp reach the same 25%
     text = str(sweep)
-    assert text.startswith("Theoretical occupancy of sgemm_tiled on H100 (sm_90): 127 registers")
+    assert text.startswith("Theoretical occupancy of heavy_kernel on H100 (sm_90): 127 registers")
     assert "           256          2     16/64      25.0%  registers" in text
     assert "(32 block sizes computed)" in text
     # 1024 threads x 127 registers cannot launch
@@ -284,7 +285,7 @@ def test_matches_cuda_occupancy_h(tmp_path: Path) -> None:
             if x - lim.reserved_shared_bytes_per_block - 127 >= 0:
                 cases.append((arch, lim, 32, 16, x - lim.reserved_shared_bytes_per_block - 127))
     lines = "\n".join(
-        f"{arch[3]} {arch[4]} {lim.max_threads_per_sm} {lim.shared_bytes_per_sm} "
+        f"{arch[3:-1]} {arch[-1]} {lim.max_threads_per_sm} {lim.shared_bytes_per_sm} "
         f"{lim.max_shared_bytes_per_block} {lim.reserved_shared_bytes_per_block} {t} {r} {s}"
         for arch, lim, t, r, s in cases
     )
@@ -304,3 +305,36 @@ def test_matches_cuda_occupancy_h(tmp_path: Path) -> None:
                 r,
                 s,
             )
+
+
+def test_blackwell_limits_are_the_programming_guides() -> None:
+    """CUDA Programming Guide, Compute Capabilities, tables 30-31: 10.x as 9.0; 12.x 48 warps."""
+    b200 = occ.gpu_limits("B200")[1]
+    rtx = occ.gpu_limits("RTX 5090")[1]
+    assert (b200.arch, b200.max_threads_per_sm, b200.max_blocks_per_sm) == ("sm_100", 2048, 32)
+    assert b200.shared_bytes_per_sm == 228 * 1024 and b200.max_shared_bytes_per_block == 227 * 1024
+    assert (rtx.arch, rtx.max_warps_per_sm, rtx.max_blocks_per_sm) == ("sm_120", 48, 24)
+    assert rtx.shared_bytes_per_sm == 100 * 1024 and rtx.max_shared_bytes_per_block == 99 * 1024
+    assert occ.gpu_limits("sm_103")[1].max_threads_per_sm == 2048
+
+
+def test_register_threshold_is_where_registers_start_to_limit() -> None:
+    assert occ.register_threshold("H100") == 32  # 65,536 / 2,048
+    assert occ.register_threshold("A100") == 32
+    assert occ.register_threshold("B200") == 32
+    assert occ.register_threshold("T4") == 64  # 65,536 / 1,024
+    assert occ.register_threshold("L4") == 40  # 65,536 / 1,536 = 42.7, rounded per warp
+    at_33 = occ.occupancy("H100", threads_per_block=256, registers_per_thread=33)
+    assert at_33.occupancy_fraction == 0.75 and "registers" in at_33.limited_by
+
+
+def test_a_fixed_block_kernel_cannot_be_swept_over_block_sizes() -> None:
+    from types import SimpleNamespace
+
+    tiled = SimpleNamespace(
+        name="sgemm_tiled", registers_per_thread=117, shared_bytes=8192, arch="sm_90"
+    )
+    with pytest.raises(ValueError, match=r"block_sizes: sgemm_tiled is compiled for 256"):
+        occ.occupancy_sweep("H100", tiled, block_sizes=(64, 128, 256))
+    only = occ.occupancy_sweep("H100", tiled, block_sizes=(256,))
+    assert [r.occupancy_fraction for r in only.rows] == [0.25]

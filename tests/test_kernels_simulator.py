@@ -6,8 +6,10 @@ sizes; the whole file stays well under a minute on 2 cores.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import matplotlib
 import numpy as np
@@ -28,8 +30,8 @@ needs_numba = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def verified() -> sim_results.Verification:
-    # n = 16 is the smallest size where sgemm_tiled (16×16 tiles) runs; 4×4 tiles give 16 blocks.
-    return sim.verify_all(16, block=4)
+    # n = 32 is the smallest size where sgemm_tiled (32×32 tiles of C) runs; 4×4 tiles elsewhere.
+    return sim.verify_all(32, block=4)
 
 
 @needs_numba
@@ -89,8 +91,8 @@ def test_strided_copy_with_another_stride_and_verify_all_subset() -> None:
     result = sim.verify_all(12, block=2, kernels=["strided_copy", "sgemm_shared", "sgemm_tiled"])
     assert result["strided_copy"].passed and result["strided_copy"].stride == 2
     assert result["sgemm_shared"].passed
-    tiled = result["sgemm_tiled"]  # 12 is not a multiple of 16: listed, not run
-    assert not tiled.simulated and "multiple of 16" in tiled.note
+    tiled = result["sgemm_tiled"]  # 12 is not a multiple of 32: listed, not run
+    assert not tiled.simulated and "multiple of 32" in tiled.note
 
 
 @needs_numba
@@ -137,7 +139,7 @@ def test_race_demo_text_without_running() -> None:
         ({"kernel": "sgemm_naive", "n": 8, "block": True}, TypeError, "block must be an int"),
         ({"kernel": "sgemm_naive", "n": 8, "seed": -1}, ValueError, "seed must be"),
         ({"kernel": "strided_copy", "n": 3, "stride": 2}, ValueError, "stride must divide"),
-        ({"kernel": "sgemm_tiled", "n": 8}, ValueError, "multiple of 16"),
+        ({"kernel": "sgemm_tiled", "n": 16}, ValueError, "multiple of 32"),
         ({"kernel": "sgemm_naive", "n": 8, "timeout_s": 0}, ValueError, "timeout_s must be"),
     ],
 )
@@ -205,3 +207,74 @@ def test_simulated_run_text_for_a_reduction_and_an_unsupported_kernel() -> None:
         note="not simulated: no shuffles",
     )
     assert str(skipped).endswith("not simulated: no shuffles")
+
+
+# ------------------------------------------------------------ the ports are the .cu kernels
+
+
+KERNELS_DIR = Path(sim.__file__).resolve().parent
+
+
+def _kernel_body(source: str, name: str) -> str:
+    match = re.search(rf"\b{name}\(", source)
+    assert match, f"no kernel {name} in the source"
+    start = match.start()
+    end = source.find('extern "C"', start)
+    return source[start : end if end >= 0 else len(source)]
+
+
+def _as_python(expr: str) -> str:
+    """A CUDA C integer expression as the ports write it: snake_case names, // for /."""
+    expr = re.sub(r"\b(threadIdx|blockIdx|blockDim|gridDim)\b", r"cuda.\1", expr)
+    expr = re.sub(r"(?<![\w.])([a-z]+)([A-Z][A-Za-z]*)", lambda m: _snake(m.group(0)), expr)
+    expr = re.sub(
+        r"\b(BM|BN|BK|TM|TN|TILE_DIM|BLOCK_ROWS|SGEMM_THREADS)\b",
+        lambda m: m.group(0).lower(),
+        expr,
+    )
+    return expr.replace(" / ", " // ")
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", lambda m: "_" + m.group(1).lower(), name).lower()
+
+
+@pytest.mark.parametrize(
+    ("cu", "kernel"),
+    [
+        ("sgemm.cu", "sgemm_tiled"),
+        ("transpose.cu", "transpose_naive"),
+        ("transpose.cu", "transpose_tiled"),
+        ("transpose.cu", "transpose_padded"),
+    ],
+)
+def test_each_ports_indexing_is_its_kernels(cu: str, kernel: str) -> None:
+    """Every index the .cu kernel computes (``int name = expr;``) is computed alike in the port."""
+    import inspect
+
+    from labkit.kernels import sim_ports
+
+    body = _kernel_body((KERNELS_DIR / cu).read_text(), kernel)
+    port = inspect.getsource(sim_ports._kernels)
+    port_body = port[port.index(f"    def {kernel}(") :]
+    port_body = port_body[: port_body.index("\n    def ", 10)]
+    lines = re.findall(r"^\s*(?:const )?int (\w+) = (.+?);", body, re.M)
+    assert len(lines) >= 2, f"no index computations found in {cu}:{kernel}"
+    for name, expr in lines:
+        expected = f"{_snake(name)} = {_as_python(expr)}"
+        assert expected in port_body, f"{kernel}: the port lacks `{expected}` (from {cu})"
+
+
+def test_the_simulated_sgemm_tiles_pass_the_kernels_static_asserts() -> None:
+    """sgemm.cu's static_asserts, evaluated on SGEMM_TILED: the simulator's build would compile."""
+    source = (KERNELS_DIR / "sgemm.cu").read_text()
+    asserts = re.findall(r"static_assert\((.+?),\s*\"", source, re.S)
+    assert len(asserts) == 6
+    macros = dict(sim_results.SGEMM_TILED)
+    macros["SGEMM_THREADS"] = (macros["BM"] // macros["TM"]) * (macros["BN"] // macros["TN"])
+    assert macros["SGEMM_THREADS"] == 32
+    for condition in asserts:
+        python = " ".join(condition.split()).replace("&&", "and").replace(" / ", " // ")
+        assert eval(python, {}, macros), f"SGEMM_TILED fails sgemm.cu's static_assert({condition})"  # noqa: S307
+    # and a group stride that is not the whole tile, so the port's group indexing is exercised
+    assert macros["TM"] // 4 > 1 or macros["TN"] // 4 > 1

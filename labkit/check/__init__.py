@@ -16,7 +16,7 @@ from labkit.check.bandwidth import (
     host_link_vs_hbm,
     stream_bytes,
 )
-from labkit.check.kernels import bank_conflicts, occupancy, sector_efficiency
+from labkit.check.kernels import bank_conflicts, occupancy, sector_efficiency, strided_copy_rate
 from labkit.check.models import (
     SYNC_LINES,
     cnn_head_params,
@@ -71,6 +71,7 @@ __all__ = [
     "occupancy",
     "scaling_efficiency",
     "sector_efficiency",
+    "strided_copy_rate",
     "top_operator",
     "H100_BUS_WIDTH_BITS",
     "H100_MEMORY_CLOCK_KHZ",

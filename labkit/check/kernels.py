@@ -29,6 +29,20 @@ def useful_fraction(stride: int) -> float:
     return 1 / min(stride, SECTOR_BYTES // FLOAT32_BYTES)
 
 
+def copy_rate_fraction(stride: int) -> float:
+    """The effective bandwidth of ``strided_copy`` at ``stride``, as a fraction of a plain copy.
+
+    The kernel reads n floats at ``stride`` and writes n floats contiguously
+    (strided_copy.cu), so a plain copy moves 2 units of sectors for the n
+    floats and the strided one 1/useful_fraction + 1: the fraction is
+    2 / (min(stride, 8) + 1): 2/3 at stride 2, 2/5 at 4, 2/9 (22%) from 8 on.
+    It counts 32-byte sectors only; where the L2 fetches from DRAM in larger
+    pieces (64 bytes, see cudaLimitMaxL2FetchGranularity) the plateau is lower
+    and starts later (2/17 ≈ 12% from stride 16).
+    """
+    return 2 / (1 / useful_fraction(stride) + 1)
+
+
 def sector_efficiency(stride_2: Any, stride_32: Any) -> CheckResult:
     """Check the useful fraction of fetched bytes at stride 2 and at stride 32."""
     exercise = "coalescing"
@@ -62,8 +76,8 @@ def sector_efficiency(stride_2: Any, stride_32: Any) -> CheckResult:
             True,
             True,
             "1/2 at stride 2, and 1/8 at stride 32: past stride 8 every float costs a whole "
-            "32-byte sector, so the effective bandwidth falls as 1/stride until stride 8 and "
-            "then flattens at 1/8 of the copy rate. Compare with the measured curve.",
+            "32-byte sector, so the reads' useful fraction falls as 1/stride until stride 8 and "
+            "then stays at 1/8. That is the reads only: the next exercise adds the writes.",
         )
     if close_to(at_32, 1 / 32, 1e-3):
         return CheckResult(
@@ -79,6 +93,45 @@ def sector_efficiency(stride_2: Any, stride_32: Any) -> CheckResult:
         True,
         f"Stride 2 is right. At stride 32, how many bytes does each useful float bring with it? "
         f"({at_32:g} is off.)",
+    )
+
+
+def strided_copy_rate(answer: Any) -> CheckResult:
+    """Check the strided copy's effective bandwidth at stride 32 as a fraction of a plain copy."""
+    exercise = "strided copy"
+    if unsolved(answer):
+        return todo(
+            exercise,
+            "count sectors for the same n floats: a plain copy reads n floats' sectors and writes "
+            "as many; the strided copy writes the same, but its reads cost 1/(useful fraction) "
+            "times more. The fraction is the plain copy's sectors over the strided copy's.",
+        )
+    value = as_number(answer, "copy_fraction_32")
+    ref = copy_rate_fraction(32)
+    if close_to(value, ref, 1e-2):
+        return CheckResult(
+            exercise,
+            True,
+            True,
+            f"{ref:.0%}: 2 units of sectors (read + write) against 8 + 1, because the writes stay "
+            f"contiguous. By the same count: {copy_rate_fraction(2):.0%} at stride 2, "
+            f"{copy_rate_fraction(4):.0%} at 4, {ref:.0%} from 8 on. Not 1/8: that would be the "
+            "reads alone. Compare with the measured curve.",
+        )
+    if close_to(value, 1 / 8, 1e-2):
+        return CheckResult(
+            exercise,
+            False,
+            True,
+            "1/8 is the reads' useful fraction. The kernel also writes n floats, contiguously: "
+            "add the write sectors to both copies before dividing.",
+        )
+    return CheckResult(
+        exercise,
+        False,
+        True,
+        f"Count in units of 'the sectors n contiguous floats fill': a plain copy moves 1 + 1, "
+        f"the strided copy 8 + 1 at stride 32. ({value:g} is off.)",
     )
 
 
@@ -108,7 +161,8 @@ def bank_conflicts(unpadded_ways: Any, padded_ways: Any) -> CheckResult:
             True,
             "32-way without padding (the 32 reads serialize), 1-way (conflict-free) with a row "
             "of 33 words: (33·i + c) mod 32 = (i + c) mod 32 puts each thread in its own bank. "
-            "One unused column buys a 32× faster column read.",
+            "One unused column turns the 32 serialized accesses of a column read into one; the "
+            "kernel gains less than 32×, since that read is only part of its time (section 6).",
         )
     if padded == 0:
         return CheckResult(

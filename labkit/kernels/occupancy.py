@@ -74,6 +74,12 @@ ARCHES: dict[str, ArchLimits] = {
     "sm_86": ArchLimits("sm_86", 1536, 16, 100 * _KB, 99 * _KB, 128, _KB),
     "sm_89": ArchLimits("sm_89", 1536, 24, 100 * _KB, 99 * _KB, 128, _KB),
     "sm_90": ArchLimits("sm_90", 2048, 32, 228 * _KB, 227 * _KB, 128, _KB),
+    # Blackwell: the data-centre parts (10.0, 10.3) keep Hopper's limits; the GeForce parts
+    # (12.x) have 48 warps, 24 blocks and 100 KB per SM. (CUDA Programming Guide, "Compute
+    # Capabilities", tables 30-31; allocation units as on sm_80/sm_90, not published apart.)
+    "sm_100": ArchLimits("sm_100", 2048, 32, 228 * _KB, 227 * _KB, 128, _KB),
+    "sm_103": ArchLimits("sm_103", 2048, 32, 228 * _KB, 227 * _KB, 128, _KB),
+    "sm_120": ArchLimits("sm_120", 1536, 24, 100 * _KB, 99 * _KB, 128, _KB),
 }
 
 #: Named GPUs and their compute capability.
@@ -85,7 +91,37 @@ GPUS: dict[str, str] = {
     "RTX 4090": "sm_89",
     "H100": "sm_90",
     "H200": "sm_90",
+    "B200": "sm_100",
+    "RTX 5090": "sm_120",
 }
+
+
+#: Kernels whose block size the build fixes: sgemm_tiled is compiled with
+#: __launch_bounds__((BM / TM) * (BN / TN)) = 256 threads for sgemm.cu's default tiles.
+FIXED_BLOCK_THREADS: dict[str, int] = {"sgemm_tiled": 256}
+
+
+def register_threshold(gpu: str) -> int:
+    """The most registers per thread at which some block size still reaches 100% occupancy.
+
+    Above it, registers cap occupancy below 100% whatever the block size: on
+    sm_80/sm_90, 65,536 registers ÷ 2,048 threads = 32. Computed with
+    :func:`occupancy` (its allocation granularity included), not assumed.
+    """
+    name, lim = gpu_limits(gpu)
+    best = 0
+    for regs in range(1, lim.max_registers_per_thread + 1):
+        if any(
+            occupancy(
+                name if name in GPUS else lim.arch, threads_per_block=b, registers_per_thread=regs
+            ).occupancy_fraction
+            >= 1.0
+            for b in DEFAULT_BLOCK_SIZES
+        ):
+            best = regs
+        else:
+            break
+    return best
 
 
 def _key(name: str) -> str:
@@ -348,4 +384,11 @@ def occupancy_sweep(
         for b in sizes
     )
     kernel = getattr(kernel_resources, "name", "kernel")
+    fixed = FIXED_BLOCK_THREADS.get(str(kernel))
+    if fixed is not None and set(sizes) != {fixed}:
+        raise ValueError(
+            f"block_sizes: {kernel} is compiled for {fixed} threads per block only (its "
+            f"__launch_bounds__ in the .cu), so other block sizes cannot launch; pass "
+            f"block_sizes=({fixed},), or compare tile configurations (labkit.kernels.tuning)"
+        )
     return OccupancySweep(name, lim.arch, str(kernel), int(regs), int(static) + extra, rows)

@@ -71,14 +71,20 @@ def plot_occupancy(
     plt = pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.5))
+    markers = ("o", "s", "^", "D", "v", "P")
+    fail_label = "cannot launch"
     for i, s in enumerate(sweeps):
-        xs = [r.threads_per_block for r in s.rows]
-        ys = [r.percent for r in s.rows]
-        label = f"{s.kernel} ({s.registers_per_thread} regs, {s.shared_bytes_per_block:,} B smem)"
+        fits = [r for r in s.rows if r.fits]
+        xs = [r.threads_per_block for r in fits]
+        ys = [r.percent for r in fits]
+        details = f"{s.registers_per_thread} regs, {s.shared_bytes_per_block:,} B smem"
+        # a sweep named after its registers (the notebook's "64 registers/thread") says it once
+        label = s.kernel if "register" in s.kernel else f"{s.kernel} ({details})"
+        fails = [r.threads_per_block for r in s.rows if not r.fits]
         if len(sweeps) == 1:
             ax.plot(xs, ys, "-", color="0.6", lw=1, zorder=1)
             for limiter in LIMITERS:
-                hit = [r for r in s.rows if r.fits and r.limited_by[0] == limiter]
+                hit = [r for r in fits if r.limited_by[0] == limiter]
                 if hit:
                     ax.plot(
                         [r.threads_per_block for r in hit],
@@ -89,22 +95,34 @@ def plot_occupancy(
                         label=f"limited by {limiter}",
                         zorder=2,
                     )
-            fails = [r.threads_per_block for r in s.rows if not r.fits]
-            if fails:
-                ax.plot(fails, [0] * len(fails), "x", color="k", label="cannot launch")
-            title = f"Theoretical occupancy of {label}\non {s.gpu} ({s.arch})"
+            title = f"Theoretical occupancy of {s.kernel} ({details})\non {s.gpu} ({s.arch})"
         else:
-            ax.plot(xs, ys, "o-", ms=3, color=f"C{i}", label=label)
+            ax.plot(xs, ys, "-", marker=markers[i % len(markers)], ms=4, color=f"C{i}", label=label)
             title = f"Theoretical occupancy on {s.gpu} ({s.arch})"
-    ax.set_ylim(0, 105)
-    ax.set_xlim(0, max(r.threads_per_block for s in sweeps for r in s.rows) + 32)
-    ax.set_xticks(
-        [t for t in (32, 128, 256, 384, 512, 640, 768, 896, 1024) if t <= ax.get_xlim()[1]]
-    )
-    ax.legend(loc="lower right" if len(sweeps) == 1 else "best", fontsize="small")
-    return style_axes(
-        ax, xlabel="threads per block", ylabel="occupancy (% of max warps/SM)", title=title
-    )
+        if fails:  # a block that cannot launch is not 0% occupancy: a cross on the axis
+            ax.plot(
+                fails,
+                [0] * len(fails),
+                "x",
+                ms=7,
+                mew=2,
+                color=f"C{i}" if len(sweeps) > 1 else "k",
+                label=fail_label,
+                zorder=3,
+            )
+            fail_label = "_nolegend_"
+    ax.set_ylim(-4, 105)
+    ax.set_xscale("log", base=2)
+    sizes = sorted({r.threads_per_block for s in sweeps for r in s.rows})
+    ticks = [t for t in (32, 64, 128, 256, 512, 1024) if sizes[0] <= t <= sizes[-1]] or sizes
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([str(t) for t in ticks])
+    ax.set_xlim(sizes[0] / 1.25, sizes[-1] * 1.25)
+    # beside the plot, so that no line or point hides under it
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
+    style_axes(ax, xlabel="threads per block", ylabel="occupancy (% of max warps/SM)", title=title)
+    ax.figure.tight_layout()
+    return ax
 
 
 def plot_race(demo: RaceDemo, *, runs: int = 3, ax: Any = None) -> Any:

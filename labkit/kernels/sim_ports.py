@@ -160,11 +160,19 @@ def _kernels(tile: int) -> dict[str, Any]:  # noqa: C901 (a table of nested kern
             c[row * n + col] = acc
 
     def sgemm_tiled(a: Any, b: Any, c: Any, m: int, n: int, k: int) -> None:
-        a_s = cuda.shared.array(bk * bm, float32)  # A's tile transposed: a_s[k * BM + m]
-        b_s = cuda.shared.array(bk * bn, float32)
-        thread_col = cuda.threadIdx.x % (bn // tn)
-        thread_row = cuda.threadIdx.x // (bn // tn)
-        a0 = cuda.blockIdx.y * bm * k  # offsets of this block's strips (the .cu moves pointers)
+        # sgemm.cu's sgemm_tiled with the SGEMM_TILED macros: the same warp layout (a 4 x 8
+        # patch of micro-tiles per warp), the same groups of 4 rows/columns BM / (TM / 4) and
+        # BN / (TN / 4) apart, the same transposed As. A float4 becomes 4 scalar accesses.
+        a_s = cuda.shared.array(bk * bm, float32)  # As[k * BM + m]
+        b_s = cuda.shared.array(bk * bn, float32)  # Bs[k * BN + n]
+        lane = cuda.threadIdx.x % 32
+        warp = cuda.threadIdx.x // 32
+        warps_across = (bn // tn) // 8
+        thread_row = (warp // warps_across) * 4 + lane // 8
+        thread_col = (warp % warps_across) * 8 + lane % 8
+        row_group_stride = bm // (tm // 4)
+        col_group_stride = bn // (tn // 4)
+        a0 = cuda.blockIdx.y * bm * k  # the .cu moves the pointers A, B, C; here: offsets
         b0 = cuda.blockIdx.x * bn
         c0 = cuda.blockIdx.y * bm * n + cuda.blockIdx.x * bn
         inner_row_a = cuda.threadIdx.x // (bk // 4)
@@ -172,7 +180,7 @@ def _kernels(tile: int) -> dict[str, Any]:  # noqa: C901 (a table of nested kern
         row_stride_a = (4 * sgemm_threads) // bk
         inner_row_b = cuda.threadIdx.x // (bn // 4)
         inner_col_b = cuda.threadIdx.x % (bn // 4)
-        row_stride_b = sgemm_threads // (bn // 4)
+        row_stride_b = (4 * sgemm_threads) // bn
         acc = cuda.local.array(tm * tn, float32)
         for i in range(tm * tn):
             acc[i] = float32(0.0)
@@ -190,18 +198,23 @@ def _kernels(tile: int) -> dict[str, Any]:  # noqa: C901 (a table of nested kern
             cuda.syncthreads()  # both tiles complete
             a0 += bk
             b0 += bk * n
-            for d in range(bk):  # outer product of a column of a_s and a row of b_s
-                for i in range(tm):
-                    reg_m[i] = a_s[d * bm + thread_row * tm + i]
-                for j in range(tn):
-                    reg_n[j] = b_s[d * bn + thread_col * tn + j]
+            for d in range(bk):  # outer product of a column of As and a row of Bs
+                for g in range(tm // 4):
+                    for e in range(4):
+                        reg_m[4 * g + e] = a_s[d * bm + g * row_group_stride + thread_row * 4 + e]
+                for g in range(tn // 4):
+                    for e in range(4):
+                        reg_n[4 * g + e] = b_s[d * bn + g * col_group_stride + thread_col * 4 + e]
                 for i in range(tm):
                     for j in range(tn):
                         acc[i * tn + j] += reg_m[i] * reg_n[j]
             cuda.syncthreads()  # nobody still reads the tiles we overwrite next
         for i in range(tm):
-            for j in range(tn):
-                c[c0 + (thread_row * tm + i) * n + thread_col * tn + j] = acc[i * tn + j]
+            row = (i // 4) * row_group_stride + thread_row * 4 + i % 4
+            for g in range(tn // 4):
+                for e in range(4):
+                    col = g * col_group_stride + thread_col * 4 + e
+                    c[c0 + row * n + col] = acc[i * tn + 4 * g + e]
 
     def reduce_atomic(inp: Any, out: Any, n: int) -> None:
         i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x

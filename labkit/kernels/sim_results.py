@@ -12,10 +12,12 @@ from labkit.core.units import format_duration
 RACY: frozenset[str] = frozenset({"transpose_tiled_nosync"})
 
 
-#: sgemm_tiled's tiles in the simulator (the .cu defaults, 128/128/8/8/8, would
-#: need 256 Python threads per block and n a multiple of 128): 16 threads per
-#: block, each computing a 4×4 piece of C. n must be a multiple of 16.
-SGEMM_TILED: dict[str, int] = {"BM": 16, "BN": 16, "BK": 4, "TM": 4, "TN": 4}
+#: sgemm_tiled's tiles in the simulator: the smallest that sgemm.cu's static_asserts accept
+#: with a group stride that matters (tests/test_kernels_simulator.py evaluates them). The .cu
+#: defaults, 128/128/8/8/8, would need 256 Python threads per block and n a multiple of 128.
+#: Here one warp (32 threads) computes a 32×32 tile of C, each thread an 8×4 micro-tile whose
+#: two groups of 4 rows lie BM / (TM / 4) = 16 rows apart. n must be a multiple of 32.
+SGEMM_TILED: dict[str, int] = {"BM": 32, "BN": 32, "BK": 8, "TM": 8, "TN": 4}
 
 
 _ONE_D = frozenset({"strided_copy", "reduce_atomic", "reduce_shared", "reduce_warp_shuffle"})

@@ -244,7 +244,7 @@ def simulate(
             block × block/4 threads (as TILE_DIM × BLOCK_ROWS), sgemm_naive and
             sgemm_shared block × block threads, the 1-D kernels block² threads
             (BLOCK_SIZE); sgemm_tiled uses :data:`SGEMM_TILED` and needs n to
-            be a multiple of 16.
+            be a multiple of its BM and BN (32).
         stride: ``strided_copy`` reads neighbouring threads' values stride
             floats apart (it still copies all n·n, in a transposed order);
             stride must divide n·n.
@@ -279,7 +279,7 @@ def _unmet(job: dict[str, Any]) -> str:
     kernel, n, stride = job["kernel"], job["n"], job["stride"]
     if kernel == "strided_copy" and (n * n) % stride:
         return f"stride must divide the n·n = {n * n:,} elements (strided_copy.cu requires it), got {stride}"
-    tile = SGEMM_TILED["BM"]
+    tile = max(SGEMM_TILED["BM"], SGEMM_TILED["BN"])
     if kernel == "sgemm_tiled" and n % tile:
         return f"n must be a multiple of {tile} for sgemm_tiled (BM = BN = {tile} in the simulator), got {n}"
     return ""
@@ -297,7 +297,7 @@ def verify_all(
 
     All kernels run in one simulator process (one start-up instead of
     eleven). strided_copy runs with stride 2 (1 for odd n); sgemm_tiled is
-    listed as not simulated unless n is a multiple of 16.
+    listed as not simulated unless n is a multiple of 32.
     ``transpose_tiled_nosync`` is expected to come out WRONG: that is its
     lesson. ``reduce_warp_shuffle`` is listed as not simulated where the
     simulator has no warp shuffle. ``print()`` the result for the table.
