@@ -119,8 +119,9 @@ class CpuBatchFit(JsonRecord):
         else:
             verdict = "within the budget" if self.verified else "OVER the budget: the line was low"
             lines.append(
-                f"verified: batch {v.batch_size:,} ran and peaked at {format_bytes(v.peak_bytes)}, "
-                f"{verdict} (prediction off by {self.prediction_error:+.1%})"
+                f"verified: batch {v.batch_size:,} ran; {v.method}: {format_bytes(v.peak_bytes)} "
+                f"(its tensors, not the process's whole memory), {verdict} "
+                f"(prediction off by {self.prediction_error:+.1%})"
             )
         return lines
 

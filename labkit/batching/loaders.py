@@ -61,6 +61,8 @@ DEFAULT_LOADER_CONFIGS: tuple[dict[str, Any], ...] = (
     {"num_workers": 0},
     {"num_workers": 1},
     {"num_workers": 2},
+    {"num_workers": 3},
+    {"num_workers": 4},
 )
 
 PIN_MEMORY_CPU_NOTE = (
@@ -494,7 +496,7 @@ def measure_loader(
 def compare_loaders(
     configs: Sequence[dict[str, Any]] | None = None, **common: Any
 ) -> LoaderComparison:
-    """:func:`measure_loader` once per config (default num_workers 0, 1, 2), same step and samples.
+    """:func:`measure_loader` once per config (default num_workers 0 to 4), same step and samples.
 
     ``common`` goes to every run (``batch_size``, ``steps``, ``step_ms``,
     ``dataset``, ``device``...); a config's own keys win.
