@@ -16,7 +16,7 @@ def plot_phases(*profiles: TorchProfile, ax: Any = None) -> Any:
     """
     if not profiles:
         raise ValueError("plot_phases needs at least one TorchProfile")
-    from labkit.plotting import plain_log_ticks, pyplot, style_axes
+    from labkit.plotting import pyplot, style_axes
 
     plt = pyplot()
     own_figure = ax is None
@@ -31,21 +31,26 @@ def plot_phases(*profiles: TorchProfile, ax: Any = None) -> Any:
     ys = range(len(PHASES))
     for k, (name, values, hatch) in enumerate(series):
         offsets = [y - 0.4 + height * (k + 0.5) for y in ys]
-        shown = [max(v, 1e-4) for v in values]  # a log axis cannot show 0
-        ax.barh(offsets, shown, height=height, label=name, hatch=hatch, color=f"C{k}")
+        ax.barh(offsets, values, height=height, label=name, hatch=hatch, color=f"C{k}")
+        total = sum(values)
+        for y, v in zip(offsets, values, strict=True):  # the share of the step, at each bar
+            share = v / total if total > 0 else 0.0
+            ax.text(
+                v, y, f" {share:.0%}" if share >= 0.005 else " <1%", va="center", fontsize="small"
+            )
     ax.set_yticks(list(ys), list(PHASES))
     ax.invert_yaxis()
+    ax.set_xlim(0, max(max(v) for _, v, _ in series) * 1.15 or 1)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize="small")
-    # Log scale: a phase of microseconds (logging on a CPU) and one of milliseconds both show.
+    # A linear axis, so that a bar's length is its time: microseconds of logging look as small
+    # as they are next to milliseconds of forward (each bar also gives its share of the step).
     styled = style_axes(
         ax,
-        xlabel="time per step (ms, log scale)",
+        xlabel="time per step (ms)",
         ylabel="phase",
         title="Where a training step's time goes",
-        logx=True,
         device=profiles[0].device,
     )
-    plain_log_ticks(ax.xaxis)
     if own_figure:
         ax.figure.tight_layout()
     return styled

@@ -3,8 +3,8 @@
 ``torch.profiler`` exports its timeline in the Chrome trace event format: a
 JSON object whose ``traceEvents`` list holds one record per operator, kernel,
 copy or annotation (``"ph": "X"`` complete events with a start ``ts`` and a
-duration ``dur``, both in microseconds). https://ui.perfetto.dev and
-chrome://tracing open it as is. :func:`summarize_trace` reads such a file with
+duration ``dur``, both in microseconds). https://ui.perfetto.dev opens it as
+is (so does chrome://tracing, the legacy Catapult viewer that Perfetto replaces). :func:`summarize_trace` reads such a file with
 nothing but the standard library and counts what is in it, so a notebook can
 show that the file exists, parses and holds the run, before a learner opens it
 in a viewer. The same reader feeds :func:`labkit.profiling.find_sync_points`
@@ -27,7 +27,7 @@ from labkit.core.validate import check_int
 from labkit.profiling.common import union_ms
 
 #: Where a learner opens the file (both read the Chrome trace format; Perfetto also reads .gz).
-VIEWERS = "https://ui.perfetto.dev or chrome://tracing"
+VIEWERS = "https://ui.perfetto.dev"
 
 #: Categories of events that ran on the device (a GPU), as torch's Kineto names them.
 DEVICE_CATEGORIES: tuple[str, ...] = ("kernel", "gpu_memcpy", "gpu_memset")
