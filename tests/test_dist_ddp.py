@@ -118,7 +118,7 @@ def test_plots_label_their_axes(scaling: Scaling, allreduce: AllreduceCost, ddp2
 def test_model_size_table(ddp2: DdpRun) -> None:
     result = ModelSizeComm((ddp2,))
     text = str(result)
-    assert "width" in text and f"{ddp2.parameter_count:,}" in text and "exposed" in text
+    assert "width" in text and f"{ddp2.parameter_count:,}" in text and "DDP overhead" in text
     assert result.summary()[0].startswith("cpu: ")
 
 

@@ -42,8 +42,9 @@ def scaling_efficiency(
             exercise,
             True,
             True,
-            "1.0 would be perfect scaling; what is missing went to gradient all-reduce and "
-            "to waiting for the slowest rank.",
+            "1.0 would be perfect scaling; what is missing is DDP's overhead (section 1's "
+            "profile splits it: the reducer, its threads on the same cores, the all-reduce time "
+            "backward did not hide) and waiting for the slowest rank.",
         )
     if close_to(value, throughput_n / throughput_1, 0.01):
         return CheckResult(exercise, False, True, "That is the speedup; divide it by n.")

@@ -38,6 +38,7 @@ from __future__ import annotations
 import re
 import shlex
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 
 from labkit.core.validate import (
@@ -189,6 +190,8 @@ def run_ddp(
     allreduce_reps: int = 10,
     threads_per_proc: int = 1,
     backend: str = "auto",
+    bucket_cap_mb: float | None = None,
+    trace_steps: int = 0,
     timeout_s: float = 120,
     env: Mapping[str, str] | None = None,
 ) -> DdpRun:
@@ -198,6 +201,12 @@ def run_ddp(
     NCCL on GPUs with ``backend="auto"``) with :mod:`labkit.scaling.train_ddp`.
     A run takes a few seconds beyond its steps: each process imports torch
     and joins the rendezvous first (``DdpRun.wall_s`` includes that).
+
+    ``bucket_cap_mb`` is DDP's (None: its default, 25 MiB). ``trace_steps``
+    > 0 profiles that many DDP steps and as many ``no_sync`` steps after the
+    timed ones, and keeps rank 0's Chrome trace in a temporary folder
+    (``DdpRun.trace_path``): :func:`labkit.scaling.ddp_trace.ddp_breakdown`
+    reads where the bucket all-reduces ran.
     """
     nproc = check_positive_int("nproc", nproc)
     width = check_positive_int("width", width)
@@ -208,6 +217,9 @@ def run_ddp(
     allreduce_reps = check_positive_int("allreduce_reps", allreduce_reps)
     threads_per_proc = check_positive_int("threads_per_proc", threads_per_proc)
     warmup_steps = check_int("warmup_steps", warmup_steps)
+    trace_steps = check_int("trace_steps", trace_steps, minimum=0, maximum=100)
+    if bucket_cap_mb is not None:
+        bucket_cap_mb = check_real("bucket_cap_mb", bucket_cap_mb, low=0, low_open=True)
     backend = check_choice("backend", backend, _BACKENDS)
     check_real("timeout_s", timeout_s, low=0, low_open=True)
     from labkit.machine.memory import require_fits
@@ -238,6 +250,11 @@ def run_ddp(
         "--backend",
         backend,
     ]
+    if bucket_cap_mb is not None:
+        args += ["--bucket-cap-mb", repr(float(bucket_cap_mb))]
+    if trace_steps:
+        folder = tempfile.mkdtemp(prefix="labkit-ddp-trace-")
+        args += ["--trace-steps", str(trace_steps), "--trace-out", f"{folder}/ddp_step.json"]
     data, output, cmd = run_torchrun(
         "labkit.scaling.train_ddp",
         args,

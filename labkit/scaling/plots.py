@@ -6,6 +6,7 @@ from typing import Any
 
 from labkit.core.units import round3
 from labkit.scaling.accumulation import Accumulation
+from labkit.scaling.ddp_trace import DdpBreakdown
 from labkit.scaling.results import (
     AllreduceCost,
     ModelSizeComm,
@@ -76,6 +77,10 @@ def plot_allreduce(cost: AllreduceCost, ax: Any = None) -> Any:
     low, high = min(sizes) / 1.5, max(sizes) * 1.5
     ax.set_xlim(low, high)
     bytes_ticks(ax.xaxis, low, high)
+    # a tick at every measured size (not at powers of two between them)
+    from matplotlib.ticker import FixedLocator
+
+    ax.xaxis.set_major_locator(FixedLocator(sizes))
     if cost.nproc > 1:
         right = ax.twinx()
         right.plot(
@@ -132,4 +137,67 @@ def plot_accumulation(result: Accumulation, ax: Any = None) -> Any:
         [result.direct, result.accumulated],
         ax=ax,
         title=f"One effective batch of {result.effective_batch} samples",
+    )
+
+
+def plot_ddp_step(breakdowns: DdpBreakdown | list[DdpBreakdown], ax: Any = None) -> Any:
+    """One profiled DDP step per breakdown, as a timeline: backward, each bucket's all-reduce.
+
+    The step shown is the profiled DDP step with the median duration. Top row
+    of each pair: the training thread's backward pass, then the optimizer
+    step (a tick); bottom row: each bucket's all-reduce on the communication
+    threads. What lies under the backward bar is hidden; what sticks out to
+    its right, the training thread waits for.
+    """
+    items = list(breakdowns) if isinstance(breakdowns, (list, tuple)) else [breakdowns]
+    from labkit.plotting import pyplot, style_axes
+
+    plt = pyplot()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 1.2 + 1.1 * len(items)))
+    labels = []
+    for k, b in enumerate(items):
+        ddp = sorted((s for s in b.steps if s.kind == "ddp"), key=lambda s: s.step_ms)
+        step = ddp[len(ddp) // 2]
+        top, bottom = 2 * k, 2 * k + 1
+        ax.barh(
+            top,
+            step.backward_ms,
+            left=step.backward_start_ms,
+            color="C0",
+            height=0.6,
+            label="backward (training thread)" if k == 0 else None,
+        )
+        for i, (a, e) in enumerate(step.allreduces_ms):
+            ax.barh(
+                bottom,
+                e - a,
+                left=a,
+                color="C1",
+                height=0.6,
+                edgecolor="k",
+                lw=0.5,
+                label="all-reduce of one bucket" if k == 0 and i == 0 else None,
+            )
+        if step.optimizer_start_ms is not None:
+            ax.plot(
+                [step.optimizer_start_ms] * 2,
+                [top - 0.35, top + 0.35],
+                color="k",
+                lw=2,
+                label="optimizer step starts" if k == 0 else None,
+            )
+        # where backward ended, across its pair of rows: all-reduce time right of it is exposed
+        ax.plot([step.backward_end_ms] * 2, [top - 0.4, bottom + 0.4], color="C0", lw=0.8, ls=":")
+        cap = "default buckets" if b.bucket_cap_mb is None else f"bucket_cap_mb={b.bucket_cap_mb:g}"
+        labels += [f"{cap}: backward", f"{cap}: all-reduces"]
+    ax.set_yticks(range(len(labels)), labels)
+    ax.invert_yaxis()
+    ax.set_xlim(left=0)
+    ax.legend(loc="upper left", bbox_to_anchor=(0, -0.3), ncol=2, fontsize="small", frameon=False)
+    return style_axes(
+        ax,
+        xlabel="time from the start of the profiled step (ms)",
+        ylabel="",
+        title="One profiled DDP step: where the bucket all-reduces ran",
     )

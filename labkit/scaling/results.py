@@ -62,8 +62,11 @@ class DdpRun(JsonRecord):
 
     ``step`` times a full training step (forward, backward with DDP's
     gradient all-reduce, optimizer step); ``local_step`` the same work under
-    ``no_sync()``; their difference (:attr:`comm_overhead_ms`) is what the
-    all-reduce adds after DDP overlapped it with the backward pass.
+    ``no_sync()``; their difference (:attr:`comm_overhead_ms`) is everything
+    DDP adds: its reducer (hooks, copies into and out of the buckets), the
+    contention of its communication threads with the compute, and whatever
+    of the all-reduce the backward pass did not hide. A profile of the step
+    (``trace_path``, :func:`labkit.scaling.ddp_trace.ddp_breakdown`) splits it.
     ``allreduce`` times one all-reduce of all gradients at once, outside
     training. ``params_identical`` says whether every rank ended with
     bitwise the same parameters (equal SHA-256 ``checksums``).
@@ -98,6 +101,8 @@ class DdpRun(JsonRecord):
     checksums: tuple[str, ...]
     wall_s: float
     command: str = ""
+    bucket_cap_mb: float | None = None  # None: DDP's default
+    trace_path: str | None = None
 
     json_extra = ("comm_overhead_ms", "no_overlap_ms")
 
@@ -132,11 +137,15 @@ class DdpRun(JsonRecord):
             checksums=tuple(data["checksums"]),
             wall_s=float(wall_s),
             command=command,
+            bucket_cap_mb=(
+                None if data.get("bucket_cap_mb") is None else float(data["bucket_cap_mb"])
+            ),
+            trace_path=data.get("trace"),
         )
 
     @property
     def comm_overhead_ms(self) -> float:
-        """Median step minus median local step: the all-reduce time DDP could not hide (may be < 0 in noise)."""
+        """Median step minus median local step: DDP's whole overhead per step (may be < 0 in noise)."""
         return self.step.median_ms - self.local_step.median_ms
 
     @property
@@ -146,7 +155,7 @@ class DdpRun(JsonRecord):
 
     @property
     def comm_fraction(self) -> float:
-        """The share of a step the exposed all-reduce takes (0 when within noise)."""
+        """The share of a step DDP's overhead takes (0 when within noise)."""
         return max(0.0, self.comm_overhead_ms) / self.step.median_ms
 
     @property
@@ -171,7 +180,7 @@ class DdpRun(JsonRecord):
             f"{self.batch_per_rank} samples × {micro}",
             f"  {'step with all-reduce:':<31}{_timing_text(self.step)}",
             f"  {'step without it (no_sync):':<31}{_timing_text(self.local_step)}",
-            f"  {'exposed all-reduce per step:':<31}"
+            f"  {'DDP overhead (step - no_sync):':<31}"
             f"{format_duration(max(0.0, self.comm_overhead_ms))} ({self.comm_fraction:.0%} of the step)",
             f"  {'one all-reduce of all grads:':<31}{_timing_text(self.allreduce)}",
             f"  {'no_sync step + all-reduce:':<31}{format_duration(self.no_overlap_ms)} (a step "
@@ -416,7 +425,7 @@ class ModelSizeComm(JsonRecord):
                 "gradients",
                 "step",
                 "no_sync step",
-                "exposed",
+                "DDP overhead",
                 "one all-reduce",
             )
         ]
@@ -439,8 +448,8 @@ class ModelSizeComm(JsonRecord):
             for row in table
         ]
         lines.append(
-            "exposed = step - no_sync step (medians, floored at 0): the all-reduce time "
-            "DDP did not hide behind the backward pass."
+            "DDP overhead = step - no_sync step (medians, floored at 0): the reducer, its "
+            "threads' contention with the compute, and the all-reduce time backward did not hide."
         )
         return "\n".join(lines)
 
@@ -448,7 +457,7 @@ class ModelSizeComm(JsonRecord):
         dev = self.runs[0].device
         return [f"{dev}: {self._head()}"] + [
             f"{dev}: width {r.width} ({r.parameter_count:,} parameters): step "
-            f"{format_duration(r.step.median_ms)}, exposed all-reduce "
+            f"{format_duration(r.step.median_ms)}, DDP overhead "
             f"{format_duration(max(0.0, r.comm_overhead_ms))}, one all-reduce "
             f"{format_duration(r.allreduce.median_ms)}"
             for r in self.runs

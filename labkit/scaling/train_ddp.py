@@ -183,12 +183,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=10,
         help="timed all-reduces of a gradient-sized buffer",
     )
+    parser.add_argument(
+        "--bucket-cap-mb",
+        type=float,
+        default=None,
+        help="DDP's bucket_cap_mb (default: DDP's own, 25 MiB)",
+    )
+    parser.add_argument(
+        "--trace-steps",
+        type=int,
+        default=0,
+        help="after the timed steps, profile this many DDP and no_sync steps (torch.profiler)",
+    )
+    parser.add_argument(
+        "--trace-out", default=None, help="where rank 0 writes that Chrome trace (JSON)"
+    )
     parser.add_argument("--lr", type=float, default=0.3, help="SGD learning rate")
     parser.add_argument("--seed", type=int, default=0)
     add_common_args(parser)
     args = parser.parse_args(argv)
     if args.warmup_steps < 0:
         parser.error(f"--warmup-steps must be >= 0, got {args.warmup_steps}")
+    if args.trace_steps < 0 or (args.trace_steps and not args.trace_out):
+        parser.error("--trace-steps must be >= 0, and needs --trace-out FILE")
+    if args.bucket_cap_mb is not None and not args.bucket_cap_mb > 0:
+        parser.error(f"--bucket-cap-mb must be > 0, got {args.bucket_cap_mb}")
     return args
 
 
@@ -204,7 +223,10 @@ def train(ctx: Any, args: argparse.Namespace) -> dict[str, Any]:
     model = build_mlp(args.width, depth=args.depth).to(ctx.device)
     parameters = list(model.parameters())
     count = sum(p.numel() for p in parameters)
-    ddp = DistributedDataParallel(model, device_ids=[ctx.local_rank] if ctx.is_cuda else None)
+    buckets = {} if args.bucket_cap_mb is None else {"bucket_cap_mb": args.bucket_cap_mb}
+    ddp = DistributedDataParallel(
+        model, device_ids=[ctx.local_rank] if ctx.is_cuda else None, **buckets
+    )
     optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr)
     loss_fn = torch.nn.MSELoss()
     pool = [
@@ -264,12 +286,16 @@ def train(ctx: Any, args: argparse.Namespace) -> dict[str, Any]:
         ctx, lambda: dist.all_reduce(flat), reps=args.allreduce_reps, warmup=2
     )
 
+    loss_last = losses[-1]  # before the profiled steps, which train on
+    if args.trace_steps:
+        _trace(ctx, args, lambda: step(sync=True), local_step, snapshot, restore)
+
     with torch.no_grad():
         values = torch.cat([p.detach().reshape(-1).float().cpu() for p in parameters])
     digest = hashlib.sha256(values.numpy().tobytes()).hexdigest()[:16]
     checksums = gather(digest)
     first_last = torch.tensor(
-        [losses[0].item(), losses[-1].item()], dtype=torch.float64, device=ctx.device
+        [losses[0].item(), loss_last.item()], dtype=torch.float64, device=ctx.device
     )
     dist.all_reduce(first_last)
     first_last /= ctx.world_size
@@ -294,8 +320,52 @@ def train(ctx: Any, args: argparse.Namespace) -> dict[str, Any]:
         "loss_last": float(first_last[1]),
         "checksums": checksums,
         "params_identical": len(set(checksums)) == 1,
+        "bucket_cap_mb": args.bucket_cap_mb,  # None: DDP's default (25 MiB, the first 1 MiB)
+        "trace": args.trace_out if args.trace_steps else None,
     }
     return result
+
+
+#: The labels of the profiled steps (labkit.scaling.ddp_trace reads them back).
+DDP_STEP_LABEL = "labkit:ddp_step"
+NO_SYNC_STEP_LABEL = "labkit:no_sync_step"
+
+
+def _trace(
+    ctx: Any,
+    args: argparse.Namespace,
+    ddp_step: Any,
+    local_step: Any,
+    snapshot: Any,
+    restore: Any,
+) -> None:
+    """Profile ``args.trace_steps`` DDP steps and as many no_sync steps, interleaved; rank 0 exports.
+
+    Every rank profiles (so that all ranks pay the same profiler overhead and
+    the collectives line up); each labelled range ends after a device
+    synchronize, so on a GPU it covers the kernels too.
+    """
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from labkit.scaling.worker import synchronize
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if ctx.is_cuda else [])
+    dist.barrier()
+    with profile(activities=activities) as prof:
+        for _ in range(args.trace_steps):
+            dist.barrier()
+            with record_function(DDP_STEP_LABEL):
+                ddp_step()
+                synchronize(ctx)
+            snapshot()
+            dist.barrier()
+            with record_function(NO_SYNC_STEP_LABEL):
+                local_step()
+                synchronize(ctx)
+            restore()
+    if ctx.rank == 0:
+        prof.export_chrome_trace(args.trace_out)
 
 
 def _main(argv: list[str] | None) -> int:
