@@ -447,6 +447,9 @@ def latency_budget_batch(
     The other side of the trade-off: throughput wants the biggest batch, but
     a request served in a batch waits for the whole batch. A service with a
     latency budget takes the largest batch that meets it, not the peak.
+    The latency here is the batch's compute time only: a server that waits to
+    gather a batch (Triton's ``max_queue_delay_microseconds``) adds that wait,
+    and the queueing behind earlier batches, to a request's latency.
     """
     from labkit.core.validate import check_ms
 

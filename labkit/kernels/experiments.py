@@ -430,7 +430,10 @@ def reduction_versions(
 
     A reduction's rate counts the bytes it *reads* (n x 4 B); the copy
     ceiling counts read + written, its full traffic, so 100% means the sum
-    streams its input as fast as a copy moves bytes. ``reduce_atomic`` runs
+    streams its input as fast as a copy moves bytes; a read-only stream can
+    be faster than a copy, so a reduction can pass 100%. Each timed call
+    includes the one-element ``zero.fill(0)`` launch that resets the sum (a
+    few µs, about 1-2% at these sizes). ``reduce_atomic`` runs
     on the first ``atomic_elements`` values only (n serialized atomics take
     long). The data are whole numbers -4..4, so every version's float32 sum
     is exact in any order and is checked for equality with the float64 sum.
@@ -503,6 +506,8 @@ def block_size_sweep(
     "reduce_shared" (its BLOCK_SIZE macro: one compile per size) and
     "reduce_warp_shuffle". Small blocks leave an SM short of warps: an SM
     holds at most 32 blocks (Hopper), so 32-thread blocks fill half of it.
+    For "reduce_shared" the block size also sets the number of atomics
+    (one per 2 x BLOCK_SIZE elements), so that sweep changes two things at once.
     """
     kernel = check_choice("kernel", kernel, BLOCK_SWEEP_KERNELS)
     power = kernel in ("transpose_padded", "reduce_shared")

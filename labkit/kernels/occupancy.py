@@ -23,7 +23,11 @@ Occupancy Calculator's logic, without a GPU:
 Assumptions, as the calculator's defaults: the shared-memory carveout is
 the largest the SM allows, a kernel may opt in to the largest per-block
 shared memory, and the limit on named barriers (only reached with several
-barriers per block) is ignored.
+barriers per block) is ignored. Thread block clusters (sm_90 on) are not
+modelled: a cluster must fit on the SMs of one GPC at once, which can
+lower the occupancy this module reports. The test suite compares the
+results with ``cuda_occupancy.h`` itself wherever the CUDA toolkit is
+installed (tests/test_kernels_occupancy.py), Blackwell's sm_100/sm_120 included.
 """
 
 from __future__ import annotations

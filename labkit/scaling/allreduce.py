@@ -17,6 +17,13 @@ a barrier, ends with a device synchronization, and counts the slowest rank's
 time (:mod:`labkit.scaling.worker`). Rank 0 writes the samples as JSON;
 :class:`labkit.scaling.launch.AllreduceCost` turns them into medians, algbw and
 busbw as nccl-tests define them (doc/PERFORMANCE.md in NVIDIA/nccl-tests).
+
+The method differs from nccl-tests' on purpose, and it shows at small sizes:
+nccl-tests times many back-to-back iterations and divides, while each call
+here is timed alone, between a barrier and a synchronization, as the one
+all-reduce per bucket of a training step runs. The barrier's and the
+synchronization's own cost, and the slowest rank's late start, land in every
+sample, so small-message latencies come out higher than nccl-tests reports.
 """
 
 from __future__ import annotations
