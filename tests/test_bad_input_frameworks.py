@@ -779,7 +779,7 @@ CASES: list[Case] = [
     Case(
         "labkit.kernels.occupancy:gpu_limits",
         {"gpu": "sm_90"},
-        {"gpu": st.sampled_from(["sm_91", "H", "B200"])},
+        {"gpu": st.sampled_from(["sm_91", "H", "B300"])},
         run_valid=True,
     ),
     Case(

@@ -340,3 +340,12 @@ def test_a_fixed_block_kernel_cannot_be_swept_over_block_sizes() -> None:
         occ.occupancy_sweep("H100", tiled, block_sizes=(64, 128, 256))
     only = occ.occupancy_sweep("H100", tiled, block_sizes=(256,))
     assert [r.occupancy_fraction for r in only.rows] == [0.25]
+
+
+def test_81_to_128_registers_leave_two_256_thread_blocks_on_an_h100() -> None:
+    """Notebook 07's rule for sgemm_tiled, whatever nvcc version reports 117 or 128 registers."""
+    for regs in (81, 100, 117, 128):
+        at = occ.occupancy("H100", threads_per_block=256, registers_per_thread=regs)
+        assert (at.blocks_per_sm, at.active_warps_per_sm, at.occupancy_fraction) == (2, 16, 0.25)
+    assert occ.occupancy("H100", threads_per_block=256, registers_per_thread=80).blocks_per_sm == 3
+    assert occ.occupancy("H100", threads_per_block=256, registers_per_thread=129).blocks_per_sm == 1

@@ -28,7 +28,7 @@ from nbcheck import KERNEL_NAME  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 NAMES = [p.name for p in NOTEBOOKS]
-N_EXERCISES = 27
+N_EXERCISES = 28
 BEGIN, END, STUB = "### BEGIN SOLUTION", "### END SOLUTION", student.CODE_STUB
 BLANK = "= ...  # your answer"
 # The fastest notebook with exercises (about 15 s): the nbgrader end-to-end run.

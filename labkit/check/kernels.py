@@ -36,9 +36,10 @@ def copy_rate_fraction(stride: int) -> float:
     (strided_copy.cu), so a plain copy moves 2 units of sectors for the n
     floats and the strided one 1/useful_fraction + 1: the fraction is
     2 / (min(stride, 8) + 1): 2/3 at stride 2, 2/5 at 4, 2/9 (22%) from 8 on.
-    It counts 32-byte sectors only; where the L2 fetches from DRAM in larger
-    pieces (64 bytes, see cudaLimitMaxL2FetchGranularity) the plateau is lower
-    and starts later (2/17 ≈ 12% from stride 16).
+    It counts 32-byte sectors only; if the L2 fetches from DRAM in larger
+    pieces (a hint the CUDA runtime exposes as cudaLimitMaxL2FetchGranularity,
+    0 to 128 bytes), the plateau is lower and starts later (with 64-byte
+    pieces, 2/17 ≈ 12% from stride 16).
     """
     return 2 / (1 / useful_fraction(stride) + 1)
 

@@ -21,8 +21,9 @@
 // wasted sectors cost. Only the reads waste sectors: at stride s the copy
 // moves min(s, 8) + 1 units of sectors where a plain copy moves 2, so the
 // model predicts 2 / (min(s, 8) + 1) of the copy rate: 67% at s = 2, 40% at
-// s = 4, 22% from s = 8 on (labkit.check.kernels.copy_rate_fraction). Where
-// the L2 fetches DRAM in 64-byte pieces, the floor is lower and comes later.
+// s = 4, 22% from s = 8 on (labkit.check.kernels.copy_rate_fraction). If the
+// L2 fetches from DRAM in pieces larger than a sector (a hint the runtime
+// exposes as cudaLimitMaxL2FetchGranularity), the floor is lower and later.
 //
 // Launch: blockDim = (B, 1, 1) for any B <= 1024 (a runtime choice, no
 // recompiling), gridDim = (ceil(m / (B * ITEMS_PER_THREAD)), stride, 1).

@@ -271,10 +271,14 @@ def time_sync_stall(
     Why: the profile shows *that* ``.item()`` runs every step; this shows what
     it costs, measured with :func:`labkit.bench` (warm-up, device sync, time
     budget, median). Without a profiler attached, so the times are the loop's
-    own. The two loops alternate on one model (it keeps training; each step's
-    work is the same).
+    own. The two loops take turns on one model (it keeps training; each
+    step's work is the same): :func:`labkit.timing.interleave.interleave`,
+    3 rounds in rotating order, each loop's samples pooled, so that drift of
+    the machine falls on both alike.
     """
-    from labkit.timing.bench import bench
+    import functools
+
+    from labkit.timing.interleave import interleave
 
     steps = check_positive_int("steps", steps)
     batch = check_positive_int("batch", batch)
@@ -290,15 +294,20 @@ def time_sync_stall(
     dev = resolve_torch_device(device)
     require_step_fits(dev, batch, image_size, "time_sync_stall")
     trainer = Trainer(torch, dev, batch, image_size, seed)
-    options: dict[str, Any] = {
-        "warmup_ms": warmup_ms,
-        "rep_ms": rep_ms,
-        "min_reps": min_reps,
-        "device": str(dev),
-        "warn": False,
-    }
-    once = bench(trainer.run, steps, False, label="loss read once", **options)
-    every = bench(trainer.run, steps, True, label="loss.item() every step", **options)
+    rounds = 3
+    turns = interleave(
+        {
+            "loss read once": functools.partial(trainer.run, steps, False),
+            "loss.item() every step": functools.partial(trainer.run, steps, True),
+        },
+        rounds=rounds,
+        rep_ms=rep_ms / rounds,
+        warmup_ms=warmup_ms,
+        min_reps=min_reps,
+        device=str(dev),
+    )
+    once = turns["loss read once"].pooled()
+    every = turns["loss.item() every step"].pooled()
     return SyncStallTiming(
         device=str(dev),
         steps=steps,

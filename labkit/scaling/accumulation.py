@@ -15,8 +15,8 @@ and variance, which differ from the big batch's, so ``batch_norm=True``
 shows the equivalence break.
 
 :func:`accumulate_equivalence` checks the gradients both ways (and the
-parameters after one SGD step), then times one effective batch both ways
-with :func:`labkit.timing.bench.bench`: accumulation trades time (k smaller
+parameters after one SGD step), then times one effective batch both ways,
+taking turns (:func:`labkit.timing.interleave.interleave`): accumulation trades time (k smaller
 matrix products, k launches) for memory (activations of b samples, not k·b).
 """
 
@@ -124,8 +124,8 @@ def accumulate_equivalence(
 
     Both paths start from the same weights and see the same k·b samples.
     The check comes first (correctness before timing); the times are
-    medians from :func:`labkit.timing.bench.bench` of one effective batch each
-    (forward, backward, optimizer step).
+    medians of one effective batch each (forward, backward, optimizer step),
+    the two timed in turns over 3 rounds and each one's samples pooled.
     """
     micro_batch = check_positive_int("micro_batch", micro_batch)
     accum_steps = check_positive_int("accum_steps", accum_steps)
@@ -143,7 +143,7 @@ def accumulate_equivalence(
     check_torch_device(device)
     from labkit.core.optional import import_optional
     from labkit.scaling.train_ddp import build_mlp, synthetic_batches
-    from labkit.timing.bench import bench
+    from labkit.timing.interleave import interleave
 
     torch = import_optional("torch", "gradient accumulation")
     dev = resolve_torch_device(device)
@@ -196,17 +196,20 @@ def accumulate_equivalence(
     )
     model.load_state_dict(start)
 
-    opts: dict[str, Any] = {
-        "warmup_ms": warmup_ms,
-        "rep_ms": rep_ms,
-        "min_reps": min_reps,
-        "device": str(dev),
-        "warn": False,
-    }
-    accumulated = bench(
-        accumulated_step, label=f"{accum_steps} × {micro_batch} accumulated", **opts
+    # The two take turns (3 rounds, rotating order), so that drift falls on both alike.
+    rounds = 3
+    acc_label = f"{accum_steps} × {micro_batch} accumulated"
+    direct_label = f"1 × {micro_batch * accum_steps} direct"
+    turns = interleave(
+        {acc_label: accumulated_step, direct_label: direct_step},
+        rounds=rounds,
+        rep_ms=rep_ms / rounds,
+        warmup_ms=warmup_ms,
+        min_reps=min_reps,
+        device=str(dev),
     )
-    direct = bench(direct_step, label=f"1 × {micro_batch * accum_steps} direct", **opts)
+    accumulated = turns[acc_label].pooled()
+    direct = turns[direct_label].pooled()
     return Accumulation(
         micro_batch=micro_batch,
         accum_steps=accum_steps,

@@ -14,12 +14,19 @@ labels them); :func:`ddp_breakdown` reads rank 0's Chrome trace back and
 measures, per step:
 
 - the backward pass: from the first to the last ``autograd::engine::evaluate_function``
-  on the training thread;
+  on the training thread (on a GPU: the autograd engine's device threads);
 - the all-reduces: gloo's ``gloo:all_reduce`` ranges on its own threads, or on a GPU
   the NCCL kernels on the device;
 - how much of the all-reduce time fell inside the backward pass (hidden), and how
   long the last one ran on after it (exposed: the training thread waits for it);
-- the reducer's own ranges on the training thread.
+- the reducer's own ranges (on any CPU thread).
+
+The residual is what the overhead leaves once the two measured parts are
+taken off; it includes the copies of the reduced buckets back into
+``.grad`` and the optimizer, and it can be negative, since the parts are
+medians of different quantities. :func:`ddp_breakdown` has run on CPUs
+(gloo) only: on a GPU it reads the NCCL kernels from the device rows, and
+has not been tested there.
 
 A bucket's all-reduce can start only when all of its gradients are ready, so
 gradients that fit in one bucket cannot overlap anything: its one all-reduce
@@ -59,7 +66,7 @@ class ProfiledStep(JsonRecord):
     backward_end_ms: float
     optimizer_start_ms: float | None
     allreduces_ms: tuple[tuple[float, float], ...]  # (start, end) of each all-reduce
-    reducer_ms: float  # the reducer's ranges on the training thread, summed
+    reducer_ms: float  # the reducer's ranges (any CPU thread), summed
 
     @property
     def backward_ms(self) -> float:
@@ -178,8 +185,9 @@ class DdpBreakdown(JsonRecord):
             f"{_signed(self.backward_extra_ms)}",
             f"    waiting for the all-reduce after backward (exposed): "
             f"{format_duration(self.exposed_ms)}",
-            f"    the rest (bucket copies back, optimizer, noise): {_signed(rest)}",
-            f"  reducer ranges on the training thread: {format_duration(self.reducer_ms)} per step",
+            f"    residual (the rest of the overhead: bucket copies back, optimizer, noise; "
+            f"can be negative): {_signed(rest)}",
+            f"  reducer ranges: {format_duration(self.reducer_ms)} per step",
             f"  trace: {self.trace_path} (open it in https://ui.perfetto.dev)",
         ]
         return "\n".join(lines)
@@ -219,7 +227,10 @@ def profiled_steps(events: list[dict[str, Any]]) -> list[ProfiledStep]:
         tid = mark.get("tid")
         inside = [e for e in events if start <= float(e["ts"]) <= end and e is not mark]
         own = [e for e in inside if e.get("tid") == tid]
-        backward = [e for e in own if str(e.get("name", "")).startswith(_BACKWARD)]
+        # Any thread: on a CPU backward runs on the calling thread, with CUDA on the autograd
+        # engine's device threads ("when accelerator devices are in use, the backward pass
+        # runs on device-specific worker threads", torch.autograd.set_multithreading_enabled).
+        backward = [e for e in inside if str(e.get("name", "")).startswith(_BACKWARD)]
         if not backward:
             continue
         b0 = min(float(e["ts"]) for e in backward)
@@ -232,8 +243,8 @@ def profiled_steps(events: list[dict[str, Any]]) -> list[ProfiledStep]:
         ]
         reducer = sum(
             float(e.get("dur", 0))
-            for e in own
-            if any(k in str(e.get("name", "")) for k in _REDUCER)
+            for e in inside
+            if e.get("cat") != "kernel" and any(k in str(e.get("name", "")) for k in _REDUCER)
         )
         steps.append(
             ProfiledStep(

@@ -24,16 +24,21 @@ What each process does:
    backward and optimizer step under DDP's ``no_sync()``, so no gradient
    leaves the process (its parameters are restored afterwards, outside the
    timer, so the replicas stay identical). The difference of the medians is
-   the time the all-reduce adds to a step, what is left of it after DDP
-   overlaps it with the backward pass. Alternating the two kinds keeps a
+   everything DDP adds to a step: its reducer's work, its communication
+   threads' contention with the compute, and the all-reduce time backward
+   did not hide (``--trace-steps`` profiles steps to split it:
+   :mod:`labkit.scaling.ddp_trace`). Alternating the two kinds keeps a
    drift in the machine's load from favouring either;
 5. times, apart from training, one all-reduce of a buffer as large as all
    the gradients: the communication cost that DDP tries to hide;
 6. checks the result: after training, every rank hashes its parameters and
    the hashes are compared. DDP's promise is that replicas stay *bitwise*
    identical, because every rank applies the same averaged gradient;
-7. rank 0 writes everything as JSON to ``--out``;
-8. every rank leaves the group and frees it before Python exits
+7. with ``--trace-steps N``, profiles N more steps of each kind with
+   torch.profiler and rank 0 writes the Chrome trace to ``--trace-out``;
+   ``--bucket-cap-mb`` sets DDP's bucket size;
+8. rank 0 writes everything as JSON to ``--out``;
+9. every rank leaves the group and frees it before Python exits
    (:func:`labkit.scaling.worker.finish` says why that matters).
 
 Timing: warm-up steps are excluded; each timed step starts after a barrier
