@@ -250,7 +250,7 @@ class SyncStallTiming(JsonRecord):
         else:
             lines.append(
                 f"On {self.device} there is no queue to drain, so reading the loss every step "
-                "costs little; the same change on a GPU is a stall every step."
+                "costs little; on a GPU each .item() makes the host wait for the device's queue."
             )
         return "\n".join(lines)
 
