@@ -278,3 +278,11 @@ def test_the_simulated_sgemm_tiles_pass_the_kernels_static_asserts() -> None:
         assert eval(python, {}, macros), f"SGEMM_TILED fails sgemm.cu's static_assert({condition})"  # noqa: S307
     # and a group stride that is not the whole tile, so the port's group indexing is exercised
     assert macros["TM"] // 4 > 1 or macros["TN"] // 4 > 1
+
+
+@needs_numba
+def test_sgemm_tiled_with_several_blocks() -> None:
+    """At n = 64 the 32×32 tiles make 4 blocks: the blockIdx offsets of the port are exercised."""
+    result = sim.verify_all(64, kernels=["sgemm_tiled"])
+    run = result["sgemm_tiled"]
+    assert run.simulated and run.passed and run.max_abs_error == 0.0

@@ -7,7 +7,7 @@ from typing import Any
 
 from labkit.check.result import CheckResult, as_number, close_to, todo, unsolved
 
-#: A DRAM transaction moves 32-byte sectors; a float32 is 4 bytes.
+#: A warp's global accesses are served in 32-byte sectors (L1/L2); a float32 is 4 bytes.
 SECTOR_BYTES = 32
 FLOAT32_BYTES = 4
 
@@ -117,7 +117,8 @@ def strided_copy_rate(answer: Any) -> CheckResult:
             f"{ref:.0%}: 2 units of sectors (read + write) against 8 + 1, because the writes stay "
             f"contiguous. By the same count: {copy_rate_fraction(2):.0%} at stride 2, "
             f"{copy_rate_fraction(4):.0%} at 4, {ref:.0%} from 8 on. Not 1/8: that would be the "
-            "reads alone. Compare with the measured curve.",
+            "reads alone. Compare with the stride sweep of section 6, where a GPU run or a "
+            "recording exists.",
         )
     if close_to(value, 1 / 8, 1e-2):
         return CheckResult(
@@ -207,7 +208,7 @@ def occupancy(answer: Any) -> CheckResult:
             f"{ref:.0%}: 64 × 256 = 16,384 registers per block, so only 4 blocks (1,024 threads) "
             "fit in the SM's 65,536 registers. Registers, not threads, are the limit; at 32 "
             "registers per thread the same launch reaches 100%. Compare with the compiler's "
-            "register counts above.",
+            "register counts in section 5, below.",
         )
     if close_to(value, 1.0, 1e-3):
         return CheckResult(

@@ -133,7 +133,8 @@ class Verification:
     def __str__(self) -> str:
         lines = [
             f"CUDA simulator (numba-cuda {self.numba_cuda_version}) against NumPy: "
-            f"{self.n}×{self.n} inputs, tiles of {self.block}×{self.block}, seed {self.seed}",
+            f"{self.n}×{self.n} inputs, tiles of {self.block}×{self.block} (sgemm_tiled: "
+            f"{SGEMM_TILED['BM']}×{SGEMM_TILED['BN']} tiles of C), seed {self.seed}",
             f"{'kernel':<24}{'size':>16}{'max |error|':>13}{'wrong':>8}  {'verdict':<19}time",
         ]
         notes = []

@@ -7,10 +7,12 @@
 // ############################################################################
 //
 // The exercise (notebook 07): run it, compare with the input's transpose,
-// and explain why the wrong elements differ from run to run. Within one
-// warp the 32 threads run in lockstep most of the time, so some tiles come
-// out right by luck; elements written by *another* warp of the block are
-// the ones at risk. A race like this gives no error message: only checking
+// and explain why the wrong elements differ from run to run. Every read of an
+// element that another thread wrote is a race, within a warp too: since Volta's
+// independent thread scheduling the threads of a warp have no lockstep
+// guarantee without __syncwarp() (CUDA Programming Guide, "Independent Thread
+// Scheduling"). With TILE_DIM 32 and BLOCK_ROWS 8, 7 of every 8 reads are of
+// elements another warp wrote. A race like this gives no error message: only checking
 // the result against a reference finds it (and `compute-sanitizer --tool
 // racecheck` on a machine that has one).
 //

@@ -8,7 +8,7 @@ one version of the kernel per configuration (it prepends ``#define TILE_DIM
 checks each result against a reference, times it with CUDA events, and
 writes every configuration it tried to a JSON *cache file*.
 
-- :func:`tune_transpose` and :func:`tune_sgemm` run a search on a GPU
+- :func:`labkit.kernels.autotune.tune_transpose` and :func:`~labkit.kernels.autotune.tune_sgemm` run a search on a GPU
   (``lang="cupy"``) and return what the cache recorded.
 - :func:`record_cache` stores a cache in labkit's reference directory as
   ``kernel_tuner_<kernel>.cache.json``, labelled with the GPU and the date

@@ -132,9 +132,9 @@ class SyncReport(JsonRecord):
                     f"({format_duration(self.device_to_host_ms)})"
                 )
             lines.append(
-                "Each call blocked the host until the GPU had finished every queued kernel; "
-                "the host time above is mostly that waiting, and the GPU idled while the host "
-                "then prepared the next step."
+                "Each call blocked the host until the kernels queued on its stream had "
+                "finished (a copy to the host, then a stream synchronize); how much of the host "
+                "time above is that waiting, the cudaStreamSynchronize rows of the trace say."
             )
         else:
             lines.append(

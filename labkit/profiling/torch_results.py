@@ -221,7 +221,7 @@ class TorchProfile(JsonRecord):
             f"  host time per step: {format_duration(self.median_step_ms)} (median of the "
             "profiled steps, profiler overhead included)"
         )
-        head = "  phases, per step:" + ("  host CPU / device" if self.device_timeline else "")
+        head = "  phases, mean per step:" + ("  host CPU / device" if self.device_timeline else "")
         lines.append(head)
         for p in self.phases:
             text = f"    {p.name:<10}  {format_duration(p.cpu_ms_per_step):>9}"
