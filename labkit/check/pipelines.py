@@ -63,8 +63,8 @@ def knee_batch(
             exercise,
             True,
             True,
-            "Past this batch, the larger batches measured add at most about 10% throughput "
-            "(that is the knee's definition) while latency and memory grow. Whether the curve "
+            "Past this batch, the larger batches measured add at most about 11% throughput "
+            "(1/0.9: that is the knee's definition) while latency and memory grow. Whether the curve "
             "keeps rising past the largest batch measured, the sweep does not say.",
         )
     if value == batch_sizes[list(samples_per_s).index(max(samples_per_s))]:

@@ -436,7 +436,9 @@ def reduction_versions(
     few µs, about 1-2% at these sizes). ``reduce_atomic`` runs
     on the first ``atomic_elements`` values only (n serialized atomics take
     long). The data are whole numbers -4..4, so every version's float32 sum
-    is exact in any order and is checked for equality with the float64 sum.
+    is exact in any order (while no partial sum passes 2**24 in magnitude, far
+    beyond what zero-mean data reaches) and is checked for equality with the
+    float64 sum.
     """
     chosen = check_versions(versions, REDUCE_VERSIONS)
     if not chosen:

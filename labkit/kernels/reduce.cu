@@ -24,7 +24,8 @@
 // Every version adds *out += sum: the caller zeroes *out first. Float
 // addition is not associative, so the versions (and two runs of the atomic
 // ones) may differ in the last bits; labkit verifies them on integer-valued
-// data, whose partial sums are exact in float32 whatever the order. That makes
+// data, whose partial sums are exact in float32 whatever the order as long as
+// none exceeds 2^24 in magnitude (zero-mean values -4..4 stay far below). That makes
 // the check exact, and it also hides the order dependence real data would show.
 
 #ifndef BLOCK_SIZE

@@ -63,7 +63,8 @@ class DdpRun(JsonRecord):
     ``step`` times a full training step (forward, backward with DDP's
     gradient all-reduce, optimizer step); ``local_step`` the same work under
     ``no_sync()``; their difference (:attr:`comm_overhead_ms`) is everything
-    DDP adds: its reducer (hooks, copies into and out of the buckets), the
+    DDP's gradient synchronization adds (the no_sync step runs through DDP's
+    wrapper too): its reducer (hooks, copies into and out of the buckets), the
     contention of its communication threads with the compute, and whatever
     of the all-reduce the backward pass did not hide. A profile of the step
     (``trace_path``, :func:`labkit.scaling.ddp_trace.ddp_breakdown`) splits it.

@@ -24,9 +24,9 @@ What each process does:
    backward and optimizer step under DDP's ``no_sync()``, so no gradient
    leaves the process (its parameters are restored afterwards, outside the
    timer, so the replicas stay identical). The difference of the medians is
-   everything DDP adds to a step: its reducer's work, its communication
-   threads' contention with the compute, and the all-reduce time backward
-   did not hide (``--trace-steps`` profiles steps to split it:
+   everything DDP's gradient synchronization adds to a step: its reducer's
+   work, its communication threads' contention with the compute, and the
+   all-reduce time backward did not hide (``--trace-steps`` profiles steps to split it:
    :mod:`labkit.scaling.ddp_trace`). Alternating the two kinds keeps a
    drift in the machine's load from favouring either;
 5. times, apart from training, one all-reduce of a buffer as large as all
