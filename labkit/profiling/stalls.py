@@ -237,12 +237,12 @@ class SyncStallTiming(JsonRecord):
             f"{self.batch} of 3×{s}×{s} images (median of n={self.sync_once.n} and "
             f"n={self.item_every_step.n} loops):",
             f"  loss kept on the device, read once   {format_duration(self.sync_once.median_ms):>9}"
-            f"  ({format_duration(self.ms_per_step_sync_once)} per step, IQR "
-            f"{format_duration(self.sync_once.iqr_ms)})",
+            f" (IQR {format_duration(self.sync_once.iqr_ms)} of the loop; "
+            f"{format_duration(self.ms_per_step_sync_once)} per step)",
             f"  loss.item() every step               "
             f"{format_duration(self.item_every_step.median_ms):>9}"
-            f"  ({format_duration(self.ms_per_step_item)} per step, IQR "
-            f"{format_duration(self.item_every_step.iqr_ms)}, {self.ratio:.2f}× the time)",
+            f" (IQR {format_duration(self.item_every_step.iqr_ms)} of the loop; "
+            f"{format_duration(self.ms_per_step_item)} per step, {self.ratio:.2f}× the time)",
         ]
         if self.device.startswith("cuda"):
             lines.append(
