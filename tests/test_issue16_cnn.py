@@ -131,8 +131,12 @@ def test_keep_freed_memory_stops_the_faults() -> None:
     )
     assert out.returncode == 0, out.stderr
     fresh, kept, again = (float(v) for v in out.stdout.split())
-    assert fresh > 5000 and again > 5000  # a fresh mapping per call: one fault per 4 KiB page
+    assert fresh > 5000  # a fresh mapping per call: one fault per 4 KiB page
     assert kept < 100, (fresh, kept, again)
+    # After the restore glibc maps large requests again in most runs (again ≈ fresh), but not
+    # always: in 1 of 5 runs on a 2-vCPU AMD VM every later 40 MiB request still came from the
+    # heap, without faults (allocator.keep_freed_memory's docstring says so). Not asserted.
+    assert again >= 0
 
 
 @pytest.mark.skipif(not LINUX_GLIBC, reason="needs glibc's mallopt")

@@ -100,8 +100,10 @@ GPUS: dict[str, str] = {
 }
 
 
-#: Kernels whose block size the build fixes: sgemm_tiled is compiled with
-#: __launch_bounds__((BM / TM) * (BN / TN)) = 256 threads for sgemm.cu's default tiles.
+#: Kernels whose block size the build fixes: sgemm_tiled's indexing assumes exactly
+#: SGEMM_THREADS = (BM / TM) * (BN / TN) = 256 threads for sgemm.cu's default tiles (its load
+#: loops step by it); __launch_bounds__(256) forbids more, and fewer would launch but leave
+#: parts of the tiles unloaded.
 FIXED_BLOCK_THREADS: dict[str, int] = {"sgemm_tiled": 256}
 
 
@@ -392,7 +394,8 @@ def occupancy_sweep(
     if fixed is not None and set(sizes) != {fixed}:
         raise ValueError(
             f"block_sizes: {kernel} is compiled for {fixed} threads per block only (its "
-            f"__launch_bounds__ in the .cu), so other block sizes cannot launch; pass "
+            f"indexing assumes exactly that many; __launch_bounds__ forbids more), so other "
+            f"block sizes are not valid; pass "
             f"block_sizes=({fixed},), or compare tile configurations (labkit.kernels.tuning)"
         )
     return OccupancySweep(name, lim.arch, str(kernel), int(regs), int(static) + extra, rows)

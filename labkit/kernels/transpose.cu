@@ -77,8 +77,9 @@ extern "C" __global__ void transpose_padded(const float* __restrict__ in, float*
 {
     // TILE_DIM + 1 columns: element [i][k] sits in bank (i * (TILE_DIM + 1) + k) % 32,
     // so with TILE_DIM = 32 (or 64) a warp's 32 reads of a column fall in 32 different
-    // banks. Not with the tuner's TILE_DIM = 16: a warp then spans two rows of threads
-    // (threadIdx.y and threadIdx.y + 1), and one bank gets two of its reads (2-way).
+    // banks. Not with the tuner's TILE_DIM = 16 and BLOCK_ROWS >= 2: a warp then spans two
+    // rows of threads (threadIdx.y and threadIdx.y + 1), and one bank gets two of its reads
+    // (2-way); with BLOCK_ROWS = 1 the 16-thread block reads 16 different banks.
     __shared__ float tile[TILE_DIM][TILE_DIM + 1];
 
     int x = blockIdx.x * TILE_DIM + threadIdx.x;
