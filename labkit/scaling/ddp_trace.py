@@ -47,6 +47,7 @@ from typing import Any
 
 from labkit.core.results import JsonRecord
 from labkit.core.units import format_duration
+from labkit.profiling.common import union_ms
 
 #: The ranges :mod:`labkit.scaling.train_ddp` puts around each profiled step.
 DDP_STEP = "labkit:ddp_step"
@@ -75,7 +76,7 @@ class ProfiledStep(JsonRecord):
     @property
     def allreduce_ms(self) -> float:
         """Time with at least one all-reduce running (their union)."""
-        return _union(self.allreduces_ms)
+        return union_ms(self.allreduces_ms)
 
     @property
     def hidden_ms(self) -> float:
@@ -84,7 +85,7 @@ class ProfiledStep(JsonRecord):
             (max(a, self.backward_start_ms), min(b, self.backward_end_ms))
             for a, b in self.allreduces_ms
         ]
-        return _union([(a, b) for a, b in clipped if b > a])
+        return union_ms([(a, b) for a, b in clipped if b > a])
 
     @property
     def exposed_ms(self) -> float:
@@ -195,16 +196,6 @@ class DdpBreakdown(JsonRecord):
 
 def _signed(ms: float) -> str:
     return ("-" if ms < 0 else "+") + format_duration(abs(ms))
-
-
-def _union(intervals: Any) -> float:
-    total, end = 0.0, float("-inf")
-    for a, b in sorted(intervals):
-        if b <= end:
-            continue
-        total += b - max(a, end)
-        end = b
-    return total
 
 
 def _is_allreduce(event: dict[str, Any]) -> bool:
