@@ -236,3 +236,12 @@ def test_bench_constants_are_valid() -> None:
     assert all(
         bench_kernels.QUICK_SGEMM_N % v == 0 for key in ("BM", "BN", "BK") for v in quick[key]
     )
+
+
+def test_notebook_07_states_the_sgemm_search_deadline() -> None:
+    """07 md 30 tells the learner when the recorder skips the SGEMM search (review round 6)."""
+    notebook = json.loads(
+        (Path(__file__).parent.parent / "notebooks" / "07_kernel_tuning.ipynb").read_text()
+    )
+    text = "".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown")
+    assert f"once the run has taken {bench_kernels.SGEMM_TUNING_DEADLINE_S:g} s" in text

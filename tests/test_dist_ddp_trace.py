@@ -69,7 +69,7 @@ def test_a_profiled_step_is_split_into_hidden_and_exposed(tmp_path: Path) -> Non
     text = str(b)
     assert "all-reduces per step: 2 (one per bucket)" in text
     assert "the first started at 14% of the backward pass" in text
-    assert "DDP's default buckets (25 MiB; the first one 1 MiB)" in text
+    assert "DDP's default buckets (closed at 25 MiB; the first at 1 MiB)" in text
     ax = scaling.plot_ddp_step(b)
     try:
         assert ax.get_title().startswith("One profiled DDP step")
@@ -103,6 +103,6 @@ def test_run_ddp_traces_real_steps_and_buckets() -> None:
     # 64-wide layers: 16 KiB weights, each over the 10 KB cap: one bucket per weight at least
     assert b.allreduces_per_step >= 4
     assert all(s.allreduces_ms == () for s in b.steps if s.kind == "no_sync")
-    assert "bucket_cap_mb=0.01 (every bucket, the first too)" in str(b)
+    assert "bucket_cap_mb=0.01 (every bucket closed at it, the first too)" in str(b)
     with pytest.raises(ValueError, match="bucket_cap_mb"):
         scaling.run_ddp(2, bucket_cap_mb=0)

@@ -286,6 +286,25 @@ def test_sync_points_on_a_gpu_trace(tmp_path: Path) -> None:
     assert "device-to-host copies" in text
 
 
+def test_the_profilers_own_closing_synchronize_is_not_a_sync_point(tmp_path: Path) -> None:
+    """On CUDA, torch's profiler calls torch.cuda.synchronize() when it stops, after the last
+    step and still recording (torch/autograd/profiler.py, profile.__exit__): not the loop's."""
+    path = _gpu_trace(tmp_path)
+    trace = json.loads(path.read_text())
+    trace["traceEvents"].append(_x("cudaDeviceSynchronize", "cuda_runtime", 1100, 50))
+    path.write_text(json.dumps(trace))
+    report = find_sync_points(path)
+    assert [p.name for p in report.points] == ["aten::item"] and report.calls == 1
+    trace["traceEvents"] = [
+        e for e in trace["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep")
+    ]
+    path.write_text(json.dumps(trace))  # no profiled steps: the whole trace counts
+    assert {p.name for p in find_sync_points(path).points} == {
+        "aten::item",
+        "cudaDeviceSynchronize",
+    }
+
+
 def test_device_time_is_charged_to_the_launching_phase(tmp_path: Path) -> None:
     profile = tp._from_trace(
         _gpu_trace(tmp_path),

@@ -145,6 +145,42 @@ def test_an_exact_step_still_gets_the_jobs_cpus(
     assert [len(c) for c in job["data"]["cpus_per_rank"]] == [2, 2]
 
 
+def _plain_step_cpus(cluster: slurm_local.Cluster, folder: Path, *, exact: bool) -> int:
+    """CPUs a plain ``srun`` step (no --cpus-per-task of its own) gets in a 2-CPU job."""
+    log = folder / f"plain-{int(exact)}.out"
+    env = {k: v for k, v in cluster.env.items() if k != "SLURM_EXACT"}
+    if exact:
+        env["SLURM_EXACT"] = "1"  # as srun --exact, which some sites make the default
+    probe = "import os; print('cpus', len(os.sched_getaffinity(0)))"
+    cmd = [
+        "sbatch",
+        "--wait",
+        "--nodes=1",
+        "--ntasks=1",
+        "--cpus-per-task=2",
+        "--time=2",
+        f"--output={log}",
+        f'--wrap=srun {sys.executable} -c "{probe}"',
+    ]
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, cwd=folder)
+    text = log.read_text() if log.exists() else "(no job log)"
+    assert result.returncode == 0, f"{result.stderr}\n--- job log ---\n{text[-2000:]}"
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("cpus ")]
+    return int(line.split()[1])
+
+
+def test_a_plain_step_gets_one_cpu_only_where_steps_are_exact(
+    cluster: slurm_local.Cluster, tmp_path: Path
+) -> None:
+    """What docs/multinode.md section 3 says of a plain srun on this Slurm (finding C37): without
+    --exact "all non-GRES resources ... will be used" (srun(1)); with SLURM_EXACT=1 the step gets
+    only what srun itself asks for, one CPU, which is why the script repeats --cpus-per-task."""
+    if cluster.cpus < 2:
+        pytest.skip("needs 2 CPUs to tell 1 CPU from the job's CPUs")
+    assert _plain_step_cpus(cluster, tmp_path, exact=False) == 2
+    assert _plain_step_cpus(cluster, tmp_path, exact=True) == 1
+
+
 def test_the_jobs_result_is_the_ddp_result(job: dict[str, Any]) -> None:
     """Same seed, same shapes, same threads: the job ends with the parameters run_ddp ends with."""
     from labkit.scaling import launch

@@ -56,6 +56,10 @@ from labkit.core.units import format_bytes
 from labkit.core.validate import check_choice, check_positive_int, check_real
 from labkit.machine.memory import DEFAULT_FRACTION
 
+#: The image shape of the largest-batch search that ``labkit bench batching --record`` records
+#: (labkit.models.cnn.CNN on 3×64×64 images), so that notebook 08's GPU cell runs the same search.
+RECORDED_SHAPE = (3, 64, 64)
+
 # --------------------------------------------------------------------------- one step
 
 

@@ -56,10 +56,15 @@ def build_tf_pipeline(
     decoded images, then augment after the cache, so augmentation stays
     per epoch as it must; the epoch is ``epoch_batches`` batches.
 
-    tf.data rewrites pipelines by default: ``map_parallelization`` runs a
-    stateless map in parallel and ``inject_prefetch`` adds a prefetch at the
-    end. Each variant but "map+defaults" turns both off, so that it does
-    exactly what its name says; "map+defaults" shows what the defaults buy.
+    tf.data rewrites pipelines by default (``tf.data.Options``'
+    ``experimental_optimization``): among others ``map_parallelization`` runs a
+    stateless map in parallel, ``inject_prefetch`` adds a prefetch at the end,
+    and ``map_and_batch_fusion`` fuses the last map with the batch into one
+    stage that fills the next batch in a background thread. Each variant but
+    "map+defaults" sets ``apply_default_optimizations = False`` (only rewrites
+    enabled explicitly run, and this enables none), so that it does exactly
+    what its name says; "map+defaults" shows what the defaults buy. Autotuning
+    (``tf.data.Options().autotune``) is a separate option and stays on.
     """
     from labkit.core.optional import import_tensorflow
 
@@ -98,8 +103,7 @@ def build_tf_pipeline(
         ds = ds.prefetch(tf.data.AUTOTUNE)
     if not defaults:
         options = tf.data.Options()
-        options.experimental_optimization.map_parallelization = False
-        options.experimental_optimization.inject_prefetch = False
+        options.experimental_optimization.apply_default_optimizations = False
         ds = ds.with_options(options)
     return ds
 

@@ -101,8 +101,9 @@ def loader_workers(answer: Any) -> CheckResult:
             exercise,
             True,
             True,
-            f"{ref} workers: 64 ms of preparation per batch spread over {ref} processes is "
-            f"{64 / ref:.1f} ms ≤ 10 ms. With fewer, the device waits on data (input-bound) and "
+            f"{ref} workers: each worker builds a whole batch in 64 ms, and {ref} of them "
+            f"working in turn finish one every 64/{ref} = {64 / ref:.1f} ms ≤ 10 ms (after the "
+            "first 64 ms). With fewer, the device waits on data (input-bound) and "
             "a bigger GPU would not train any faster. Each worker needs a CPU core.",
         )
     if value == ref - 1:
@@ -110,7 +111,7 @@ def loader_workers(answer: Any) -> CheckResult:
             exercise,
             False,
             True,
-            f"With {ref - 1} workers a batch takes "
+            f"With {ref - 1} workers a batch is ready every "
             f"{64 / (ref - 1):.1f} ms, still longer than the 10-ms step.",
         )
     if value == 64 / 10:

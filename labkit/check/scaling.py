@@ -72,9 +72,9 @@ def bus_bandwidth(algbw_gb_per_s: Any, busbw_gb_per_s: Any) -> CheckResult:
             exercise,
             True,
             True,
-            f"{ref_alg:g} GB/s algorithm bandwidth, {ref_bus:g} GB/s bus bandwidth: a ring "
-            "all-reduce sends each byte 2(n - 1)/n times, and busbw is the figure to compare "
-            "with the link's speed (NVLink, InfiniBand).",
+            f"{ref_alg:g} GB/s algorithm bandwidth, {ref_bus:g} GB/s bus bandwidth: in a ring "
+            "all-reduce each rank sends (and receives) 2(n - 1)/n times the message size, so "
+            "busbw is the figure to compare with the link's speed (NVLink, InfiniBand).",
         )
     if close_to(bus, ref_alg * 2, 1e-3):
         return CheckResult(exercise, False, True, "The factor is 2(n - 1)/n with n = 8, not 2.")

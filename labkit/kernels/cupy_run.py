@@ -1,13 +1,15 @@
-"""Run notebook 07's CUDA kernels with CuPy: launch, verify, then time against a measured ceiling.
+"""Run notebook 07's CUDA kernels with CuPy: compile and launch (the experiments verify and time).
 
 Each launcher (:func:`strided_copy`, :func:`transpose`, :func:`sgemm`,
 :func:`reduce_sum`) takes CuPy arrays, checks them (float32, C-contiguous,
 the sizes the kernel supports), compiles the kernel from its ``.cu`` file
-with ``cupy.RawModule`` once per set of macros, and launches it.
+with ``cupy.RawModule`` once per set of macros, and launches it. It neither
+verifies nor times.
 
-The experiments (:func:`stride_sweep`, :func:`transpose_versions`,
-:func:`sgemm_vs_cublas`, :func:`reduction_versions`,
-:func:`block_size_sweep`) follow one rule: **every kernel is checked against
+The experiments that use these launchers live in
+:mod:`labkit.kernels.experiments` (``stride_sweep``, ``transpose_versions``,
+``sgemm_vs_cublas``, ``reduction_versions``, ``block_size_sweep``, with the
+verifiers of :mod:`labkit.kernels.comparison`) and follow one rule: **every kernel is checked against
 a reference before it is timed** (a wrong kernel raises
 :class:`WrongResultError` naming the kernel and its error), and every rate
 is given as a fraction of a *ceiling measured in the same run*: the device's

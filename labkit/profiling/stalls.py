@@ -151,13 +151,31 @@ def find_sync_points(source: TorchProfile | str | os.PathLike[str]) -> SyncRepor
     ``source`` is a :class:`TorchProfile` (its exported trace is read) or the
     path of any torch trace, a learner's own included. Each sync call is
     charged to the labelled phase (data, forward, ...) whose range contains it.
+    Where the trace has profiled steps (``ProfilerStep#N`` ranges), only calls
+    inside them count: on CUDA the profiler's own ``torch.cuda.synchronize()``
+    when it stops is recorded too, after the last step, and is not the loop's.
     """
     path = source.trace_path if isinstance(source, TorchProfile) else source
     events = complete_events(read_trace(path))
     intervals = phase_intervals(events)
-    steps = sum(1 for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
+    step_ranges = [
+        (e["ts"], e["ts"] + e["dur"])
+        for e in events
+        if str(e.get("name", "")).startswith("ProfilerStep#")
+    ]
+    steps = len(step_ranges)
+
+    def in_a_step(event: dict[str, Any]) -> bool:
+        if not step_ranges:  # a trace taken without prof.step(): all of it
+            return True
+        return any(start <= event["ts"] < end for start, end in step_ranges)
+
     candidates = sorted(
-        (e for e in events if e.get("cat") in _HOST_CATEGORIES and e.get("name") in SYNC_OPS),
+        (
+            e
+            for e in events
+            if e.get("cat") in _HOST_CATEGORIES and e.get("name") in SYNC_OPS and in_a_step(e)
+        ),
         key=lambda e: (e["ts"], -e["dur"]),
     )
     outermost: list[dict[str, Any]] = []

@@ -33,8 +33,11 @@ gradients that fit in one bucket cannot overlap anything: its one all-reduce
 starts when backward ends. DDP's default caps buckets at 25 MiB but the first
 one at 1 MiB (``dist._DEFAULT_FIRST_BUCKET_BYTES``, torch 2.13's
 ``nn/parallel/distributed.py``: "First bucket optimization"), so that one
-all-reduce starts early; an explicit ``bucket_cap_mb`` caps every bucket,
-the first too.
+all-reduce starts early; an explicit ``bucket_cap_mb`` applies to every
+bucket, the first too. A cap is where a bucket is closed: the reducer adds
+gradients to a bucket until it reaches the cap, so a bucket can hold a
+little more (with ``bucket_cap_mb=1`` notebook 10's MLP gets buckets of
+about 1.0–1.03 MiB and a last, smaller one).
 The profiler adds its own overhead to every range, so the parts are for
 comparison within the trace, not for the timings of unprofiled steps.
 """
@@ -119,8 +122,8 @@ class DdpBreakdown(JsonRecord):
     def buckets(self) -> str:
         """How the buckets were set: DDP's default, or ``bucket_cap_mb``."""
         if self.bucket_cap_mb is None:
-            return "DDP's default buckets (25 MiB; the first one 1 MiB)"
-        return f"bucket_cap_mb={self.bucket_cap_mb:g} (every bucket, the first too)"
+            return "DDP's default buckets (closed at 25 MiB; the first at 1 MiB)"
+        return f"bucket_cap_mb={self.bucket_cap_mb:g} (every bucket closed at it, the first too)"
 
     def _median(self, kind: str, attr: str) -> float:
         values = [getattr(s, attr) for s in self.steps if s.kind == kind]
@@ -178,8 +181,9 @@ class DdpBreakdown(JsonRecord):
             f"DDP step profiled ({self.label}): {self.buckets}, "
             f"{self.gradient_bytes / 2**20:.2f} MiB of gradients; medians of {n} profiled steps",
             f"  all-reduces per step: {self.allreduces_per_step} (one per bucket); {where}",
-            f"  all-reduce time per step: {format_duration(self.allreduce_ms)}, of it inside "
-            f"backward {format_duration(self.hidden_ms)}, after it {format_duration(self.exposed_ms)}",
+            f"  all-reduce running: {format_duration(self.allreduce_ms)} per step; inside "
+            f"backward: {format_duration(self.hidden_ms)}; from backward's end to the last "
+            f"one's end: {format_duration(self.exposed_ms)} (three medians: need not add up)",
             f"  DDP overhead (profiled DDP step - profiled no_sync step): "
             f"{format_duration(self.overhead_ms)}, of which",
             f"    backward took longer (DDP's hooks, threads on the same cores): "

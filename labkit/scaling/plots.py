@@ -18,8 +18,10 @@ from labkit.scaling.results import (
 def plot_scaling(scaling: Scaling, ax: Any = None) -> Any:
     """Measured samples/s against the number of processes, with the ideal N× line.
 
-    The gap between the points and the dashed line is what communication
-    (and, on a small CPU, processes sharing memory bandwidth) costs.
+    The gap between the points and the dashed line is what running N
+    processes costs: everything DDP's synchronization adds (the reducer, its
+    threads' contention, the communication it did not hide) and, on a small
+    CPU, processes sharing cores and memory bandwidth.
     """
     from labkit.plotting import pyplot, style_axes
 
@@ -99,8 +101,10 @@ def plot_model_size(result: ModelSizeComm, ax: Any = None) -> Any:
     """Per width: the step with and without the all-reduce, and one all-reduce of all gradients.
 
     Grouped bars on a log axis (stacked bars would distort on it): the gap
-    between the first two bars is the communication DDP did not hide; the
-    third is what communication would cost with no overlap at all.
+    between the first two bars is everything DDP's synchronization adds (the
+    reducer, its threads' contention and the communication it did not hide;
+    notebook 10 section 1 splits it); the third is one all-reduce of all the
+    gradients alone, timed apart.
     """
     from labkit.plotting import pyplot, style_axes
 

@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.batching import memory_fit
+from labkit.batching.largest import RECORDED_SHAPE
 
 #: The recording ``--record`` writes.
 REFERENCE_NAME = "batching"
 
 #: The largest-batch search: labkit.models.cnn.CNN on 3×64×64 images (quick: 3×16×16).
-LARGEST_SHAPE = (3, 64, 64)
+LARGEST_SHAPE = RECORDED_SHAPE
 QUICK_LARGEST_SHAPE = (3, 16, 16)
 #: On a CPU the prediction is checked by running it: 1 GiB keeps that to seconds.
 CPU_LARGEST_BUDGET = 1 << 30
