@@ -8,18 +8,18 @@ loader workers, prefetching and caching do. The symptom is in the loop
 itself: the consumer's time splits into *waiting for the next batch* and
 *computing*, and a high wait fraction is a low "GPU utilization".
 
-This module measures that split. :class:`SyntheticImages` is a dataset whose
-samples cost real work to prepare (1–2 ms each on the reference
+This module measures that split. :class:`~labkit.batching.synthetic.SyntheticImages`
+(in :mod:`labkit.batching.synthetic`) is a dataset whose samples cost real work to prepare (1–2 ms each on the reference
 machine): a JPEG-like decode (an inverse DCT of 8×8 blocks, done in numpy),
 then a random crop, flip, brightness jitter and normalisation. Optional
 extras: ``io_ms``, a sleep that stands for storage or network latency (real
 loaders do wait on I/O, and a waiting thread uses no CPU), and
 ``python_ms``, pure-Python work that holds the GIL. Nothing is downloaded.
 :func:`measure_loader` runs a training-like loop over a
-``torch.utils.data.DataLoader`` and :func:`measure_tf_pipeline` one over a
-``tf.data`` pipeline with the same samples and the same step;
-:func:`thread_scaling` measures how much a thread pool (tf.data's parallel
-map) can gain on a preparation, which the GIL decides.
+``torch.utils.data.DataLoader``, and :func:`labkit.batching.tf_data.measure_tf_pipeline`
+one over a ``tf.data`` pipeline with the same samples and the same step;
+:func:`labkit.batching.synthetic.thread_scaling` measures how much a thread pool
+(tf.data's parallel map) can gain on a preparation, which the GIL decides.
 
 The step: with ``step_ms`` (the default) it is a fixed wait during which the
 host is idle, standing in for an accelerator that computes while the CPU is
@@ -284,8 +284,9 @@ def _mp_context() -> Any:
 
     Plain fork copies the notebook's process, TensorFlow's and torch's
     thread pools included, which can deadlock; spawn and forkserver start
-    clean and import the dataset class by name, which is why it lives here.
-    The forkserver preloads torch and this module once, so a worker starts
+    clean and import the dataset class by name, which is why it lives in a
+    module (``labkit.batching.synthetic``), not in a notebook. The forkserver
+    preloads torch and this module (which imports that one) once, so a worker starts
     in tens of milliseconds instead of re-importing torch.
     """
     import multiprocessing

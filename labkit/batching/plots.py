@@ -44,7 +44,7 @@ def plot_batch_sweep(result: BatchSweep, ax: Any = None) -> Any:
         knee = c.points[c.batch_sizes.index(c.knee_batch)]
         ax.plot([knee.batch_size], [knee.samples_per_s], "o", ms=13, mfc="none", mec=color, mew=2)
         ax.annotate(
-            f"knee: {knee.batch_size}",
+            f"knee: {knee.batch_size}" if c.flattened else f"still rising at {knee.batch_size}",
             (knee.batch_size, knee.samples_per_s),
             color=color,
             textcoords="offset points",

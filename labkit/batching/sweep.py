@@ -272,9 +272,7 @@ def batch_sweep(
             "inference" (forward under ``torch.inference_mode``, eval mode).
         optimizer: "sgd" or "adam". Adam's step walks every parameter
             several times whatever the batch: another fixed cost per step,
-            which moves the training knee to larger batches (on the 2-core
-            reference machine the MLP's batch-1 step took 3.2 ms with Adam,
-            1.1 ms with SGD).
+            which moves the training knee to larger batches.
         device: None picks the best device (:func:`labkit.pick_device`).
         warmup_ms, rep_ms, min_reps: :func:`labkit.timing.bench.bench`'s budgets per point.
         memory_fraction: share of the free memory a training step may use;

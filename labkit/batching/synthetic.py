@@ -128,7 +128,7 @@ class SyntheticImages:
     ``dataset[i]`` returns ``(image, label)``: a float32 numpy array
     3×image_size×image_size and an int. It needs no torch: the DataLoader
     accepts any object with ``__len__`` and ``__getitem__``, and its workers
-    import this class from ``labkit.batching.loaders`` (a class defined in a
+    import this class from ``labkit.batching.synthetic`` (a class defined in a
     notebook cell could not be found by a worker started with spawn or
     forkserver).
 

@@ -25,7 +25,8 @@ from labkit.timing.bench import Timing
 
 #: The tf.data variants :func:`measure_tf_pipeline` builds, in order of adding one idea each.
 #: "map+defaults" is "map" with tf.data's default graph optimizations left on (see
-#: :func:`build_tf_pipeline`); every other variant turns off the two that would blur it.
+#: :func:`build_tf_pipeline`); every other variant turns tf.data's default rewrites off
+#: (``apply_default_optimizations = False``), since they would blur what each one adds.
 TF_VARIANTS: tuple[str, ...] = (
     "map",
     "parallel",

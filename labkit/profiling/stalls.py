@@ -226,6 +226,9 @@ class SyncStallTiming(JsonRecord):
     image_size: int
     sync_once: Timing
     item_every_step: Timing
+    #: The per-round ratio item-every-step / sync-once, lowest and highest (None: not interleaved).
+    ratio_low: float | None = None
+    ratio_high: float | None = None
 
     json_extra = ("ms_per_step_sync_once", "ms_per_step_item", "stall_ms_per_step", "ratio")
 
@@ -262,6 +265,17 @@ class SyncStallTiming(JsonRecord):
             f" (IQR {format_duration(self.item_every_step.iqr_ms)} of the loop; "
             f"{format_duration(self.ms_per_step_item)} per step, {self.ratio:.2f}× the time)",
         ]
+        if self.ratio_low is not None and self.ratio_high is not None:
+            low, high = self.ratio_low, self.ratio_high
+            agree = (
+                "every round had the .item() loop slower"
+                if low > 1
+                else "every round had the .item() loop faster"
+                if high < 1
+                else "the rounds disagree on which loop is faster: the difference is within "
+                "the run's own variation"
+            )
+            lines.append(f"  per round: {low:.2f}× to {high:.2f}× the time; {agree}")
         if self.device.startswith("cuda"):
             lines.append(
                 "On the GPU every .item() drains the queue: the host waits, then the GPU waits "
@@ -269,8 +283,8 @@ class SyncStallTiming(JsonRecord):
             )
         else:
             lines.append(
-                f"On {self.device} there is no queue to drain, so reading the loss every step "
-                "costs little; on a GPU each .item() makes the host wait for the device's queue."
+                f"On {self.device} there is no queue to drain, so .item() adds no wait for a "
+                "device; on a GPU each .item() makes the host wait for the device's queue."
             )
         return "\n".join(lines)
 
@@ -328,6 +342,7 @@ def time_sync_stall(
     )
     once = turns["loss read once"].pooled()
     every = turns["loss.item() every step"].pooled()
+    _, low, high = turns.versus("loss read once", "loss.item() every step")
     return SyncStallTiming(
         device=str(dev),
         steps=steps,
@@ -335,4 +350,6 @@ def time_sync_stall(
         image_size=image_size,
         sync_once=once,
         item_every_step=every,
+        ratio_low=low,
+        ratio_high=high,
     )

@@ -21,9 +21,11 @@ busbw as nccl-tests define them (doc/PERFORMANCE.md in NVIDIA/nccl-tests).
 The method differs from nccl-tests' on purpose, and it shows at small sizes:
 nccl-tests times many back-to-back iterations and divides, while each call
 here is timed alone, between a barrier and a synchronization, as the one
-all-reduce per bucket of a training step runs. The barrier's and the
-synchronization's own cost, and the slowest rank's late start, land in every
-sample, so small-message latencies come out higher than nccl-tests reports.
+all-reduce per bucket of a training step runs. The barrier itself is outside
+the sample (:func:`labkit.scaling.worker.time_call` starts the clock after it),
+but the ranks' skew in leaving it, the slowest rank's time and, on a GPU, the
+final synchronization land in every sample, so small-message latencies come
+out higher than nccl-tests reports.
 """
 
 from __future__ import annotations
@@ -79,9 +81,12 @@ def measure(ctx: Any, sizes: list[int], *, reps: int, warmup: int) -> dict[str, 
 
     rows = []
     expected = ctx.world_size * (ctx.world_size + 1) / 2
-    # One warm-up for the whole run, before the first size: the first collectives of a
-    # process group set up connections and threads, which a few per-size warm-ups do not
-    # absorb (the first, smallest size came out slower than the next in every run before).
+    # One warm-up for the whole run, before the first size (21 untimed calls: 20 warm-up, and
+    # one timed sample that is discarded): the first collectives of a run came out slower than
+    # later ones, more than a few per-size warm-ups absorbed (the first, smallest size was
+    # slower than the next in every run before). gloo connects its ranks and starts its
+    # threads in init_process_group already (unless TORCH_GLOO_LAZY_INIT is set), so this is
+    # not connection setup; why the first calls are slower is not measured here.
     first = torch.zeros(max(1, sizes[0] // 4), dtype=torch.float32, device=ctx.device)
     timed_samples(ctx, functools.partial(dist.all_reduce, first), reps=1, warmup=20)
     del first
