@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 
 from labkit.core.optional import MissingPackageError, import_tensorflow, is_installed, try_import
 from labkit.machine.gpu import has_gpu, require_gpu
+from labkit.machine.published import use_gpu
 from labkit.machine.report import DeviceReport, device_report, pick_device
 from labkit.timing.bench import NoisyTimingWarning, Timing, bench
 from labkit.timing.compare import compare
@@ -33,5 +34,6 @@ __all__ = [
     "pick_device",
     "require_gpu",
     "try_import",
+    "use_gpu",
     "__version__",
 ]

@@ -65,13 +65,17 @@ def test_require_gpu_without_gpu_and_without_reference(no_gpu, capsys):
 
 def test_require_gpu_without_a_recording_names_the_command(no_gpu, capsys):
     assert gpu.require_gpu("the naive clock under-reporting", reference="naive_timing") is False
-    assert capsys.readouterr().out.splitlines() == [
-        "No GPU here: this cell would show the naive clock under-reporting.",
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "No GPU here: this cell would show the naive clock under-reporting."
+    assert lines[-1] == (
         "No recording from a real GPU exists yet; make one on a GPU machine with: "
-        "labkit bench timing --record",
-    ]
+        "labkit bench timing --record"
+    )
+    # between them, the lesson's published measurements, each with its source
+    assert lines[1] == "Published measurements, not measured here:"
+    assert all("https://" in line for line in lines[2:-1]) and len(lines) > 3
     gpu.require_gpu("a bandwidth curve", reference="bandwidth")
-    assert capsys.readouterr().out.splitlines()[1].endswith("labkit bench bandwidth --record")
+    assert capsys.readouterr().out.splitlines()[-1].endswith("labkit bench bandwidth --record")
 
 
 def test_require_gpu_with_a_recording_prints_it_labelled(no_gpu, capsys):

@@ -115,7 +115,7 @@ def test_the_gpu_prediction_uses_the_datasheet_arithmetic() -> None:
     assert scale.transfer_fraction > 0.95
     matmul = pipeline.predict_gpu(_breakdown("matmul"))
     assert matmul.compute_ms == pytest.approx(2 * 2048**3 / 67e12 * 1e3)
-    assert matmul.compute_tf32_ms == pytest.approx(2 * 2048**3 / 494.7e12 * 1e3)
+    assert matmul.compute_tf32_ms == pytest.approx(2 * 2048**3 / 495e12 * 1e3)
     assert "dense" in str(matmul) and "H100 SXM" in str(matmul)
     with pytest.raises(ValueError, match="predict_gpu"):
         pipeline.predict_gpu(_breakdown("my_op"))

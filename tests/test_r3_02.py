@@ -212,9 +212,9 @@ def test_the_prediction_labels_the_device_it_measured() -> None:
     on_gpu = str(pipeline.predict_gpu(_breakdown("cuda:0")))
     assert "this GPU (cuda:0) (measured) against an H100 SXM" in on_gpu
     assert "this CPU" not in on_gpu and "of this GPU's copy time" in on_gpu
-    assert "on the H100 SXM the copies take" in on_gpu
+    assert "on the H100 SXM5 80GB the copies take" in on_gpu
     header = on_gpu.splitlines()[1]
-    assert header.split() == ["this", "GPU", "(cuda:0)", "H100", "SXM"]
+    assert header.split() == ["this", "GPU", "(cuda:0)", "H100", "SXM5", "80GB"]
     on_cpu = str(pipeline.predict_gpu(_breakdown("cpu")))
     assert "this CPU (measured)" in on_cpu and "on the GPU the copies take" in on_cpu
     assert "of this CPU's copy time" in on_cpu

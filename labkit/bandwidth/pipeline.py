@@ -391,32 +391,48 @@ class GpuSpec(JsonRecord):
 
 
 #: PCIe Gen5 x16: 32 GT/s per lane, 16 lanes, 128b/130b encoding = 63 GB/s each way
-#: (NVIDIA's "128 GB/s" counts both directions).
+#: (NVIDIA's "128 GB/s" counts both directions, and its "64 GB/s in each direction" rounds).
 PCIE_GEN5_X16_GB_PER_S = 32e9 * 16 * 128 / 130 / 8 / 1e9
 #: PCIe Gen4 x16: half of Gen5, 31.5 GB/s each way.
 PCIE_GEN4_X16_GB_PER_S = PCIE_GEN5_X16_GB_PER_S / 2
 
-H100_SXM = GpuSpec(
-    name="H100 SXM",
-    host_link="PCIe Gen5 x16",
-    host_link_gb_per_s=PCIE_GEN5_X16_GB_PER_S,
-    memory_gb_per_s=3350.0,
-    fp32_tflop_per_s=67.0,
-    tf32_dense_tflop_per_s=494.7,
-    source=(
-        "NVIDIA H100 datasheet table (FP32 67 TFLOP/s, TF32 tensor core 989 TFLOP/s 'with "
-        "sparsity, 1/2 lower without', HBM3 3,350 GB/s, PCIe Gen5 128 GB/s both ways), as "
-        "reproduced at archive-lib.hpctech.co.jp/gpuproduct/nvidia-h100.html; dense TF32 "
-        "494.7 TFLOP/s: glennklockwood.com/garden/processors/h100"
-    ),
-    measured_note=(
-        "measured pinned copies on H100 systems reach about 57 GB/s host to device (nvbandwidth, "
-        "three of four GPUs of one VM: github.com/NVIDIA/nvbandwidth/issues/6) and, in one "
-        "report its author found anomalous, 35 GB/s host to device against 53 GB/s back "
-        "(SM copies: github.com/NVIDIA/nvbandwidth/issues/24); pageable memory adds a staging "
-        "copy on top"
-    ),
+#: Measured pinned copies on H100 systems, quoted beside the prediction.
+H100_MEASURED_NOTE = (
+    "measured pinned copies on H100 systems reach about 57 GB/s host to device (nvbandwidth, "
+    "three of four GPUs of one VM: github.com/NVIDIA/nvbandwidth/issues/6) and, in one "
+    "report its author found anomalous, 35 GB/s host to device against 53 GB/s back "
+    "(SM copies: github.com/NVIDIA/nvbandwidth/issues/24); pageable memory adds a staging "
+    "copy on top"
 )
+
+
+def spec_sheet_gpu(
+    name: str = "H100 SXM5 80GB", measured_note: str = H100_MEASURED_NOTE
+) -> GpuSpec:
+    """The peaks :func:`predict_gpu` needs, from labkit's spec table, each with its source.
+
+    The host link is the PCIe Gen5 x16 rate computed from the lanes and the
+    encoding (:data:`PCIE_GEN5_X16_GB_PER_S`, 63 GB/s), which notebook 02 derives.
+    """
+    from labkit.machine.published import gpu_spec
+
+    spec = gpu_spec(name)
+    fields = ("memory_gb_per_s", "fp32_tflop_per_s", "tf32_tflop_per_s")
+    values = {f: spec.need(f) for f in fields}
+    sources = "; ".join(f"{f}: {spec.source(f).label()}" for f in fields)
+    return GpuSpec(
+        name=spec.name,
+        host_link="PCIe Gen5 x16",
+        host_link_gb_per_s=PCIE_GEN5_X16_GB_PER_S,
+        memory_gb_per_s=values["memory_gb_per_s"],
+        fp32_tflop_per_s=values["fp32_tflop_per_s"],
+        tf32_dense_tflop_per_s=values["tf32_tflop_per_s"],
+        source=f"labkit's spec table (labkit.machine.published): {sources}",
+        measured_note=measured_note,
+    )
+
+
+H100_SXM = spec_sheet_gpu()
 
 
 @dataclass(frozen=True)
@@ -461,7 +477,7 @@ class GpuPrediction(JsonRecord):
         col = max(10, len(here))
         lines = [
             f"{cpu.op} on {format_bytes(cpu.n_bytes)} of float32: {here} (measured) against "
-            f"an {self.gpu.name} (predicted from its datasheet peaks)",
+            f"an {self.gpu.name} (predicted from its spec-sheet peaks)",
             f"{''.ljust(width)}  {here:>{col}}  {self.gpu.name:>10}",
         ]
         for name, c, g in rows:

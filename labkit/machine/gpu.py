@@ -8,10 +8,13 @@ GPU result. ``require_gpu`` makes the choice explicit::
                           reference="naive_timing"):
         ...  # the real measurement
 
-Without a GPU it prints what the cell would show and, when one was made, the
-result recorded on a real GPU, labelled with that GPU and its date. The text
-depends only on the shipped recording, so it is the same on every CPU-only
-machine and notebooks can test their outputs.
+Without a GPU it prints what the cell would show and then, in this order of
+precedence: the result recorded on a real GPU, labelled with that GPU and its
+date, where one was made; otherwise the lesson's own model applied to a named
+GPU's spec sheet beside published measurements with their sources
+(``predict=``, :mod:`labkit.machine.prediction`), or the published measurements
+alone. The text depends only on shipped tables and recordings, so it is the
+same on every CPU-only machine and notebooks can test their outputs.
 """
 
 from __future__ import annotations
@@ -19,6 +22,11 @@ from __future__ import annotations
 from labkit.core.optional import import_optional, is_installed
 from labkit.machine import profile as _profile
 from labkit.machine import reference as _reference
+from labkit.machine.prediction import Predictor
+from labkit.machine.published import chosen_gpu, published_figures
+
+#: How many published figures a cell without a predictor shows.
+FIGURES_WITHOUT_PREDICTION = 6
 
 
 def _check_reference(reference: object) -> None:
@@ -56,34 +64,45 @@ def has_gpu() -> bool:
     return False
 
 
-def no_gpu_lines(what: str, reference: str | None = None) -> list[str]:
+def no_gpu_lines(
+    what: str, reference: str | None = None, predict: Predictor | None = None
+) -> list[str]:
     """The lines :func:`require_gpu` prints on a machine without a GPU."""
     _check_reference(reference)
     lines = [f"No GPU here: this cell would show {what}."]
-    if reference is None:
+    recording = _reference.load(reference) if reference is not None else None
+    if recording is not None:
+        lines.extend(_reference.format_reference(recording).splitlines())
         return lines
-    recording = _reference.load(reference)
-    if recording is None:
+    if predict is not None:
+        lines.extend(predict(chosen_gpu()).lines())
+    elif reference is not None:
+        figures = published_figures(reference)[:FIGURES_WITHOUT_PREDICTION]
+        if figures:
+            lines.append("Published measurements, not measured here:")
+            lines.extend(f"  - {f.line()}" for f in figures)
+    if reference is not None:
         lines.append(
             "No recording from a real GPU exists yet; make one on a GPU machine with: "
             f"{_reference.record_command(reference)}"
         )
-    else:
-        lines.extend(_reference.format_reference(recording).splitlines())
     return lines
 
 
-def require_gpu(what: str, reference: str | None = None) -> bool:
+def require_gpu(what: str, reference: str | None = None, predict: Predictor | None = None) -> bool:
     """True where a GPU exists; elsewhere print what the cell would show and return False.
 
     Args:
         what: what the cell demonstrates, completing "this cell would show ...".
         reference: the name of a recording (see :mod:`labkit.machine.reference`) to
             print in place of the live result, e.g. "naive_timing".
+        predict: the lesson's prediction for a GPU's spec sheet, shown (with the
+            published measurements it picks) where no recording exists; it is
+            called with the GPU :func:`labkit.machine.published.chosen_gpu` returns.
     """
     _check_reference(reference)
     if has_gpu():
         return True
-    for line in no_gpu_lines(what.strip().rstrip("."), reference):
+    for line in no_gpu_lines(what.strip().rstrip("."), reference, predict):
         print(line)
     return False

@@ -32,14 +32,14 @@ from labkit.roofline.model import (
 )
 from labkit.roofline.plots import plot_roofline
 from labkit.roofline.published import (
-    PUBLISHED_PEAKS,
+    RIDGE_GPU,
     PublishedPeak,
     compare_ridge,
     published_ridges,
 )
 
 __all__ = [
-    "PUBLISHED_PEAKS",
+    "RIDGE_GPU",
     "OpCost",
     "OpMeasurement",
     "PeakCompute",

@@ -1,9 +1,10 @@
 """Published GPU peaks, cited, and the ridge points they imply.
 
 Notebook 03 runs on a CPU; what it says about a GPU's roofline must come from
-a published source, not from memory. This is a small table of vendor
-figures, each with where it was read and when, and the ridge point is
-computed from them (:func:`published_ridges`) rather than typed into prose.
+a published source, not from memory. The peaks come from labkit's spec table
+(:mod:`labkit.machine.published`), each with where it was read and when, and
+the ridge point is computed from them (:func:`published_ridges`) rather than
+typed into prose.
 
 Spec sheets quote tensor-core rates *with 2:4 structured sparsity* (marked
 with an asterisk on NVIDIA's datasheet), twice the dense rate a normal
@@ -41,60 +42,51 @@ class PublishedPeak(JsonRecord):
         )
 
 
-#: Where the H100 SXM figures were read (2026-12-01): a table of NVIDIA's H100 SXM5
-#: figures (dense and sparse side by side: FP32 66.9, TF32 494.7 / 989.4, BF16 989.4 /
-#: 1978.9 TFLOPS; HBM3 3.35 TB/s), cross-checked with a page quoting NVIDIA's datasheet
-#: (FP32 67, TF32 989 and BF16 1,979 TFLOPS "with sparsity", 3.35 TB/s):
-#: https://www.clawkipedia.org/wiki/nvidia-h100. NVIDIA's own datasheet
-#: (https://www.nvidia.com/en-us/data-center/h100/) could not be opened when this
-#: table was written: check the figures there before relying on a digit.
-H100_SOURCE = (
-    "NVIDIA's H100 SXM5 figures as reproduced on https://glennklockwood.com/garden/processors/h100"
-    " (a third-party page; NVIDIA's datasheet could not be opened here). On that page the TF32,"
-    " FP8 and INT8 rows are shifted one column left: TF32's 494.7 sits under VFMA and 989.4"
-    " (sparse) under Matrix; 494.7 is the dense tensor-core rate, as NVIDIA's datasheet's"
-    " 989 TFLOPS with sparsity implies"
-)
-H100_READ_ON = "2026-12-01"
-H100_MEMORY_TB_PER_S = 3.35
-
-PUBLISHED_PEAKS: tuple[PublishedPeak, ...] = (
-    PublishedPeak(
-        "H100 SXM",
+#: The GPU whose ridges notebook 03 prints, and the spec-sheet field of each compute roof.
+RIDGE_GPU = "H100 SXM5 80GB"
+RIDGE_ROOFS: tuple[tuple[str, str, str], ...] = (
+    (
         "FP32 (CUDA cores)",
-        66.9,
-        H100_MEMORY_TB_PER_S,
-        H100_SOURCE,
-        H100_READ_ON,
+        "fp32_tflop_per_s",
         "no tensor cores: the rate a float32 op gets with TF32 off (PyTorch's matmul default)",
     ),
-    PublishedPeak(
-        "H100 SXM",
-        "TF32 tensor cores",
-        494.7,
-        H100_MEMORY_TB_PER_S,
-        H100_SOURCE,
-        H100_READ_ON,
-        "dense; the datasheet's 989 is with sparsity",
-    ),
-    PublishedPeak(
-        "H100 SXM",
-        "BF16/FP16 tensor cores",
-        989.4,
-        H100_MEMORY_TB_PER_S,
-        H100_SOURCE,
-        H100_READ_ON,
-        "dense; the datasheet's 1,979 is with sparsity",
-    ),
+    ("TF32 tensor cores", "tf32_tflop_per_s", "dense"),
+    ("BF16/FP16 tensor cores", "bf16_tflop_per_s", "dense"),
 )
 
 
-def published_ridges(gpu: str = "H100 SXM") -> tuple[PublishedPeak, ...]:
-    """The cited peaks of ``gpu``, each able to say its ridge point."""
-    rows = tuple(p for p in PUBLISHED_PEAKS if p.gpu == gpu)
+def _peaks(gpu: str) -> tuple[PublishedPeak, ...]:
+    """The cited peaks of ``gpu`` from labkit's spec table (:mod:`labkit.machine.published`)."""
+    from labkit.machine.published import gpu_spec
+
+    spec = gpu_spec(gpu)
+    memory = spec.need("memory_gb_per_s") / 1e3
+    rows = []
+    for compute, field, note in RIDGE_ROOFS:
+        value = spec.get(field)
+        if value is None:
+            continue
+        source = spec.source(field)
+        rows.append(
+            PublishedPeak(
+                spec.name,
+                compute,
+                value,
+                memory,
+                f"{source.url} ({source.where}; {source.kind}); memory: "
+                f"{spec.source('memory_gb_per_s').url}",
+                source.checked,
+                note,
+            )
+        )
+    return tuple(rows)
+
+
+def published_ridges(gpu: str = RIDGE_GPU) -> tuple[PublishedPeak, ...]:
+    """The cited peaks of ``gpu`` (a name or alias of the spec table), each able to say its ridge."""
+    rows = _peaks(gpu)
     if not rows:
-        known = sorted({p.gpu for p in PUBLISHED_PEAKS})
-        raise ValueError(f"gpu must be one of {known}, got {gpu!r}")
+        raise ValueError(f"the spec table has no compute rates for gpu={gpu!r}")
     return rows
 
 
@@ -146,9 +138,9 @@ def compare_ridge(cpu_ridge_flop_per_byte: float, gpu: PublishedPeak) -> str:
 __all__ = [
     "CPU_RIDGE_HIGHER",
     "CPU_RIDGE_LOWER",
-    "PUBLISHED_PEAKS",
     "RIDGES_CLOSE",
     "PublishedPeak",
+    "RIDGE_GPU",
     "compare_ridge",
     "published_ridges",
 ]

@@ -1,0 +1,58 @@
+"""Notebook 09's GPU cell without a GPU: what a ``.item()`` every step costs on a named GPU.
+
+The model: with one sync per step the GPU idles from the moment its queue
+drains until the host has launched the next step's first kernel: at least one
+launch (5-20 µs, HTA) and, in practice, the host work in between (notebook 09
+section 4). Against the step's own GPU time, the course CNN's training step
+at batch 128 of 128×128 images bounded by notebook 03's roofline, that floor is
+the smallest share of the step the sync can cost.
+"""
+
+from __future__ import annotations
+
+from labkit.core.units import format_duration
+from labkit.machine.prediction import GpuPrediction, by_id, spec_values
+from labkit.machine.published import GpuSpec
+from labkit.timing.gpu_prediction import LAUNCH_FIGURES
+
+REFERENCE_NAME = "profile"
+
+#: The cell's training step: batch 128 of 128×128 images.
+BATCH, IMAGE_SIZE = 128, 128
+
+
+def predict_sync_stall(gpu: GpuSpec) -> GpuPrediction:
+    """The least share of a step that a sync per step costs the course CNN on ``gpu``."""
+    from labkit.models.gpu_prediction import cnn_image_cost
+
+    found, missing = spec_values(gpu, "memory_gb_per_s", "fp32_tflop_per_s")
+    launches = by_id(LAUNCH_FIGURES)
+    low, high = (f.value for f in launches)
+    model = [
+        f"a sync every step leaves the GPU idle for at least one launch: {low:g}-{high:g} µs "
+        "a step, plus whatever host work runs before the next step's first kernel"
+    ]
+    verdicts = []
+    if len(found) == 2:
+        cost = cnn_image_cost(IMAGE_SIZE)
+        step_ms = (
+            BATCH
+            * max(
+                cost.flops / (found["fp32_tflop_per_s"] * 1e12),
+                cost.bytes / (found["memory_gb_per_s"] * 1e9),
+            )
+            * 1e3
+        )
+        model.append(
+            f"the course CNN's training step, batch {BATCH} of {IMAGE_SIZE}×{IMAGE_SIZE}: at "
+            f"least {format_duration(step_ms)} of GPU time on the {gpu.name} (roofline bound)"
+        )
+        verdicts.append(
+            f"against a {format_duration(step_ms)} step, one launch's idle gap is "
+            f"{low / (step_ms * 1e3):.1%} to {high / (step_ms * 1e3):.1%} of it: the sync costs "
+            "most where steps are short or the host work between the sync and the next launch "
+            "is long (a GPU run measures both)"
+        )
+    return GpuPrediction(
+        REFERENCE_NAME, gpu, tuple(model), launches, tuple(verdicts), tuple(found), missing
+    )
