@@ -6,6 +6,7 @@ arithmetic, never speed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -90,14 +91,24 @@ def test_knee_peak_and_gain_from_known_points() -> None:
         sweep.curve("eval")
 
 
+def test_past_the_peak_the_budget_takes_the_faster_smaller_batch() -> None:
+    """Review round 8 (R8-08-1): the largest batch within budget can be slower than a smaller one."""
+    points = tuple(
+        _point("inference", b, ms) for b, ms in ((256, 1.3), (512, 2.36), (1024, 4.84))
+    )  # samples/s: 196,923, 216,949, 211,570: the peak at 512
+    sweep = dataclasses.replace(_sweep(), curves=(BatchCurve("inference", points),))
+    assert latency_budget_batch(sweep, 10.0) == 512
+    assert latency_budget_batch(sweep, 1.5) == 256  # the only batch within 1.5 ms
+
+
 def test_a_curve_still_rising_has_no_plateau_yet() -> None:
     rising = BatchCurve("train", tuple(_point("train", b, 1.0) for b in (1, 2, 4)))
     assert rising.knee_batch == 4 and not rising.flattened
     assert rising.describe().endswith("no plateau yet: still rising at batch 4")
 
 
-def test_latency_budget_batch_takes_the_largest_batch_within_budget() -> None:
-    sweep = _sweep()  # inference latencies: 0.5, 0.625, 1.0, 1.9 ms
+def test_latency_budget_batch_takes_the_best_batch_within_budget() -> None:
+    sweep = _sweep()  # inference latencies: 0.5, 0.625, 1.0, 1.9 ms (samples/s still rising)
     assert latency_budget_batch(sweep, 1.0) == 4
     assert latency_budget_batch(sweep, 10.0) == 8
     assert latency_budget_batch(sweep, 0.1) is None

@@ -72,7 +72,7 @@ def test_require_gpu_without_a_recording_names_the_command(no_gpu, capsys):
         "labkit bench timing --record"
     )
     # between them, the lesson's published measurements, each with its source
-    assert lines[1] == "Published measurements, not measured here:"
+    assert lines[1] == "Published figures, not measured here:"
     assert all("https://" in line for line in lines[2:-1]) and len(lines) > 3
     gpu.require_gpu("a bandwidth curve", reference="bandwidth")
     assert capsys.readouterr().out.splitlines()[-1].endswith("labkit bench bandwidth --record")

@@ -56,7 +56,7 @@ def test_nsight_commands() -> None:
         "nsys profile -t cuda,nvtx,osrt --stats=true --force-overwrite true "
         "-o report python train.py"
     )
-    assert ncu == "ncu --set full -k regex:conv -c 1 -f -o report python train.py"
+    assert ncu == "ncu --set full -k regex:KERNEL_FROM_NSYS -c 1 -f -o report python train.py"
     nsys, ncu = nsight_commands(
         "-m labkit.profiling.nsys_target",
         args=["--steps", "5"],

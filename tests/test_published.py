@@ -243,7 +243,7 @@ def test_require_gpu_prints_the_prediction_then_how_to_record(
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "No GPU here: this cell would show transfers."
     assert lines[1].startswith("Predicted by this lesson's model for the A100 SXM4 80GB")
-    assert "Published measurements, not measured here:" in lines
+    assert "Published figures, not measured here:" in lines
     assert any("25.7 GB/s measured is 82% of the spec sheet's 31.5 GB/s" in ln for ln in lines)
     assert lines[-1].endswith("labkit bench bandwidth --record")
     # a recording takes precedence over the prediction
@@ -284,7 +284,7 @@ def test_no_committed_gpu_cell_prints_only_that_no_recording_exists() -> None:
         assert out.startswith("No GPU here") or "recorded on" in out, (name, i)
         assert "recorded on" in out or "https://" in out, f"{name} cell {i} shows no source"
         # published figures beside the prediction, or the prediction says that none exists
-        shown = ("Published measurements, not measured here:", "recorded on", "no published")
+        shown = ("Published figures, not measured here:", "recorded on", "no published")
         assert any(s in out for s in shown), (name, i)
 
 

@@ -22,7 +22,7 @@ from labkit.timing.gpu_prediction import LAUNCH_FIGURES
 
 REFERENCE_NAME = "batching"
 
-#: Published inference throughput against batch size (ResNet-50, NVIDIA): T4 and V100.
+#: Published inference throughput against batch size (ResNet-50 on a T4, NVIDIA).
 BATCH_FIGURES = (
     "resnet50-infer-t4-fp32-bs1",
     "resnet50-infer-t4-fp32-bs256",
@@ -39,6 +39,17 @@ ADAM_BYTES_PER_PARAMETER = 16
 def mlp_parameters(sizes: tuple[int, ...] = (256, 512, 512, 10)) -> int:
     """Weights and biases of the MLP ``labkit.batching.step.mlp`` builds."""
     return sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:], strict=True))
+
+
+def mlp_train_flops_per_sample(sizes: tuple[int, ...] = (256, 512, 512, 10)) -> int:
+    """FLOPs of one sample's training step through the MLP's linear layers.
+
+    Forward: one multiply-add (2 FLOPs) per weight. Backward: the weight's
+    gradient (2 per weight) and the input's (2 per weight), except for the first
+    layer, whose input needs no gradient.
+    """
+    weights = [a * b for a, b in zip(sizes[:-1], sizes[1:], strict=True)]
+    return 6 * sum(weights) - 2 * weights[0]
 
 
 def cnn_saved_bytes_per_sample(shape: tuple[int, int, int]) -> tuple[int, int]:
@@ -70,31 +81,35 @@ def cnn_saved_bytes_per_sample(shape: tuple[int, int, int]) -> tuple[int, int]:
 def predict_batch_sweep(gpu: GpuSpec) -> GpuPrediction:
     """The batch below which the MLP's training step on ``gpu`` is launch-bound."""
     found, missing = spec_values(gpu, "fp32_tflop_per_s")
-    params = mlp_parameters()
+    flops = mlp_train_flops_per_sample()
     launches = by_id(LAUNCH_FIGURES)
     low, high = (f.value for f in launches)
     model = [
         f"the MLP's training step: at least {MLP_STEP_KERNELS} kernels, "
         f"{MLP_STEP_KERNELS * low:g}-{MLP_STEP_KERNELS * high:g} µs of launching per step "
-        f"whatever the batch; 6 × {params:,} parameters = {6 * params / 1e6:.2f} MFLOP per sample"
+        f"whatever the batch (HTA's CPU-side cost per launch); {flops / 1e6:.2f} MFLOP per sample "
+        "(forward 2 per weight, backward 4, less the first layer's input gradient)"
     ]
     verdicts = []
     if found:
         p = found["fp32_tflop_per_s"] * 1e12
-        b_low, b_high = (MLP_STEP_KERNELS * t * 1e-6 * p / (6 * params) for t in (low, high))
+        b_low, b_high = (MLP_STEP_KERNELS * t * 1e-6 * p / flops for t in (low, high))
         model.append(
-            f"at {found['fp32_tflop_per_s']:g} TFLOP/s the arithmetic equals the launches at a "
-            f"batch of about {b_low:,.0f} to {b_high:,.0f}"
+            f"at the FP32 peak of {found['fp32_tflop_per_s']:g} TFLOP/s the arithmetic takes as "
+            f"long as the launches at a batch of about {b_low:,.0f} to {b_high:,.0f}"
         )
         verdicts.append(
-            f"below a batch of about {b_low:,.0f} the step is launch-bound on the {gpu.name}: "
-            "samples/s grows almost in proportion to the batch there, and the knee lies above it"
+            f"where the knee falls on the {gpu.name} turns on those two costs: matmuls this "
+            "small run below the peak (which moves the crossing to smaller batches), and a real "
+            "step launches more kernels or pays more per launch (which moves it to larger ones); "
+            "a GPU run shows where it is"
         )
     figures = by_id(BATCH_FIGURES)
     fp32_1, fp32_256, amp_1, amp_256 = (f.value for f in figures)
     verdicts.append(
-        f"published, ResNet-50 inference on a T4: batch 1 → 256 gives {fp32_256 / fp32_1:.3g}× "
-        f"the images/s in FP32 and {amp_256 / amp_1:.3g}× with AMP"
+        f"published, ResNet-50 inference on a T4 (a different model, GPU and mode: the shape of "
+        f"a batch curve, not a test of this prediction): batch 1 → 256 gives "
+        f"{fp32_256 / fp32_1:.3g}× the images/s in FP32 and {amp_256 / amp_1:.3g}× with AMP"
     )
     return GpuPrediction(
         REFERENCE_NAME,
@@ -111,22 +126,23 @@ def predict_largest_batch(gpu: GpuSpec) -> GpuPrediction:
     """The largest CNN batch (3×64×64, Adam) under the search's 25% cap of ``gpu``'s memory."""
     found, missing = spec_values(gpu, "memory_gb")
     saved, params = cnn_saved_bytes_per_sample(RECORDED_SHAPE)
-    per_sample = 2 * saved  # the saved activations, and about as much again in temporaries
     fixed = ADAM_BYTES_PER_PARAMETER * params
     _, h, w = RECORDED_SHAPE
     model = [
         f"the CNN on 3×{h}×{w} with Adam: {format_bytes(fixed)} fixed (16 bytes for each of its "
         f"{params:,} parameters); per sample {format_bytes(saved)} of activations saved for "
-        f"backward (counted) and about as much again in backward's temporaries (an estimate): "
-        f"{format_bytes(per_sample)}"
+        "backward (counted), plus backward's temporaries, between none and as much again "
+        '(section 5\'s CPU fit measures them: its "other" column)'
     ]
     verdicts = []
     if found:
         cap = DEFAULT_FRACTION * found["memory_gb"] * 1e9
-        batch = int((cap - fixed) // per_sample)
+        most = int((cap - fixed) // saved)
+        least = int((cap - fixed) // (2 * saved))
         model.append(
-            f"{DEFAULT_FRACTION:.0%} of {found['memory_gb']:g} GB = {format_bytes(int(cap))}: "
-            f"a batch of about {batch:,} fits (less the CUDA context and the allocator's rounding)"
+            f"{DEFAULT_FRACTION:.0%} of the sheet's {found['memory_gb']:g} GB (taken as 10⁹ bytes "
+            f"each) = {format_bytes(int(cap))}: a batch of about {least:,} to {most:,} fits (the "
+            "search caps at 25% of the memory torch reports free, after the CUDA context)"
         )
         verdicts.append(
             "no published measurement of this model: the search on a GPU (labkit bench batching "

@@ -440,11 +440,14 @@ def batch_sweep(
 def latency_budget_batch(
     result: BatchSweep, max_latency_ms: float, mode: str = "inference"
 ) -> int | None:
-    """The largest batch whose median latency stays within ``max_latency_ms`` (None if none does).
+    """Of the batches whose median latency stays within ``max_latency_ms``, the one with the
+    most samples/s (None if none fits; the smaller batch on a tie).
 
-    The other side of the trade-off: throughput wants the biggest batch, but
-    a request served in a batch waits for the whole batch. A service with a
-    latency budget takes the largest batch that meets it, not the peak.
+    The other side of the trade-off: throughput wants a big batch, but a
+    request served in a batch waits for the whole batch. A service with a
+    latency budget takes the best batch that meets it, not the peak: the
+    largest one that fits while samples/s still rises with the batch, a
+    smaller one past the peak, where a larger batch only adds latency.
     The latency here is the batch's compute time only: a server that waits to
     gather a batch (Triton's ``max_queue_delay_microseconds``) adds that wait,
     and the queueing behind earlier batches, to a request's latency.
@@ -452,8 +455,11 @@ def latency_budget_batch(
     from labkit.core.validate import check_ms
 
     max_latency_ms = check_ms("max_latency_ms", max_latency_ms)
-    fitting = [p.batch_size for p in result.curve(mode).points if p.latency_ms <= max_latency_ms]
-    return max(fitting) if fitting else None
+    fitting = [p for p in result.curve(mode).points if p.latency_ms <= max_latency_ms]
+    if not fitting:
+        return None
+    # samples/s from the same median latency the budget is checked against
+    return max(fitting, key=lambda p: (p.batch_size / p.latency_ms, -p.batch_size)).batch_size
 
 
 # --------------------------------------------------------------------------- plot

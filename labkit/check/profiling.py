@@ -12,8 +12,8 @@ from labkit.profiling.common import union_ms
 #: on two streams (a copy overlapping compute), with gaps where the device waited on the host.
 TIMELINE_STEP_MS = 10.0
 TIMELINE_KERNELS_MS: tuple[tuple[float, float], ...] = (
-    (0.0, 1.5),  # stream 7: host-to-device copy of the batch
-    (1.0, 3.0),  # stream 0: forward, overlapping the copy's tail
+    (0.0, 1.5),  # stream 7: host-to-device copy of the *next* batch (prefetch)
+    (1.0, 3.0),  # stream 0: forward on the current batch, overlapping that copy
     (3.0, 4.0),
     (5.5, 7.5),  # backward, after a 1.5-ms gap (the host was busy)
     (7.0, 8.0),  # stream 7: gradient all-reduce, overlapping backward

@@ -16,8 +16,8 @@
 //                 register blocking: each thread computes a TM x TN micro-tile
 //                 of C, so one column of A (TM values) and one row of B (TN
 //                 values) loaded into registers feed TM * TN FMAs. Global loads
-//                 are 16-byte float4s. This is Boehm's kernel 6 ("vectorized
-//                 2D blocktiling") with the thread layout of his warptiling
+//                 are 16-byte float4s. This is Boehm's kernel 6 ("Vectorized
+//                 Mem Access": 2D blocktiling with float4 loads) with the thread layout of his warptiling
 //                 kernel: a warp's 32 threads take a 4 x 8 patch of micro-tiles,
 //                 so their shared-memory reads are conflict-free float4s.
 //

@@ -339,8 +339,9 @@ def race_demo(
     next one starts. So with ``start_together=False`` the bug is reliably
     visible (every element whose writer starts after its reader is stale:
     28 of the 64 elements of an 8×8 tile) but the *pattern* is nearly the
-    same in every run; only the first block, which reads uninitialised
-    memory, can differ. On a GPU all threads of a block are resident at once
+    same in every run: Python's threads are still pre-empted now and then, so
+    a few pairs (0 to 12 of the 112 wrong elements at n = 16, in a review's
+    runs) change order, in any block. On a GPU all threads of a block are resident at once
     and the hardware schedules them, so which reads lose the race changes
     from run to run. ``start_together=True`` (the default) runs the same
     buggy kernel with one extra ``cuda.syncthreads()`` at its very start,

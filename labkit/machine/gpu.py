@@ -79,7 +79,7 @@ def no_gpu_lines(
     elif reference is not None:
         figures = published_figures(reference)[:FIGURES_WITHOUT_PREDICTION]
         if figures:
-            lines.append("Published measurements, not measured here:")
+            lines.append("Published figures, not measured here:")
             lines.extend(f"  - {f.line()}" for f in figures)
     if reference is not None:
         lines.append(

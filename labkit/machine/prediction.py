@@ -63,10 +63,10 @@ class GpuPrediction:
                 "the model cannot say what depends on it)"
             )
         if self.figures:
-            out.append("Published measurements, not measured here:")
+            out.append("Published figures, not measured here:")
             out += [f"  - {f.line()}" for f in self.figures]
         if self.verdicts:
-            out.append("Prediction against measurement:")
+            out.append("Computed from the numbers above:")
             out += [f"  - {v}" for v in self.verdicts]
         if self.used:
             out.append(f"Spec-sheet values used ({self.gpu.name}):")

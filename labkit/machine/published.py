@@ -177,10 +177,16 @@ class PublishedFigure(JsonRecord):
             return None
         fraction, spec = found
         rated = spec.need(self.spec_field)
+        above = (
+            " (more than the sheet: its figure may be rounded, or the benchmark counts bytes "
+            "or operations differently)"
+            if fraction > 1
+            else ""
+        )
         return (
             f"{spec.name}: {format_number(self.value)} {self.unit} measured is {fraction:.0%} "
             f"of the spec sheet's {format_number(rated)} {SPEC_FIELDS[self.spec_field]} "
-            f"({SPEC_LABELS[self.spec_field]})"
+            f"({SPEC_LABELS[self.spec_field]}){above}"
         )
 
 

@@ -2,11 +2,12 @@
 
 - **The course CNN** (:class:`labkit.models.cnn.CNN` at 224×224): notebook 03's
   roofline applied to one training image. Its FLOPs are counted by torch's
-  ``FlopCounterMode`` (forward; backward taken as twice the forward, the usual
-  estimate for convolutions and linear layers, notebook 09); its bytes are the
-  activations each layer writes and the next reads, tripled the same way. The
-  slower of FLOPs / peak and bytes / bandwidth bounds the images per second;
-  16-bit activations halve the bytes.
+  ``FlopCounterMode`` over forward and backward; its bytes are the activations
+  each layer writes and the next reads, tripled for backward (an estimate).
+  PyTorch runs float32 convolutions on TF32 tensor cores by default
+  (``torch.backends.cudnn.allow_tf32`` is True), so the float32 compute roof
+  is TF32's. The slower of FLOPs / peak and bytes / bandwidth bounds the images
+  per second; 16-bit activations halve the bytes.
 - **Recurrent layers**: a loop over time steps launches kernels every step
   (5-20 µs each, HTA), where cuDNN runs the whole sequence in a few calls; the
   launches alone put a floor under the loop's time.
@@ -52,7 +53,14 @@ class ImageCost:
 
 
 def cnn_image_cost(image_size: int = 224) -> ImageCost:
-    """FLOPs and activation bytes of one training image through the course CNN (float32)."""
+    """FLOPs and activation bytes of one training image through the course CNN (float32).
+
+    FLOPs: torch's ``FlopCounterMode`` over a forward and a backward pass (the
+    first convolution computes no input gradient, so backward is less than
+    twice the forward here). Bytes: each layer's output written once and read
+    once in forward, times :data:`TRAIN_FACTOR` for backward (an estimate:
+    backward reads the saved activations and writes their gradients).
+    """
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -66,31 +74,33 @@ def cnn_image_cost(image_size: int = 224) -> ImageCost:
         for m in model.modules()
         if not list(m.children())
     ]
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        model(x)
+    with FlopCounterMode(display=False) as counter:
+        model(x).sum().backward()
     for h in hooks:
         h.remove()
     forward_bytes = x.numel() * 4 + 2 * sum(written)  # each output written once, read once
-    return ImageCost(TRAIN_FACTOR * counter.get_total_flops(), TRAIN_FACTOR * forward_bytes)
+    return ImageCost(counter.get_total_flops(), TRAIN_FACTOR * forward_bytes)
 
 
 def _cnn_prediction(lesson: str, gpu: GpuSpec, image_size: int) -> GpuPrediction:
-    found, missing = spec_values(gpu, "memory_gb_per_s", "fp32_tflop_per_s", "fp16_tflop_per_s")
+    found, missing = spec_values(gpu, "memory_gb_per_s", "tf32_tflop_per_s", "fp16_tflop_per_s")
     cost = cnn_image_cost(image_size)
     model = [
         f"one {image_size}×{image_size} training image through the course CNN: "
-        f"{format_count(cost.flops, 'FLOP')} and {format_count(cost.bytes, 'B')} of activations "
-        f"moved ({cost.flops / cost.bytes:.2g} FLOP/byte)"
+        f"{format_count(cost.flops, 'FLOP')} (forward and backward, counted) and about "
+        f"{format_count(cost.bytes, 'B')} of activations moved (estimated): "
+        f"{cost.flops / cost.bytes:.2g} FLOP/byte"
     ]
     verdicts = []
     b = found.get("memory_gb_per_s")
-    if b and "fp32_tflop_per_s" in found:
-        p = found["fp32_tflop_per_s"]
+    if b and "tf32_tflop_per_s" in found:
+        p = found["tf32_tflop_per_s"]
         ridge = p * 1e12 / (b * 1e9)
         bound = "memory-bound" if cost.flops / cost.bytes < ridge else "compute-bound"
         fp32 = cost.images_per_s(p, b)
         model.append(
-            f"float32: at most {fp32:,.0f} images/s ({bound}: the ridge is {ridge:.3g} FLOP/byte)"
+            f"float32 (its convolution on TF32 tensor cores, PyTorch's cuDNN default): at most "
+            f"{fp32:,.0f} images/s ({bound}: the TF32 ridge is {ridge:.3g} FLOP/byte)"
         )
         if "fp16_tflop_per_s" in found:
             half = cost.images_per_s(found["fp16_tflop_per_s"], b, bytes_scale=0.5)
@@ -115,9 +125,11 @@ def _cnn_prediction(lesson: str, gpu: GpuSpec, image_size: int) -> GpuPrediction
             a100.need("fp16_tflop_per_s") / a100.need("tf32_tflop_per_s"),
             "ratio of its FP16 and TF32 peaks",
         )
+        + ", with the channels-last layout in the AMP run only (NVIDIA's configs.yml)"
     )
     verdicts.append(
-        f"published ResNet-50 inference on a T4 at batch 256: {t4_amp / t4_fp32:.3g}× with AMP"
+        f"published ResNet-50 inference on a T4 at batch 256: {t4_amp / t4_fp32:.3g}× with AMP "
+        "(and channels-last)"
     )
     return GpuPrediction(lesson, gpu, tuple(model), figures, tuple(verdicts), tuple(found), missing)
 
@@ -144,7 +156,9 @@ def predict_rnn(gpu: GpuSpec, steps: int = 20, kernels_per_step: int = 4) -> Gpu
     model = [
         f"a loop over {steps} time steps, at least {kernels_per_step} kernels a step: "
         f"{steps * kernels_per_step} launches, {format_duration(floor_low)} to "
-        f"{format_duration(floor_high)} of launching per sequence whatever the GPU",
+        f"{format_duration(floor_high)} of launching per sequence whatever the GPU (HTA's "
+        "5-20 µs is a CUDA kernel launch's CPU time in PyTorch traces; a framework op adds its "
+        "own dispatch)",
     ]
     figures = (*launches, *by_id(RNN_FIGURES))
     cudnn, cell, custom, cntk = (f.value for f in figures[2:])

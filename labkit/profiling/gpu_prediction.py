@@ -1,11 +1,11 @@
 """Notebook 09's GPU cell without a GPU: what a ``.item()`` every step costs on a named GPU.
 
 The model: with one sync per step the GPU idles from the moment its queue
-drains until the host has launched the next step's first kernel: at least one
-launch (5-20 µs, HTA) and, in practice, the host work in between (notebook 09
-section 4). Against the step's own GPU time, the course CNN's training step
-at batch 128 of 128×128 images bounded by notebook 03's roofline, that floor is
-the smallest share of the step the sync can cost.
+drains until the host has issued the next step's first kernel: the host work
+in between (notebook 09 section 4) and a launch, whose CPU-side cost HTA puts
+at 5-20 µs. Set against the step's own GPU time (the course CNN's training
+step at batch 128 of 128×128 images, estimated with notebook 03's roofline),
+it says when the sync matters: short steps, long host work between them.
 """
 
 from __future__ import annotations
@@ -25,12 +25,13 @@ def predict_sync_stall(gpu: GpuSpec) -> GpuPrediction:
     """The least share of a step that a sync per step costs the course CNN on ``gpu``."""
     from labkit.models.gpu_prediction import cnn_image_cost
 
-    found, missing = spec_values(gpu, "memory_gb_per_s", "fp32_tflop_per_s")
+    found, missing = spec_values(gpu, "memory_gb_per_s", "tf32_tflop_per_s")
     launches = by_id(LAUNCH_FIGURES)
     low, high = (f.value for f in launches)
     model = [
-        f"a sync every step leaves the GPU idle for at least one launch: {low:g}-{high:g} µs "
-        "a step, plus whatever host work runs before the next step's first kernel"
+        "after a sync the GPU waits until the host has issued the next step's first kernel: "
+        f"the host work in between, and at least one launch (HTA puts a launch's CPU-side cost "
+        f"at {low:g}-{high:g} µs)"
     ]
     verdicts = []
     if len(found) == 2:
@@ -38,17 +39,19 @@ def predict_sync_stall(gpu: GpuSpec) -> GpuPrediction:
         step_ms = (
             BATCH
             * max(
-                cost.flops / (found["fp32_tflop_per_s"] * 1e12),
+                cost.flops / (found["tf32_tflop_per_s"] * 1e12),
                 cost.bytes / (found["memory_gb_per_s"] * 1e9),
             )
             * 1e3
         )
         model.append(
-            f"the course CNN's training step, batch {BATCH} of {IMAGE_SIZE}×{IMAGE_SIZE}: at "
-            f"least {format_duration(step_ms)} of GPU time on the {gpu.name} (roofline bound)"
+            f"the course CNN's training step, batch {BATCH} of {IMAGE_SIZE}×{IMAGE_SIZE}: about "
+            f"{format_duration(step_ms)} of GPU time on the {gpu.name} (a roofline estimate: "
+            "counted FLOPs, estimated bytes; its convolution on TF32 tensor cores, as PyTorch "
+            "runs it by default)"
         )
         verdicts.append(
-            f"against a {format_duration(step_ms)} step, one launch's idle gap is "
+            f"against a {format_duration(step_ms)} step, one launch's CPU time is "
             f"{low / (step_ms * 1e3):.1%} to {high / (step_ms * 1e3):.1%} of it: the sync costs "
             "most where steps are short or the host work between the sync and the next launch "
             "is long (a GPU run measures both)"

@@ -73,7 +73,7 @@ def nsight_commands(
     script: str = "train.py",
     *,
     args: Sequence[str] = (),
-    kernel_regex: str = "conv",
+    kernel_regex: str = "KERNEL_FROM_NSYS",
     output: str = "report",
     python: str = "python",
 ) -> list[str]:
@@ -84,7 +84,10 @@ def nsight_commands(
        terminal, summary tables of the kernels and NVTX ranges.
     2. ``ncu --set full -k regex:KERNEL -c 1 -o OUTPUT ...``: every hardware
        metric for the first kernel whose name matches ``kernel_regex``
-       (``OUTPUT.ncu-rep``, opened with ``ncu-ui``).
+       (``OUTPUT.ncu-rep``, opened with ``ncu-ui``). The default is a placeholder
+       to replace with a name from the nsys report: library kernels (cuDNN,
+       CUTLASS) need not contain the layer's name, so a guess such as "conv"
+       may match nothing.
 
     ``script`` may be ``"-m labkit.profiling.nsys_target"`` to profile the
     course CNN's training steps.

@@ -229,6 +229,7 @@ class SyncStallTiming(JsonRecord):
     #: The per-round ratio item-every-step / sync-once, lowest and highest (None: not interleaved).
     ratio_low: float | None = None
     ratio_high: float | None = None
+    rounds: int = 3
 
     json_extra = ("ms_per_step_sync_once", "ms_per_step_item", "stall_ms_per_step", "ratio")
 
@@ -275,6 +276,11 @@ class SyncStallTiming(JsonRecord):
                 else "the rounds disagree on which loop is faster: the difference is within "
                 "the run's own variation"
             )
+            if low > 1 or high < 1:  # with no effect, every round one way: (1/2)^rounds of runs
+                chance = 0.5**self.rounds
+                agree += (
+                    f" (with {self.rounds} rounds, noise alone does that in {chance:.1%} of runs)"
+                )
             lines.append(f"  per round: {low:.2f}× to {high:.2f}× the time; {agree}")
         if self.device.startswith("cuda"):
             lines.append(
@@ -352,4 +358,5 @@ def time_sync_stall(
         item_every_step=every,
         ratio_low=low,
         ratio_high=high,
+        rounds=rounds,
     )

@@ -56,7 +56,9 @@ def predict_roofline(gpu: GpuSpec, ops: Mapping[str, OpCost] | None = None) -> G
                 f"{three_digits(roof.ridge_point(dtype))} FLOP/byte"
             )
         for name, op in (ops or {}).items():
-            dtypes: Iterable[str] = [op.dtype] + (["tf32"] if op.dtype == "float32" else [])
+            # TF32 runs matmuls and convolutions on tensor cores, never elementwise ops or sums
+            tensor_core = op.kind in ("matmul", "conv2d") and op.dtype == "float32"
+            dtypes: Iterable[str] = [op.dtype] + (["tf32"] if tensor_core else [])
             parts = [
                 f"{d}: ≤ {format_gflop_per_s(roof.attainable_gflop_per_s(op.arithmetic_intensity, d))}"
                 f" ({roof.bound(op, d)})"
@@ -78,6 +80,7 @@ def predict_roofline(gpu: GpuSpec, ops: Mapping[str, OpCost] | None = None) -> G
     if verdicts:
         verdicts.append(
             "a maximum achievable matmul is the best of a sweep of shapes, and it stays below "
-            "the roof: the roof bounds an op's rate, and the gap is what its kernel leaves"
+            "the roof: a spec sheet's peak assumes every unit busy at the boost clock, so the gap "
+            "holds the clock the card sustains under load as well as what the kernel leaves"
         )
     return GpuPrediction(REFERENCE_NAME, gpu, tuple(model), figures, tuple(verdicts), used, missing)

@@ -297,9 +297,11 @@ class Scaling(JsonRecord):
 def bus_bandwidth_factor(nproc: int) -> float:
     """nccl-tests' all-reduce correction 2(n-1)/n: busbw = algbw × this (0 for one rank).
 
-    An all-reduce of S bytes over n ranks moves at best 2(n-1)/n × S bytes
-    through each rank's link, so busbw can be compared with a link's peak
-    whatever n is (NVIDIA/nccl-tests, doc/PERFORMANCE.md).
+    An all-reduce of S bytes over n ranks that reduce among themselves (a ring)
+    moves at least 2(n-1)/n × S bytes through each rank's link, so busbw can be
+    compared with a link's peak whatever n is (NVIDIA/nccl-tests,
+    doc/PERFORMANCE.md); where switches reduce (NVLS, CollNet) each rank sends
+    less, and busbw can exceed the link's rate.
     """
     nproc = check_positive_int("nproc", nproc)
     return 2 * (nproc - 1) / nproc

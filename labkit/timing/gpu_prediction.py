@@ -41,7 +41,9 @@ def predict_naive_timing(gpu: GpuSpec, n: int = GPU_MATMUL_N) -> GpuPrediction:
         verdicts.append(
             f"the GPU works at least {format_duration(work_ms)} per call while a naive clock "
             f"reads {low:g}-{high:g} µs: it would under-report the matmul "
-            f"{work_ms * 1e3 / high:,.0f}× to {work_ms * 1e3 / low:,.0f}× or more"
+            f"{work_ms * 1e3 / high:,.0f}× to {work_ms * 1e3 / low:,.0f}× (a PyTorch call adds its "
+            "own dispatch to the launch, which lowers the factor; a matmul slower than the peak "
+            "raises it)"
         )
     return GpuPrediction(
         REFERENCE_NAME, gpu, tuple(model), figures, tuple(verdicts), tuple(found), missing
