@@ -76,7 +76,7 @@ def top_operator(answer: Any, operators_by_self_time: Sequence[str]) -> CheckRes
             True,
             "On a CPU that is where an optimisation pays most: a 2× faster operator that takes "
             "5% of the step saves 2.5%, whatever the table's total column says. (On a GPU, "
-            "sort by self device time instead: there an operator's CPU time is its launch.)",
+            "sort by self device time instead: there an operator's CPU time is mostly its launch.)",
         )
     if answer in operators_by_self_time:
         return CheckResult(

@@ -1,6 +1,9 @@
 """The child process of the CUDA simulator: the course's kernels as numba functions, run with ``NUMBA_ENABLE_CUDASIM=1``.
 
-Each port mirrors its CUDA C namesake in ``labkit/kernels/*.cu`` line for line. This module is
+Each port mirrors its CUDA C namesake in ``labkit/kernels/*.cu`` line for line, but for
+``reduce_warp_shuffle``'s loads: the port reads one float per grid-stride iteration where
+``reduce.cu`` unrolls a float4 loop with a remainder and a scalar tail (the simulator has no warp
+shuffles, so the port does not run yet; porting those loops is left to when it can). This module is
 run as ``python -m`` by :func:`labkit.kernels.simulator.simulate`; the calling process
 never imports it (nor numba).
 """
@@ -37,7 +40,8 @@ def _kernels(tile: int) -> dict[str, Any]:  # noqa: C901 (a table of nested kern
     """The kernels as plain Python functions for one tile side (a compile-time constant).
 
     Each mirrors its CUDA C namesake in labkit/kernels/*.cu line for line
-    (same arguments, same indexing, same barriers), written for numba: the
+    (same arguments, same indexing, same barriers; ``reduce_warp_shuffle``'s loads
+    excepted, see the module docstring), written for numba: the
     names ``cuda`` and ``float32`` are module globals bound in the worker.
     The macros take simulator-sized values: TILE_DIM = TILE_SIZE = ``tile``,
     BLOCK_ROWS = tile / 4, BLOCK_SIZE = tile², and for sgemm_tiled the

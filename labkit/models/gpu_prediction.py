@@ -83,7 +83,10 @@ def cnn_image_cost(image_size: int = 224) -> ImageCost:
 
 
 def _cnn_prediction(lesson: str, gpu: GpuSpec, image_size: int) -> GpuPrediction:
-    found, missing = spec_values(gpu, "memory_gb_per_s", "tf32_tflop_per_s", "fp16_tflop_per_s")
+    # float32 convolutions run on TF32 tensor cores where the GPU has them (PyTorch's cuDNN
+    # default), on the FP32 cores where it has none (T4)
+    compute = "tf32_tflop_per_s" if gpu.get("tf32_tflop_per_s") else "fp32_tflop_per_s"
+    found, missing = spec_values(gpu, "memory_gb_per_s", compute, "fp16_tflop_per_s")
     cost = cnn_image_cost(image_size)
     model = [
         f"one {image_size}×{image_size} training image through the course CNN: "
@@ -93,14 +96,19 @@ def _cnn_prediction(lesson: str, gpu: GpuSpec, image_size: int) -> GpuPrediction
     ]
     verdicts = []
     b = found.get("memory_gb_per_s")
-    if b and "tf32_tflop_per_s" in found:
-        p = found["tf32_tflop_per_s"]
+    if b and compute in found:
+        p = found[compute]
+        how = (
+            "its convolution on TF32 tensor cores, PyTorch's cuDNN default"
+            if compute == "tf32_tflop_per_s"
+            else "the spec table has no TF32 rate for this GPU: the FP32 cores' rate"
+        )
         ridge = p * 1e12 / (b * 1e9)
         bound = "memory-bound" if cost.flops / cost.bytes < ridge else "compute-bound"
         fp32 = cost.images_per_s(p, b)
         model.append(
-            f"float32 (its convolution on TF32 tensor cores, PyTorch's cuDNN default): at most "
-            f"{fp32:,.0f} images/s ({bound}: the TF32 ridge is {ridge:.3g} FLOP/byte)"
+            f"float32 ({how}): at most {fp32:,.0f} images/s ({bound}: the ridge is "
+            f"{ridge:.3g} FLOP/byte)"
         )
         if "fp16_tflop_per_s" in found:
             half = cost.images_per_s(found["fp16_tflop_per_s"], b, bytes_scale=0.5)

@@ -22,10 +22,11 @@ BATCH, IMAGE_SIZE = 128, 128
 
 
 def predict_sync_stall(gpu: GpuSpec) -> GpuPrediction:
-    """The least share of a step that a sync per step costs the course CNN on ``gpu``."""
+    """One launch's CPU time against the course CNN's roofline-floor step on ``gpu``."""
     from labkit.models.gpu_prediction import cnn_image_cost
 
-    found, missing = spec_values(gpu, "memory_gb_per_s", "tf32_tflop_per_s")
+    compute = "tf32_tflop_per_s" if gpu.get("tf32_tflop_per_s") else "fp32_tflop_per_s"
+    found, missing = spec_values(gpu, "memory_gb_per_s", compute)
     launches = by_id(LAUNCH_FIGURES)
     low, high = (f.value for f in launches)
     model = [
@@ -39,20 +40,21 @@ def predict_sync_stall(gpu: GpuSpec) -> GpuPrediction:
         step_ms = (
             BATCH
             * max(
-                cost.flops / (found["tf32_tflop_per_s"] * 1e12),
+                cost.flops / (found[compute] * 1e12),
                 cost.bytes / (found["memory_gb_per_s"] * 1e9),
             )
             * 1e3
         )
         model.append(
-            f"the course CNN's training step, batch {BATCH} of {IMAGE_SIZE}×{IMAGE_SIZE}: about "
-            f"{format_duration(step_ms)} of GPU time on the {gpu.name} (a roofline estimate: "
-            "counted FLOPs, estimated bytes; its convolution on TF32 tensor cores, as PyTorch "
-            "runs it by default)"
+            f"the course CNN's training step, batch {BATCH} of {IMAGE_SIZE}×{IMAGE_SIZE}: "
+            f"{format_duration(step_ms)} of GPU time on the {gpu.name} at the peaks (a roofline "
+            "floor with counted FLOPs and estimated bytes, its convolution on TF32 tensor cores "
+            "where the GPU has them, as PyTorch runs it by default; real kernels take longer)"
         )
         verdicts.append(
-            f"against a {format_duration(step_ms)} step, one launch's CPU time is "
-            f"{low / (step_ms * 1e3):.1%} to {high / (step_ms * 1e3):.1%} of it: the sync costs "
+            f"against a step of {format_duration(step_ms)}, one launch's CPU time would be "
+            f"{low / (step_ms * 1e3):.1%} to {high / (step_ms * 1e3):.1%} of it (less against a "
+            "longer real step): the sync costs "
             "most where steps are short or the host work between the sync and the next launch "
             "is long (a GPU run measures both)"
         )

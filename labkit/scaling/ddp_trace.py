@@ -70,7 +70,8 @@ class ProfiledStep(JsonRecord):
     backward_end_ms: float
     optimizer_start_ms: float | None
     allreduces_ms: tuple[tuple[float, float], ...]  # (start, end) of each all-reduce
-    reducer_ms: float  # the reducer's ranges (any CPU thread), summed
+    reducer_ms: float  # the reducer's ranges (any CPU thread) that start during backward, summed
+    reducer_after_ms: float = 0.0  # those that start after it (copy_bucket_to_grad), summed
 
     @property
     def backward_ms(self) -> float:
@@ -110,7 +111,13 @@ class ProfiledStep(JsonRecord):
 class DdpBreakdown(JsonRecord):
     """DDP's overhead per step, split with a profile: medians over the profiled steps."""
 
-    json_extra = ("overhead_ms", "backward_extra_ms", "exposed_ms", "reducer_ms")
+    json_extra = (
+        "overhead_ms",
+        "backward_extra_ms",
+        "exposed_ms",
+        "reducer_ms",
+        "reducer_after_ms",
+    )
 
     label: str
     bucket_cap_mb: float | None  # None: DDP's default
@@ -158,7 +165,13 @@ class DdpBreakdown(JsonRecord):
 
     @property
     def reducer_ms(self) -> float:
+        """The reducer's ranges that start during backward, per step (median)."""
         return self._median("ddp", "reducer_ms")
+
+    @property
+    def reducer_after_ms(self) -> float:
+        """The reducer's ranges that start after backward (the copies back into .grad)."""
+        return self._median("ddp", "reducer_after_ms")
 
     @property
     def first_allreduce_at(self) -> float | None:
@@ -192,7 +205,9 @@ class DdpBreakdown(JsonRecord):
             f"{format_duration(self.exposed_ms)}",
             f"    residual (the rest of the overhead: bucket copies back, optimizer, noise; "
             f"can be negative): {_signed(rest)}",
-            f"  reducer ranges: {format_duration(self.reducer_ms)} per step",
+            f"  reducer ranges per step: {format_duration(self.reducer_ms)} during backward "
+            f"(gradients into buckets, all-reduce launches), {format_duration(self.reducer_after_ms)} "
+            "after it (reduced buckets copied back into .grad)",
             f"  trace: {self.trace_path} (open it in https://ui.perfetto.dev)",
         ]
         return "\n".join(lines)
@@ -236,11 +251,15 @@ def profiled_steps(events: list[dict[str, Any]]) -> list[ProfiledStep]:
             for e in inside
             if _is_allreduce(e)
         ]
-        reducer = sum(
-            float(e.get("dur", 0))
+        reducer_events = [
+            e
             for e in inside
             if e.get("cat") != "kernel" and any(k in str(e.get("name", "")) for k in _REDUCER)
-        )
+        ]
+        # split at backward's end: mul_out and the all-reduce launches run during it, the
+        # copies of the reduced buckets back into .grad (copy_bucket_to_grad) after it
+        reducer = sum(float(e.get("dur", 0)) for e in reducer_events if float(e["ts"]) < b1)
+        reducer_after = sum(float(e.get("dur", 0)) for e in reducer_events if float(e["ts"]) >= b1)
         steps.append(
             ProfiledStep(
                 kind="ddp" if mark["name"] == DDP_STEP else "no_sync",
@@ -250,6 +269,7 @@ def profiled_steps(events: list[dict[str, Any]]) -> list[ProfiledStep]:
                 optimizer_start_ms=(min(optimizer) - start) / 1e3 if optimizer else None,
                 allreduces_ms=tuple(sorted((a / 1e3, b / 1e3) for a, b in reduces)),
                 reducer_ms=reducer / 1e3,
+                reducer_after_ms=reducer_after / 1e3,
             )
         )
     return steps

@@ -147,10 +147,11 @@ def plot_accumulation(result: Accumulation, ax: Any = None) -> Any:
 def plot_ddp_step(breakdowns: DdpBreakdown | list[DdpBreakdown], ax: Any = None) -> Any:
     """One profiled DDP step per breakdown, as a timeline: backward, each bucket's all-reduce.
 
-    The step shown is the profiled DDP step with the median duration. Top row
-    of each pair: the training thread's backward pass, then the optimizer
-    step (a tick); bottom row: each bucket's all-reduce on the communication
-    threads. What lies under the backward bar is hidden; what sticks out to
+    The step shown is the profiled DDP step with the median duration, so its
+    times can differ from the medians the breakdown prints. Top row of each
+    pair: the training thread's backward pass, then the optimizer step (a
+    tick); bottom row: each bucket's all-reduce on the communication threads,
+    all-reduces that overlap in time on separate lanes. What lies under the backward bar is hidden; what sticks out to
     its right, the training thread waits for.
     """
     items = list(breakdowns) if isinstance(breakdowns, (list, tuple)) else [breakdowns]
@@ -172,13 +173,24 @@ def plot_ddp_step(breakdowns: DdpBreakdown | list[DdpBreakdown], ax: Any = None)
             height=0.6,
             label="backward (training thread)" if k == 0 else None,
         )
-        for i, (a, e) in enumerate(step.allreduces_ms):
+        # all-reduces that run at the same time (gloo has several threads) go on separate lanes
+        lanes: list[float] = []  # the end of the last all-reduce on each lane
+        placed = []
+        for a, e in step.allreduces_ms:
+            lane = next((j for j, end in enumerate(lanes) if end <= a), len(lanes))
+            if lane < len(lanes):
+                lanes[lane] = e
+            else:
+                lanes.append(e)
+            placed.append((lane, a, e))
+        height = 0.6 / max(len(lanes), 1)
+        for i, (lane, a, e) in enumerate(placed):
             ax.barh(
-                bottom,
+                bottom - 0.3 + (lane + 0.5) * height,
                 e - a,
                 left=a,
                 color="C1",
-                height=0.6,
+                height=height * 0.9,
                 edgecolor="k",
                 lw=0.5,
                 label="all-reduce of one bucket" if k == 0 and i == 0 else None,
@@ -203,5 +215,5 @@ def plot_ddp_step(breakdowns: DdpBreakdown | list[DdpBreakdown], ax: Any = None)
         ax,
         xlabel="time from the start of the profiled step (ms)",
         ylabel="",
-        title="One profiled DDP step: where the bucket all-reduces ran",
+        title="One profiled DDP step (the median by duration): where the all-reduces ran",
     )
