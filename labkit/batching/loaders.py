@@ -9,7 +9,7 @@ itself: the consumer's time splits into *waiting for the next batch* and
 *computing*, and a high wait fraction is a low "GPU utilization".
 
 This module measures that split. :class:`~labkit.batching.synthetic.SyntheticImages`
-(in :mod:`labkit.batching.synthetic`) is a dataset whose samples cost real work to prepare (1–2 ms each on the reference
+(in :mod:`labkit.batching.synthetic`) is a dataset whose samples cost real work to prepare (about 1 ms each on the reference
 machine): a JPEG-like decode (an inverse DCT of 8×8 blocks, done in numpy),
 then a random crop, flip, brightness jitter and normalisation. Optional
 extras: ``io_ms``, a sleep that stands for storage or network latency (real
@@ -414,7 +414,7 @@ def measure_loader(
             ``warmup_steps`` unmeasured ones and the first batch.
         step_ms: a fixed step with the host idle (a stand-in for a GPU
             step); None runs a real CNN training step on ``device``.
-        dataset: default ``SyntheticImages()`` (1–2 ms per sample).
+        dataset: default ``SyntheticImages()`` (about 1 ms per sample on the reference machine).
         device: where the step runs (None: the best device).
     """
     from labkit.core.optional import import_optional

@@ -133,7 +133,7 @@ class SyntheticImages:
     forkserver).
 
     The cost of a sample: ``decode_px`` sets the numpy decode work (96 px:
-    1–2 ms on the reference 2-core machine; it grows with the square),
+    about 1 ms, with augmentation, on the reference 2-core machine; it grows with the square),
     ``io_ms`` adds a simulated storage latency (a sleep), ``python_ms``
     pure-Python work that holds the GIL.
     """

@@ -44,7 +44,8 @@ def scaling_efficiency(
             True,
             "1.0 would be perfect scaling; what is missing is DDP's overhead (section 1's "
             "profile splits it: the reducer, its threads on the same cores, the all-reduce time "
-            "backward did not hide) and waiting for the slowest rank.",
+            "backward did not hide), waiting for the slowest rank and, on a small CPU, the "
+            "processes sharing its cores and memory bandwidth.",
         )
     if close_to(value, throughput_n / throughput_1, 0.01):
         return CheckResult(exercise, False, True, "That is the speedup; divide it by n.")
