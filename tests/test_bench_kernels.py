@@ -245,3 +245,15 @@ def test_notebook_07_states_the_sgemm_search_deadline() -> None:
     )
     text = "".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown")
     assert f"once the run has taken {bench_kernels.SGEMM_TUNING_DEADLINE_S:g} s" in text
+
+
+def test_notebook_07_states_the_tuning_sizes() -> None:
+    """07 md 30 names the sizes the recorder tunes at (review round 11)."""
+    notebook = json.loads(
+        (Path(__file__).parent.parent / "notebooks" / "07_kernel_tuning.ipynb").read_text()
+    )
+    text = "".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown")
+    assert (
+        f"at n = {bench_kernels.TUNE_TRANSPOSE_N} for the transpose and "
+        f"{bench_kernels.TUNE_SGEMM_N} for the SGEMM"
+    ) in text

@@ -58,7 +58,8 @@ def predict_device_copy(gpu: GpuSpec) -> GpuPrediction:
     verdicts = spec_verdicts(figures)
     verdicts.append(
         "the kernels of one GPU reach different fractions (compare the rows of one source): "
-        "what a kernel reaches depends on the kernel (its reads and writes), which a spec sheet cannot say"
+        "what a kernel reaches depends on the kernel (its mix of reads and writes, how many "
+        "threads it keeps in flight), which a spec sheet cannot say"
     )
     return GpuPrediction(
         REFERENCE_NAME, gpu, tuple(model), figures, tuple(verdicts), tuple(found), missing

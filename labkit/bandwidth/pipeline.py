@@ -417,6 +417,11 @@ def spec_sheet_gpu(
     from labkit.machine.published import gpu_spec
 
     spec = gpu_spec(name)
+    if "5" not in spec.host_link:
+        raise ValueError(
+            f"spec_sheet_gpu uses the PCIe Gen5 x16 rate notebook 02 derives; {spec.name}'s host "
+            f"link is {spec.host_link!r}"
+        )
     fields = ("memory_gb_per_s", "fp32_tflop_per_s", "tf32_tflop_per_s")
     values = {f: spec.need(f) for f in fields}
     sources = "; ".join(f"{f}: {spec.source(f).label()}" for f in fields)

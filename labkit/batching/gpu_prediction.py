@@ -141,8 +141,9 @@ def predict_largest_batch(gpu: GpuSpec) -> GpuPrediction:
         least = int((cap - fixed) // (2 * saved))
         model.append(
             f"{DEFAULT_FRACTION:.0%} of the sheet's {found['memory_gb']:g} GB (taken as 10⁹ bytes "
-            f"each) = {format_bytes(int(cap))}: a batch of about {least:,} to {most:,} fits (the "
-            "search caps at 25% of the memory torch reports free, after the CUDA context)"
+            f"each, which may understate the card) = {format_bytes(int(cap))}: a batch of about "
+            f"{least:,} to {most:,} fits (the search caps at 25% of the memory torch reports "
+            "free, after the CUDA context)"
         )
         verdicts.append(
             "no published measurement of this model: the search on a GPU (labkit bench batching "

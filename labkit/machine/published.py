@@ -184,9 +184,9 @@ class PublishedFigure(JsonRecord):
             else ""
         )
         return (
-            f"{spec.name}: {format_number(self.value)} {self.unit} measured is {fraction:.0%} "
-            f"of the spec sheet's {format_number(rated)} {SPEC_FIELDS[self.spec_field]} "
-            f"({SPEC_LABELS[self.spec_field]}){above}"
+            f"{self.gpu}: {format_number(self.value)} {self.unit} measured is {fraction:.0%} "
+            f"of the {spec.name} spec sheet's {format_number(rated)} "
+            f"{SPEC_FIELDS[self.spec_field]} ({SPEC_LABELS[self.spec_field]}){above}"
         )
 
 

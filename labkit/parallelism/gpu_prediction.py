@@ -39,6 +39,7 @@ def matmul_launch_bound_below(launch_us: float, tflop_per_s: float) -> float:
 def predict_parallelism(gpu: GpuSpec) -> GpuPrediction:
     """The sizes below which ``gpu`` spends most of an add's or a matmul's time launching it."""
     found, missing = spec_values(gpu, "memory_gb_per_s", "fp32_tflop_per_s")
+    l2_mb = gpu.get("l2_mb")
     figures = by_id(FIGURES)
     low, high, eager, graph = (f.value for f in figures)
     model = [f"every kernel costs a launch of {low:g}-{high:g} µs of CPU time (published, below)"]
@@ -55,6 +56,13 @@ def predict_parallelism(gpu: GpuSpec) -> GpuPrediction:
             "of it the launch, and below it mostly the launch: the CPU wins at the sizes where "
             "its own time (your sweep above) is below the GPU's"
         )
+        if l2_mb:
+            verdicts.append(
+                f"at n ≈ {round3(n_low):,} to {round3(n_high):,} the add's arrays are "
+                f"{12 * n_low / 1e6:.3g} to {12 * n_high / 1e6:.3g} MB against a {l2_mb:g} MB L2: a "
+                "sweep that reruns the same buffers can run them from the L2, faster than at the "
+                "DRAM rate used here, which moves the crossing to larger n"
+            )
     if "fp32_tflop_per_s" in found:
         p = found["fp32_tflop_per_s"]
         m_low, m_high = (matmul_launch_bound_below(t, p) for t in (low, high))

@@ -48,8 +48,9 @@ def predict_sync_stall(gpu: GpuSpec) -> GpuPrediction:
         model.append(
             f"the course CNN's training step, batch {BATCH} of {IMAGE_SIZE}×{IMAGE_SIZE}: "
             f"{format_duration(step_ms)} of GPU time on the {gpu.name} at the peaks (a roofline "
-            "floor with counted FLOPs and estimated bytes, its convolution on TF32 tensor cores "
-            "where the GPU has them, as PyTorch runs it by default; real kernels take longer)"
+            "floor with counted FLOPs and estimated bytes, its convolution at the TF32 tensor-core "
+            "rate as PyTorch runs it by default, or at the FP32 rate where the spec table has no "
+            "TF32 rate for this GPU; real kernels take longer)"
         )
         verdicts.append(
             f"against a step of {format_duration(step_ms)}, one launch's CPU time would be "
