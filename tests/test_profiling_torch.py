@@ -356,7 +356,9 @@ def test_device_time_falls_back_to_torch_without_correlation_ids(tmp_path: Path)
 def test_time_sync_stall_measures_both_loops() -> None:
     stall = time_sync_stall(2, 4, image_size=8, device="cpu", warmup_ms=0, rep_ms=1, min_reps=1)
     assert stall.steps == 2 and stall.sync_once.n >= 1 and stall.item_every_step.n >= 1
-    assert stall.ms_per_step_item == pytest.approx(stall.item_every_step.median_ms / 2)
+    assert stall.ms_per_step_item == pytest.approx(stall.loop_item_ms / 2)
+    assert stall.ratio_low <= stall.ratio <= stall.ratio_high  # the median of the rounds' ratios
+    assert stall.rounds == 4
     assert stall.ratio > 0
     text = str(stall)
     assert "loss.item() every step" in text and "no queue to drain" in text

@@ -229,19 +229,33 @@ class SyncStallTiming(JsonRecord):
     #: The per-round ratio item-every-step / sync-once, lowest and highest (None: not interleaved).
     ratio_low: float | None = None
     ratio_high: float | None = None
-    rounds: int = 3
+    rounds: int = 4
     #: The median of the per-round ratios (None: not interleaved; then the pooled medians' ratio).
     ratio_median: float | None = None
+    #: Each loop's time as the median of its rounds' medians (None: the pooled median), the
+    #: statistic the per-round ratios describe (labkit.timing.interleave.VariantRuns.pooled).
+    once_ms: float | None = None
+    item_ms: float | None = None
 
     json_extra = ("ms_per_step_sync_once", "ms_per_step_item", "stall_ms_per_step", "ratio")
 
     @property
+    def loop_once_ms(self) -> float:
+        """The sync-once loop's time: the median of its rounds' medians where interleaved."""
+        return self.once_ms if self.once_ms is not None else self.sync_once.median_ms
+
+    @property
+    def loop_item_ms(self) -> float:
+        """The .item()-every-step loop's time, the same statistic."""
+        return self.item_ms if self.item_ms is not None else self.item_every_step.median_ms
+
+    @property
     def ms_per_step_sync_once(self) -> float:
-        return self.sync_once.median_ms / self.steps
+        return self.loop_once_ms / self.steps
 
     @property
     def ms_per_step_item(self) -> float:
-        return self.item_every_step.median_ms / self.steps
+        return self.loop_item_ms / self.steps
 
     @property
     def ratio(self) -> float:
@@ -252,8 +266,8 @@ class SyncStallTiming(JsonRecord):
         """
         if self.ratio_median is not None:
             return self.ratio_median
-        once = self.sync_once.median_ms
-        return self.item_every_step.median_ms / once if once > 0 else float("inf")
+        once = self.loop_once_ms
+        return self.loop_item_ms / once if once > 0 else float("inf")
 
     @property
     def stall_ms_per_step(self) -> float:
@@ -264,13 +278,13 @@ class SyncStallTiming(JsonRecord):
         s = self.image_size
         lines = [
             f"{self.steps} training steps of labkit.models.cnn.CNN on {self.device}, batch "
-            f"{self.batch} of 3×{s}×{s} images (median of n={self.sync_once.n} and "
-            f"n={self.item_every_step.n} loops):",
-            f"  loss kept on the device, read once   {format_duration(self.sync_once.median_ms):>9}"
+            f"{self.batch} of 3×{s}×{s} images (n={self.sync_once.n} and "
+            f"n={self.item_every_step.n} loops; times: the median of the rounds' medians):",
+            f"  loss kept on the device, read once   {format_duration(self.loop_once_ms):>9}"
             f" (IQR {format_duration(self.sync_once.iqr_ms)} of the loop; "
             f"{format_duration(self.ms_per_step_sync_once)} per step)",
             f"  loss.item() every step               "
-            f"{format_duration(self.item_every_step.median_ms):>9}"
+            f"{format_duration(self.loop_item_ms):>9}"
             f" (IQR {format_duration(self.item_every_step.iqr_ms)} of the loop; "
             f"{format_duration(self.ms_per_step_item)} per step, {self.ratio:.2f}× the time)",
         ]
@@ -321,8 +335,11 @@ def time_sync_stall(
     budget, median). Without a profiler attached, so the times are the loop's
     own. The two loops take turns on one model (it keeps training; each
     step's work is the same): :func:`labkit.timing.interleave.interleave`,
-    3 rounds in rotating order, each loop's samples pooled, so that drift of
-    the machine falls on both alike.
+    4 rounds in rotating order (each loop first in two of them), so that drift
+    of the machine falls on both alike; each loop's time is the median of its
+    rounds' medians and the ratio the median of the rounds' ratios, so the ratio
+    lies within the per-round range printed beside it (the pooled samples give
+    the IQRs).
     """
     import functools
 
@@ -342,7 +359,7 @@ def time_sync_stall(
     dev = resolve_torch_device(device)
     require_step_fits(dev, batch, image_size, "time_sync_stall")
     trainer = Trainer(torch, dev, batch, image_size, seed)
-    rounds = 3
+    rounds = 4  # even, so that each loop runs first in half of the rounds
     turns = interleave(
         {
             "loss read once": functools.partial(trainer.run, steps, False),
@@ -368,4 +385,6 @@ def time_sync_stall(
         ratio_high=high,
         rounds=rounds,
         ratio_median=middle,
+        once_ms=turns["loss read once"].median_ms,
+        item_ms=turns["loss.item() every step"].median_ms,
     )

@@ -20,8 +20,9 @@ busbw as nccl-tests define them (doc/PERFORMANCE.md in NVIDIA/nccl-tests).
 
 The method differs from nccl-tests' on purpose, and it shows at small sizes:
 nccl-tests times many back-to-back iterations and divides, while each call
-here is timed alone, between a barrier and a synchronization, as the one
-all-reduce per bucket of a training step runs. The barrier itself is outside
+here is timed alone, between a barrier and a synchronization (in training,
+DDP launches one all-reduce per bucket asynchronously, without a barrier, and
+they can queue behind one another). The barrier itself is outside
 the sample (:func:`labkit.scaling.worker.time_call` starts the clock after it),
 but the ranks' skew in leaving it, the slowest rank's time and, on a GPU, the
 final synchronization land in every sample, so small-message latencies come
