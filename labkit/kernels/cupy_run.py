@@ -312,9 +312,10 @@ def check_tile(tile_dim: Any, block_rows: Any) -> tuple[int, int]:
     if tile * rows > 1024:
         raise ValueError(f"tile_dim * block_rows ({tile * rows}) is the block size; at most 1024")
     if tile * (tile + 1) * 4 > _STATIC_SMEM_BYTES:
+        largest = max(t for t in range(1, tile) if t * (t + 1) * 4 <= _STATIC_SMEM_BYTES)
         raise ValueError(
             f"tile_dim={tile} needs {tile * (tile + 1) * 4:,} bytes of shared memory; "
-            f"at most {_STATIC_SMEM_BYTES:,} (tile_dim <= 109)"
+            f"at most {_STATIC_SMEM_BYTES:,} (tile_dim <= {largest})"
         )
     return tile, rows
 
