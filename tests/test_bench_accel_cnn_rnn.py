@@ -301,11 +301,37 @@ FAKES: dict[str, tuple[Any, Any]] = {
 }
 
 
+def test_sync_points_line_says_when_its_two_statistics_disagree() -> None:
+    # The H200 recording's numbers: the medians say .item() is slower, the per-round ratio faster.
+    line = bench_accel.sync_points_line(
+        "cuda",
+        steps=20,
+        deferred_ms=13.8,
+        item_ms=15.3,
+        item_ratio=0.92,
+        cpu_ratio=1.0,
+        print_ratio=2.0,
+    )
+    assert "13.8 ms" in line and "15.3 ms" in line and ".item() 0.92×" in line
+    assert line.endswith("the rounds disagree: no consistent cost of .item() at this size")
+    same = bench_accel.sync_points_line(
+        "cpu",
+        steps=20,
+        deferred_ms=10.0,
+        item_ms=10.2,
+        item_ratio=1.03,
+        cpu_ratio=1.0,
+        print_ratio=1.0,
+    )
+    assert same.endswith("within 10%: no measurable cost of .item() here")
+
+
 def test_fake_summaries_read_well() -> None:
     accel = fake_accel().summary()
     assert accel[0].startswith("cuda: matmuls launched: the host got control back after 500 µs")
     assert "(40.00×)" in accel[0]
-    assert accel[1].startswith("cuda: .item() every step costs 4.00× the time of one sync")
+    assert accel[1].startswith("cuda: 50 training steps: one sync at the end")
+    assert ".item() 4.00×" in accel[1] and accel[1].endswith(".item() every step costs time here")
     assert accel[2].startswith(
         "cuda: float16 autocast vs float32 (MLP 512→1024→10, batch 256, "
         "GradScaler): forward 2.00×, train step 1.50×"

@@ -31,8 +31,8 @@ STEPS = (
     "bench_kernels",
     "bench_batching",
     "bench_profile",
+    "gpu_notebooks",  # before the tests: on the H200 they left it too little time
     "pytest_gpu",
-    "gpu_notebooks",
     "notebook_times",
 )
 

@@ -177,6 +177,29 @@ def test_a_fake_gpu_notebook_runs_and_is_checked(
     assert "4.31 TB/s" in "".join(kept["cells"][1]["outputs"][0]["text"])
 
 
+def test_a_kernel_that_dies_is_reported_in_the_cell_it_died_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On the H200 a kernel died in notebook 03 and nbclient raised a bare AssertionError
+    # (its kernel-alive poll), which named no cell; now the cell that was running is named.
+    if not gpu_notebooks.uses_jupyter():
+        pytest.skip("nbclient/ipykernel not installed")
+    monkeypatch.setenv("JUPYTER_PATH", os.environ.get("JUPYTER_PATH", ""))  # _kernelspec edits it
+    nb = _notebook(
+        FAKE_GPU,
+        "import os\nos._exit(1)",
+        'if labkit.require_gpu("x"):\n    print("never")',
+    )
+    path = _write(tmp_path, nb)
+    work = tmp_path / "work"
+    work.mkdir()
+    kernel = gpu_notebooks.run_notebooks._kernelspec(work)
+    run = gpu_notebooks.run_notebook(path, work, kernel, peak_gb_per_s=PEAK)
+    assert not run.ok and run.stopped_at == 1
+    assert any("stopped in cell 1: the kernel died" in p for p in run.problems), run.problems
+    assert "cell 2: the GPU cell did not run (cell 1 failed first)" in run.problems
+
+
 def test_the_script_runner_names_the_cell_that_raised(tmp_path: Path) -> None:
     nb = _notebook(
         FAKE_GPU,

@@ -296,3 +296,15 @@ def test_cuda_search_needs_a_gpu() -> None:
         largest_batch_cuda(tiny, (16,))
     with pytest.raises(ValueError, match="tolerance"):
         largest_batch_cuda(tiny, (16,), tolerance=1.5)
+
+
+def test_a_cuda_device_without_an_index_gets_the_current_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # torch 2.11's get_per_process_memory_fraction rejects torch.device("cuda") (seen on the
+    # H200, 2026-12-04: `labkit bench batching` failed there), so the search names the index.
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert largest_batch._require_cuda("cuda") == torch.device("cuda", 0)
+    assert largest_batch._require_cuda("cuda:1") == torch.device("cuda", 1)

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import nbgrader  # noqa: F401  (tools/student.py runs it; gpu_checks.sh leaves this module out without it)
 import pytest
 from nbclient import NotebookClient
 

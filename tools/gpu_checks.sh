@@ -16,7 +16,9 @@
 # summary.txt (one line per step: ok/FAILED/TIMEOUT/skipped and seconds, also
 # printed) and reference/ (the recordings made by this run).
 # gpu_notebooks (`make test-gpu`) executes every notebook with the GPU visible and checks its GPU
-# cells ($OUT/gpu_notebooks.json, with each notebook's seconds).
+# cells ($OUT/gpu_notebooks.json, with each notebook's seconds; the executed copies in
+# $OUT/executed). It runs before the GPU tests: on the first H200 run (2026-12-04) the tests
+# ran first, took 169 s and left it 88 s, too few for the notebooks after 03.
 # The last step, notebook_times, executes every notebook (copies, in a
 # temporary folder) and writes $OUT/notebook_times.json, the GPU column of
 # docs/instructors.md's syllabi; it runs last and gets whatever budget is left
@@ -120,6 +122,12 @@ step bench_batching 90 json env LABKIT_REFERENCE_DIR="$OUT/reference" \
 step bench_profile 90 json env LABKIT_REFERENCE_DIR="$OUT/reference" \
     "$PYTHON" -m labkit bench profile --json --record
 
+# `make test-gpu` (tools/gpu_notebooks.py, issue 13): every notebook with the GPU visible; no cell
+# may raise, each GPU cell must run live and print sane values (bandwidth within the card's
+# peak, finite ratios, kernels verified). Without nbclient it runs each notebook as a script.
+step gpu_notebooks 300 text "$PYTHON" tools/gpu_notebooks.py --json "$OUT/gpu_notebooks.json" \
+    --keep "$OUT/executed"
+
 if "$PYTHON" -c "import pytest" >/dev/null 2>&1; then
     # A test module whose top-level imports are missing here (matplotlib,
     # hypothesis, ...) would be a collection error, and -x would stop on it
@@ -150,11 +158,6 @@ PY
 else
     say "$(printf '%-20s skipped  (pytest is not installed)' pytest_gpu)"
 fi
-
-# `make test-gpu` (tools/gpu_notebooks.py, issue 13): every notebook with the GPU visible; no cell
-# may raise, each GPU cell must run live and print sane values (bandwidth within the card's
-# peak, finite ratios, kernels verified). Without nbclient it runs each notebook as a script.
-step gpu_notebooks 300 text "$PYTHON" tools/gpu_notebooks.py --json "$OUT/gpu_notebooks.json"
 
 # Execution time of each notebook on this machine (tools/time_notebooks.py): last, because
 # it needs ~220 s on a 2-core CPU and the steps above use most of the budget. It needs

@@ -173,6 +173,11 @@ def _execute(nb: Any, kernel: str, cwd: Path) -> str | None:
     """Run ``nb`` in place; the error that stopped it, if any (its outputs are kept either way)."""
     from nbclient import NotebookClient
 
+    running: dict[str, int] = {}
+
+    def started(cell: Any, cell_index: int) -> None:
+        running["cell"] = cell_index
+
     client = NotebookClient(
         nb,
         kernel_name=kernel,
@@ -180,14 +185,45 @@ def _execute(nb: Any, kernel: str, cwd: Path) -> str | None:
         allow_errors=False,
         record_timing=False,
         resources={"metadata": {"path": str(cwd)}},
+        on_cell_execute=started,
     )
     try:
         client.execute()
     except Exception as exc:  # CellExecutionError, a timeout, a dead kernel: all a failure
-        ename = getattr(exc, "ename", None) or type(exc).__name__
-        evalue = getattr(exc, "evalue", None) or str(exc)
-        return f"stopped: {ename}: {str(evalue).strip().splitlines()[-1:] or ['']}"[:500]
+        reason = stop_reason(exc, running.get("cell"))
+        cell = nb.cells[running["cell"]] if "cell" in running else None
+        if cell is not None and not any(
+            o.get("output_type") == "error" for o in cell.get("outputs", [])
+        ):  # not the cell's own exception: mark the cell that was running when it stopped
+            from nbformat import from_dict
+
+            error = {"output_type": "error", "ename": type(exc).__name__, "evalue": reason}
+            cell.setdefault("outputs", []).append(from_dict(error | {"traceback": []}))
+        return reason
     return None
+
+
+def stop_reason(exc: BaseException, cell: int | None) -> str:
+    """Why a notebook stopped, naming the cell that was running.
+
+    A cell's own exception carries ``ename``/``evalue``. Anything else came
+    from nbclient: a dead kernel (a crash, or the kernel killed for memory)
+    surfaces there as DeadKernelError or, from nbclient's kernel-alive poll, as
+    a bare AssertionError; either way the kernel stopped in the cell running then.
+    """
+    ename = getattr(exc, "ename", None)
+    where = f" in cell {cell}" if cell is not None else ""
+    if ename is None:
+        name = type(exc).__name__
+        detail = str(exc).strip().splitlines()[-1:] or [""]
+        if name in ("DeadKernelError", "AssertionError"):
+            return (
+                f"stopped{where}: the kernel died or nbclient lost it ({name}: {detail[0]!r}); "
+                "run the notebook as a script to see the crash"
+            )[:500]
+        return f"stopped{where}: {name}: {detail}"[:500]
+    evalue = getattr(exc, "evalue", None) or str(exc)
+    return f"stopped: {ename}: {str(evalue).strip().splitlines()[-1:] or ['']}"[:500]
 
 
 def check_kernel(kernel: str, workdir: Path) -> str:

@@ -325,7 +325,9 @@ def _require_cuda(device: Any) -> Any:
             f"{'' if torch.cuda.is_available() else ' (no CUDA GPU is usable here)'}; "
             "on a CPU use largest_batch_cpu, which predicts instead of running out of memory"
         )
-    return dev
+    # "cuda" with no index: torch.cuda.get_per_process_memory_fraction (torch 2.11) wants
+    # an index, so the current device is named.
+    return dev if dev.index is not None else torch.device("cuda", torch.cuda.current_device())
 
 
 def _is_oom(exc: BaseException) -> bool:

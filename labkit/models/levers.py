@@ -156,8 +156,8 @@ class LeversResult:
             f"course CNN training step, batch {self.batch}, {self.image_size}×{self.image_size}, "
             f"on {self.device}:",
             *(
-                f"  {step.label}: {format_duration(step.median_ms / self.steps_per_call)} per step"
-                for step in self.steps()
+                f"  {v.label}: {format_duration(v.median_ms / self.steps_per_call)} per step"
+                for v in self.runs.variants
             ),
             *self.verdicts(),
             *([_QUICK] if self.quick else []),

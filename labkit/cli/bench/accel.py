@@ -25,6 +25,7 @@ from labkit.accel.common import seconds, times
 from labkit.cli.bench.run import part_failed
 from labkit.core.units import format_duration
 from labkit.core.validate import check_positive_int
+from labkit.timing.interleave import BAND
 
 #: The recording ``--record`` writes.
 REFERENCE_NAME = "accel"
@@ -56,6 +57,44 @@ def mlp_data(batch: int = 256) -> tuple[Any, Any]:
     return torch.randn(batch, 512, generator=gen), torch.randint(0, 10, (batch,), generator=gen)
 
 
+def sync_points_line(
+    dev: str,
+    *,
+    steps: int,
+    deferred_ms: float,
+    item_ms: float,
+    item_ratio: float,
+    cpu_ratio: float,
+    print_ratio: float,
+) -> str:
+    """The sync-habits line of the summary, from the numbers a recording keeps.
+
+    Two statistics are printed and can disagree: the medians (each the median
+    of the rounds' medians) and the ratios (the median over rounds of each
+    round's time against one sync at the end). When they point in opposite
+    directions, at least one round went each way, so the line says the rounds
+    disagree instead of naming a cost.
+    """
+    of_medians = item_ms / deferred_ms if deferred_ms > 0 else float("inf")
+    if (item_ratio - 1) * (of_medians - 1) < 0:
+        verdict = (
+            "the medians and the per-round ratio point in opposite directions, so the rounds "
+            "disagree: no consistent cost of .item() at this size"
+        )
+    elif min(item_ratio, of_medians) > BAND:
+        verdict = ".item() every step costs time here"
+    elif max(item_ratio, of_medians) < BAND and min(item_ratio, of_medians) > 1 / BAND:
+        verdict = f"within {(BAND - 1) * 100:.0f}%: no measurable cost of .item() here"
+    else:
+        verdict = "a small difference, within what repeated runs move"
+    return (
+        f"{dev}: {steps} training steps: one sync at the end {format_duration(deferred_ms)}, "
+        f".item() every step {format_duration(item_ms)} (each the median of the rounds' "
+        f"medians); time against one sync at the end, median over rounds: .item() "
+        f"{times(item_ratio)}, .cpu() {times(cpu_ratio)}, print() {times(print_ratio)}; {verdict}"
+    )
+
+
 @dataclass(frozen=True)
 class AccelResults:
     """Everything one run measured on ``device``; ``failed`` holds (what, error) pairs."""
@@ -85,10 +124,15 @@ class AccelResults:
             )
         s = self.sync
         lines.append(
-            f"{dev}: .item() every step costs {times(s.item_ratio)} the time of one sync at the "
-            f"end ({s.steps} training steps: {format_duration(s.item_median_ms)} vs "
-            f"{format_duration(s.deferred_median_ms)}); .cpu() {times(s.cpu_ratio)}, "
-            f"print() {times(s.print_ratio)}"
+            sync_points_line(
+                dev,
+                steps=s.steps,
+                deferred_ms=s.deferred_median_ms,
+                item_ms=s.item_median_ms,
+                item_ratio=s.item_ratio,
+                cpu_ratio=s.cpu_ratio,
+                print_ratio=s.print_ratio,
+            )
         )
         for p in self.precision:
             u = UNIT_ROUNDOFF.get(p.dtype, 2.0**-8)
