@@ -347,6 +347,8 @@ def test_fake_summaries_read_well() -> None:
     rnn = fake_rnn().summary()
     assert rnn[0].startswith("cuda: measured torch (TensorFlow is not installed here) on cuda")
     assert "cuda: nn.LSTMCell loop / nn.LSTM = 20.00× (nn.LSTM: one cuDNN call per sequence)" in rnn
+    # torch's nn.RNN is one cuDNN call too (only Keras' SimpleRNN has no cuDNN path)
+    assert "cuda: nn.RNN / nn.LSTM = 0.80× (both: one cuDNN call per sequence)" in rnn
 
 
 @pytest.mark.parametrize("name", COMMANDS)

@@ -284,7 +284,10 @@ def test_record_with_a_gpu_stores_a_recording_learners_can_read(
     assert saved is not None and saved.gpu == "Test GPU"
     summary = saved.results["summary"]
     assert "labkit 4300 GB/s" in summary[0]
-    assert any("datasheet peak 4800 GB/s" in line and "0.90×" in line for line in summary)
+    assert any(
+        "theoretical peak (memory clock × bus width) 4800 GB/s" in line and "0.90×" in line
+        for line in summary
+    )
     assert any(
         line.startswith("h2d best: pageable 20.0 GB/s, pinned 50.0 GB/s") for line in summary
     )

@@ -143,8 +143,15 @@ def launch_overhead(
         return torch.add(a, b, out=c)
 
     kernel = bench(tiny_add, warmup_ms=warmup, rep_ms=rep, device=str(dev), warn=False)
+    # One call per sample: each sample is a launch and a synchronize, a real round trip
+    # (bench would otherwise put many launches in a sample and amortise the synchronize).
     round_trip = bench(
-        tiny_add, warmup_ms=warmup, rep_ms=rep, device=_CudaHostClock(torch, dev), warn=False
+        tiny_add,
+        warmup_ms=warmup,
+        rep_ms=rep,
+        device=_CudaHostClock(torch, dev),
+        warn=False,
+        calls_per_sample=1,
     )
     return LaunchOverhead(
         device=str(dev),

@@ -94,7 +94,7 @@ def gpu_summary(parts: dict[str, Any]) -> list[str]:
         lines.append(f"  labkit / best reference: {d2d.ratio_to_best:.2f}×")
     if d2d.peak_gb_per_s:
         lines.append(
-            f"  datasheet peak {fmt(d2d.peak_gb_per_s)}: labkit reaches "
+            f"  theoretical peak (memory clock × bus width) {fmt(d2d.peak_gb_per_s)}: labkit reaches "
             f"{d2d.fraction_of_peak:.2f}× of it"
         )
     lines += [f"  note: {n}" for n in d2d.notes]

@@ -96,7 +96,9 @@ class RnnResults:
         lines = [f"{dev}: measured {self._describe()}"]
         lines += [f"{dev}: {kind}: {format_duration(ms)}" for kind, ms in self.median_ms.items()]
         for name, r in self.ratios().items():
-            lines.append(f"{dev}: {name} = {times(r)} ({fused}: {path})")
+            both = self.framework == "torch" and "loop" not in name  # nn.RNN is fused too
+            note = f"both: {path}" if both else f"{fused}: {path}"
+            lines.append(f"{dev}: {name} = {times(r)} ({note})")
         if self.quick:
             lines.append(_QUICK)
         return lines
