@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("batching",),
     ("profiling",),
     ("scaling",),
+    ("transformers",),
     ("check", "notebook"),
     ("cli", "__main__"),
 )

@@ -1,0 +1,133 @@
+"""A small GPT (GPT-2's layout) in torch, with a KV cache for decoding.
+
+It exists to be measured, not to be good at language: random weights (or a
+few steps on synthetic tokens) run the same arithmetic as trained ones.
+``attention="sdpa"`` calls ``torch.nn.functional.scaled_dot_product_attention``,
+whose backend ``torch.nn.attention.sdpa_kernel`` chooses; ``attention="math"``
+writes the score matrix out, as the counts in :mod:`labkit.transformers.costs`
+assume.
+
+This module imports torch when it is imported (``nn.Module`` subclasses need
+it); without torch the import is one line naming the install command.
+"""
+
+from __future__ import annotations
+
+import math
+
+from labkit.core.optional import import_optional
+from labkit.core.validate import check_choice
+from labkit.transformers.config import GPTConfig
+
+import_optional(
+    "torch", "labkit.transformers.model"
+)  # without torch: one line, the install command
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402, N812
+from torch import nn  # noqa: E402
+
+ATTENTION = ("sdpa", "math")
+
+#: One layer's cached keys and values, each (batch, kv_heads, tokens, head_dim).
+LayerCache = tuple[torch.Tensor, torch.Tensor]
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head (or grouped-query) causal self-attention with an optional KV cache."""
+
+    def __init__(self, config: GPTConfig, attention: str = "sdpa") -> None:
+        super().__init__()
+        self.config = config
+        self.attention = check_choice("attention", attention, ATTENTION)
+        kv = config.n_kv_heads * config.head_dim
+        self.qkv = nn.Linear(config.d_model, config.d_model + 2 * kv)
+        self.proj = nn.Linear(config.d_model, config.d_model)
+
+    def forward(
+        self, x: torch.Tensor, cache: LayerCache | None = None
+    ) -> tuple[torch.Tensor, LayerCache]:
+        c = self.config
+        b, t, _ = x.shape
+        kv = c.n_kv_heads * c.head_dim
+        q, k, v = self.qkv(x).split([c.d_model, kv, kv], dim=-1)
+        q = q.view(b, t, c.heads, c.head_dim).transpose(1, 2)
+        k = k.view(b, t, c.n_kv_heads, c.head_dim).transpose(1, 2)
+        v = v.view(b, t, c.n_kv_heads, c.head_dim).transpose(1, 2)
+        if cache is not None:
+            k = torch.cat([cache[0], k], dim=2)
+            v = torch.cat([cache[1], v], dim=2)
+        new_cache = (k, v)
+        groups = c.heads // c.n_kv_heads
+        if groups > 1:  # each key/value head serves `groups` query heads
+            k = k.repeat_interleave(groups, dim=1)
+            v = v.repeat_interleave(groups, dim=1)
+        s = k.shape[2]
+        # Query i (of the t new tokens) sees the s - t cached tokens and new tokens up to i.
+        mask = None if t == 1 else torch.ones(t, s, dtype=torch.bool, device=x.device).tril(s - t)
+        if self.attention == "sdpa":
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        else:
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(c.head_dim)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            y = scores.softmax(dim=-1) @ v
+        y = y.transpose(1, 2).reshape(b, t, c.d_model)
+        return self.proj(y), new_cache
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attention(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, config: GPTConfig, attention: str = "sdpa") -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(config.d_model)
+        self.attn = CausalSelfAttention(config, attention)
+        self.ln2 = nn.LayerNorm(config.d_model)
+        self.mlp = nn.Sequential(
+            nn.Linear(config.d_model, config.d_mlp),
+            nn.GELU(),
+            nn.Linear(config.d_mlp, config.d_model),
+        )
+
+    def forward(
+        self, x: torch.Tensor, cache: LayerCache | None = None
+    ) -> tuple[torch.Tensor, LayerCache]:
+        a, new_cache = self.attn(self.ln1(x), cache)
+        x = x + a
+        return x + self.mlp(self.ln2(x)), new_cache
+
+
+class TinyGPT(nn.Module):
+    """Token and position embeddings, ``config.layers`` blocks, a final norm, and an output
+    layer that shares the token embedding's weights (as GPT-2's does)."""
+
+    def __init__(self, config: GPTConfig | None = None, attention: str = "sdpa") -> None:
+        super().__init__()
+        self.config = config or GPTConfig()
+        c = self.config
+        self.tokens = nn.Embedding(c.vocab, c.d_model)
+        self.positions = nn.Embedding(c.context, c.d_model)
+        self.blocks = nn.ModuleList(Block(c, attention) for _ in range(c.layers))
+        self.ln_f = nn.LayerNorm(c.d_model)
+
+    def forward(
+        self, idx: torch.Tensor, cache: list[LayerCache] | None = None
+    ) -> tuple[torch.Tensor, list[LayerCache]]:
+        """Logits for every position of ``idx`` (batch, tokens), and the updated KV cache.
+
+        With ``cache`` (from an earlier call), ``idx`` holds only the new tokens.
+        """
+        past = 0 if cache is None else cache[0][0].shape[2]
+        t = idx.shape[1]
+        if past + t > self.config.context:
+            raise ValueError(
+                f"{past} cached + {t} new tokens exceed the model's context of "
+                f"{self.config.context}; build the model with a larger GPTConfig(context=...)"
+            )
+        pos = torch.arange(past, past + t, device=idx.device)
+        x = self.tokens(idx) + self.positions(pos)
+        new_cache = []
+        for i, block in enumerate(self.blocks):
+            x, layer_cache = block(x, None if cache is None else cache[i])
+            new_cache.append(layer_cache)
+        return F.linear(self.ln_f(x), self.tokens.weight), new_cache
