@@ -186,3 +186,23 @@ def test_the_sdpa_sweep_times_every_backend_that_runs_and_says_why_others_do_not
         assert sweep.run("flash", 512).peak_bytes * 2 < math_peak
     with pytest.raises(KeyError, match="no run of 'math' at N = 64"):
         sweep.run("math", 64)
+
+
+def test_the_decode_sweep_counts_the_bytes_each_step_reads() -> None:
+    from labkit.transformers.decode import CACHE_PASSES, decode_sweep
+
+    sweep = decode_sweep(
+        (1, 4), config=SMALL, prompt=8, bandwidth_gb_per_s=10.0, warmup_ms=1.0, rep_ms=5.0
+    )
+    one, four = sweep.points
+    cache = kv_cache_bytes(SMALL.layers, SMALL.heads, SMALL.head_dim, 9, bytes_per_element=4)
+    assert sweep.parameter_bytes == 4 * SMALL.params()
+    assert four.bytes_per_step - one.bytes_per_step == CACHE_PASSES * 3 * cache
+    assert four.flop_per_byte > 3 * one.flop_per_byte  # the weights' reads are shared
+    assert sweep.ceiling_tokens_per_s(one) == pytest.approx(10e9 / one.bytes_per_step)
+    assert one.tokens_per_s == pytest.approx(1e3 / one.median_ms)
+    assert "measured/ceiling" in str(sweep)
+    with pytest.raises(
+        ValueError, match=r"prompt \(40\) \+ 1 new token exceeds the model's context"
+    ):
+        decode_sweep((1,), config=SMALL, prompt=40)

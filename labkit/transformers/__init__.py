@@ -2,9 +2,11 @@
 
 ``config`` holds a GPT-style model's shape, ``costs`` counts each step of one
 block's forward pass (FLOPs and the bytes an unfused eager run moves),
-``kv_cache`` the cache's bytes and the decode ceiling they set, and ``model``
-(which imports torch) a small GPT built from those shapes. Importing this
-package imports no framework.
+``kv_cache`` the cache's bytes and the decode ceiling they set, ``model``
+(which imports torch) a small GPT built from those shapes, ``sdpa`` times
+attention's backends and measures their peak memory, and ``decode`` times a
+decode step against the batch size. Importing this package imports no
+framework.
 """
 
 from labkit.transformers.config import GPTConfig
