@@ -153,7 +153,7 @@ def decode_sweep(
         config.params() * size, dev, arrays=2, what="decode_sweep's model (its config)"
     )
     torch.manual_seed(0)
-    model = TinyGPT(config).to(device=dev, dtype=getattr(torch, dtype)).eval()
+    model = TinyGPT(config).to(device=dev, dtype=getattr(torch, dtype)).train(False)
     parameter_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     cache_bytes = kv_cache_bytes(
         config.layers, config.n_kv_heads, config.head_dim, prompt + 1, bytes_per_element=size
