@@ -14,7 +14,10 @@
 # seconds (default 580), so later steps are skipped rather than overrun.
 # Under $OUT: <step>.out (stdout; .json for JSON steps), <step>.err (stderr),
 # summary.txt (one line per step: ok/FAILED/TIMEOUT/skipped and seconds, also
-# printed) and reference/ (the recordings made by this run).
+# printed) and reference/ (the recordings made by this run). A runner that brings back only a few
+# files (the device tool this project is lent: 8) needs $OUT as one archive: point OUT at a
+# scratch folder and tar it into the real $OUT afterwards, and give every command there a
+# `timeout -k`, so an archive is still written when a step hangs.
 # gpu_notebooks (`make test-gpu`) executes every notebook with the GPU visible and checks its GPU
 # cells ($OUT/gpu_notebooks.json, with each notebook's seconds; the executed copies in
 # $OUT/executed). It runs before the GPU tests: on the first H200 run (2026-12-04) the tests
