@@ -31,6 +31,7 @@ from labkit.core.validate import (
     check_sizes,
     check_torch_device,
 )
+from labkit.roofline.model import dtype_bytes
 from labkit.transformers.config import GPTConfig
 from labkit.transformers.kv_cache import kv_cache_bytes
 
@@ -148,7 +149,7 @@ def decode_sweep(
     from labkit.transformers.model import TinyGPT
 
     dev = torch.device(device)
-    size = 4 if dtype == "float32" else 2
+    size = dtype_bytes(dtype)
     require_memory_fits(
         config.params() * size, dev, arrays=2, what="decode_sweep's model (its config)"
     )

@@ -36,6 +36,7 @@ from labkit.core.validate import (
     check_sizes,
     check_torch_device,
 )
+from labkit.roofline.model import dtype_bytes
 
 #: labkit's names for the backends → torch.nn.attention.SDPBackend's members.
 BACKENDS = {
@@ -73,7 +74,7 @@ class SdpaSweep:
 
     def score_bytes(self, seq_len: int) -> int:
         """Bytes of one N × N score matrix for every head: what the math backend stores."""
-        size = 4 if self.dtype == "float32" else 2
+        size = dtype_bytes(self.dtype)
         return self.batch * self.heads * seq_len * seq_len * size
 
     def run(self, backend: str, seq_len: int) -> SdpaRun:
@@ -199,7 +200,7 @@ def sdpa_sweep(
     from labkit.timing.interleave import interleave
 
     dev = torch.device(device)
-    size = 4 if dtype == "float32" else 2
+    size = dtype_bytes(dtype)
     if "math" in names:  # the math path holds the scores and their softmax at once
         n = max(lens)
         require_memory_fits(
