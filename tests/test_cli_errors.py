@@ -43,6 +43,7 @@ RUNNERS = {
     "kernels": ("labkit.cli.bench.kernels", "run_kernels_benchmark"),
     "batching": ("labkit.cli.bench.batching", "run_batching_benchmark"),
     "profile": ("labkit.cli.bench.profile", "run_profile_benchmark"),
+    "attention": ("labkit.cli.bench.attention", "run_attention_benchmark"),
 }
 WITH_QUICK = [name for name in RUNNERS if name not in ("timing", "bandwidth")]
 COMMANDS = ["doctor", *(f"bench {name}" for name in RUNNERS)]

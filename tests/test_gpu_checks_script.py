@@ -31,6 +31,7 @@ STEPS = (
     "bench_kernels",
     "bench_batching",
     "bench_profile",
+    "bench_attention",
     "gpu_notebooks",  # before the tests: on the H200 they left it too little time
     "pytest_gpu",
     "notebook_times",

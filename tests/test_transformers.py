@@ -206,3 +206,145 @@ def test_the_decode_sweep_counts_the_bytes_each_step_reads() -> None:
         ValueError, match=r"prompt \(40\) \+ 1 new token exceeds the model's context"
     ):
         decode_sweep((1,), config=SMALL, prompt=40)
+
+
+def test_labkit_counts_the_same_matmul_flops_as_torch_counter_at_every_shape() -> None:
+    checks = model_module.check_flop_counts(SMALL, ((1, 8), (3, 16)))
+    assert [c.queries for c in checks] == [8, 16, 1]  # the last is a decode step
+    assert checks[-1].keys == 9
+    assert all(c.agree for c in checks)
+    assert set(checks[0].by_op) == {"aten.addmm", "aten.bmm"}
+    assert str(checks[-1]).startswith("batch 1, 1 query over 9 keys") and "equal" in str(checks[0])
+
+
+def test_model_checks_measure_causality_and_the_cache() -> None:
+    result = model_module.model_checks(SMALL, tokens=12)
+    assert result.parameters == result.config_parameters == SMALL.params()
+    assert result.future_change == 0 and result.cache_difference < 1e-4
+    assert "had no effect on the logits of tokens 0 to 10" in str(result)
+    with pytest.raises(ValueError, match="tokens must be from 2 to the context"):
+        model_module.model_checks(SMALL, tokens=1)
+
+
+def test_int8_weights_quarter_the_bytes_and_stay_close() -> None:
+    from labkit.transformers.quantize import Int8WeightLinear, quantize_int8_weights, stored_bytes
+
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 32)
+    q = Int8WeightLinear(linear)
+    assert q.weight_int8.dtype == torch.int8 and q.weight_int8.abs().max() == 127
+    x = torch.randn(5, 3, 64)
+    with torch.no_grad():
+        rel = (q(x) - linear(x)).abs().max() / linear(x).abs().max()
+    assert q(x).shape == (5, 3, 32) and rel < 0.02
+    model = model_module.TinyGPT(SMALL)
+    quantized = quantize_int8_weights(model)
+    assert not any(isinstance(m, torch.nn.Linear) for m in quantized.modules())
+    assert any(isinstance(m, torch.nn.Linear) for m in model.modules())  # a copy, not in place
+    assert stored_bytes(quantized) < stored_bytes(model) / 2
+
+
+def test_int8_without_a_fused_kernel_dequantizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from labkit.transformers import quantize
+
+    monkeypatch.setattr(quantize, "int8_kernel_problem", lambda device, dtype: "no kernel")
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(16, 8)
+    with torch.no_grad():
+        out = quantize.Int8WeightLinear(linear)(torch.ones(2, 16))
+        assert (out - linear(torch.ones(2, 16))).abs().max() < 0.05
+
+
+def test_the_precision_sweep_reads_fewer_bytes_and_reports_the_error() -> None:
+    from labkit.transformers.quantize import precision_sweep
+
+    sweep = precision_sweep(config=SMALL, prompt=8, batch=2, rounds=2, warmup_ms=1.0, rep_ms=5.0)
+    f32, bf16, int8 = (sweep.run(v) for v in ("float32", "bfloat16", "int8"))
+    assert bf16.weight_bytes < 0.6 * f32.weight_bytes and int8.weight_bytes < bf16.weight_bytes
+    assert f32.max_rel_error == 0 and f32.top1_agreement == 1
+    assert 0 < bf16.max_rel_error < 0.1 and 0 < int8.max_rel_error < 0.1
+    assert int8.tokens_per_s == pytest.approx(2e3 / int8.median_ms)
+    text = str(sweep)
+    assert "same top token" in text and text.count("\n") >= 4
+    with pytest.raises(ValueError, match="variants"):
+        precision_sweep(("float64",), config=SMALL)
+    with pytest.raises(KeyError, match="no variant 'fp8'"):
+        sweep.run("fp8")
+
+
+def test_compiling_a_block_reports_cold_warm_and_steady(monkeypatch: pytest.MonkeyPatch) -> None:
+    from labkit.transformers import compiled
+
+    seen = {}
+
+    def fake(fn, x, **options):  # the timing itself is labkit.accel's, tested there
+        seen.update(options, shape=tuple(x.shape), out=tuple(fn(x).shape))
+        return "result"
+
+    monkeypatch.setattr("labkit.accel.compilers.torch_compile_benchmark", fake)
+    assert compiled.compile_block_benchmark(SMALL, batch=2, seq_len=8, rep_ms=5.0) == "result"
+    assert seen["shape"] == seen["out"] == (2, 8, SMALL.d_model) and seen["rep_ms"] == 5.0
+    with pytest.raises(ValueError, match=r"seq_len \(64\) exceeds the config's context \(32\)"):
+        compiled.compile_block_benchmark(SMALL, seq_len=64)
+
+
+def test_the_gpu_prediction_is_bandwidth_over_bytes_and_says_what_the_sheet_lacks() -> None:
+    from labkit.machine.published import gpu_spec
+    from labkit.transformers import gpu_prediction as gp
+
+    h100 = gp.predict_attention(gpu_spec("H100 SXM5 80GB"))
+    text = str(h100)
+    weights = 2 * gp.DECODE_PARAMS
+    assert (
+        f"at most {3350e9 / (weights + gp.kv_cache_bytes(32, 8, 128, 4096)):,.0f} tokens/s" in text
+    )
+    assert "floor is the FLOPs at the BF16 peak" in text and "Published figures" in text
+    assert all("attention" in f.lessons for f in h100.figures)
+    t4 = str(gp.predict_attention(gpu_spec("T4")))
+    assert "no verified peak memory bandwidth for the T4" in t4 and "tokens/s" not in t4
+
+
+def test_the_plots_draw_every_group_backend_and_batch(tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from labkit.transformers import plots
+    from labkit.transformers.decode import decode_sweep
+    from labkit.transformers.sdpa import sdpa_sweep
+
+    shares = plots.group_shares(SMALL, (8, 32))
+    for kind in ("flops", "bytes"):
+        totals = [sum(v[i] for v in shares[kind].values()) for i in range(2)]
+        assert totals == pytest.approx([1.0, 1.0])
+    attention = next(iter(plots.GROUPS))
+    assert shares["flops"][attention][1] > shares["flops"][attention][0]  # N² against N
+    axes = plots.plot_block_shares(SMALL, (8, 32))
+    assert len(axes) == 2
+    ax = plots.plot_step_intensity(SMALL, (8, 32), {"ridge": 10.0})
+    assert len(ax.get_xticklabels()) == 12
+    sweep = sdpa_sweep((32, 64), rounds=2, warmup_ms=0.5, rep_ms=2.0)
+    left, right = plots.plot_sdpa(sweep)
+    assert len(right.get_lines()) == len({r.backend for r in sweep.runs}) + 1
+    decode = decode_sweep(
+        (1, 2), config=SMALL, prompt=4, bandwidth_gb_per_s=5.0, warmup_ms=0.5, rep_ms=2.0
+    )
+    assert len(plots.plot_decode(decode).get_lines()) == 2
+    ax.figure.savefig(tmp_path / "x.png")
+
+
+def test_the_exercise_checks_name_the_usual_slips() -> None:
+    from labkit import check
+
+    assert check.kv_cache(2 * 32 * 8 * 128 * 2 * 8192)
+    assert "two tensors per layer" in str(check.kv_cache(32 * 8 * 128 * 2 * 8192))
+    assert "8 key/value heads" in str(check.kv_cache(2 * 32 * 32 * 128 * 2 * 8192))
+    assert not check.kv_cache(None).solved
+    assert check.decode_ceiling(3350 / 16)
+    assert "2 bytes per parameter, not 4" in str(check.decode_ceiling(3350 / 32))
+    assert check.attention_fits(["flash"]) and check.attention_fits({"flash"})
+    assert "over the 2 GiB budget" in str(check.attention_fits(["math", "flash"]))
+    with pytest.raises(ValueError, match="backends must name backends"):
+        check.attention_fits(["flash2"])
+    with pytest.raises(TypeError, match="backends must be a backend's name"):
+        check.attention_fits(3)

@@ -57,8 +57,12 @@ from labkit.check.setup import (
     peak_bandwidth,
     summary_statistics,
 )
+from labkit.check.transformers import attention_fits, decode_ceiling, kv_cache
 
 __all__ = [
+    "attention_fits",
+    "decode_ceiling",
+    "kv_cache",
     "TIMELINE_KERNELS_MS",
     "TIMELINE_STEP_MS",
     "accumulation_steps",

@@ -85,7 +85,8 @@ class DecodeSweep:
 
     def __str__(self) -> str:
         head = (
-            f"decode on {self.device}, {self.dtype}, {self.config.layers} layers of "
+            f"decode on {self.device}, {self.dtype}, {self.config.layers} "
+            f"layer{'s' if self.config.layers > 1 else ''} of "
             f"{self.config.d_model} ({format_bytes(self.parameter_bytes)} of parameters), "
             f"one new token per sequence after a {self.prompt}-token prompt"
         )
@@ -154,7 +155,8 @@ def decode_sweep(
         config.params() * size, dev, arrays=2, what="decode_sweep's model (its config)"
     )
     torch.manual_seed(0)
-    model = TinyGPT(config).to(device=dev, dtype=getattr(torch, dtype)).train(False)
+    with dev:  # built where it runs: a GPU-sized model need not pass through host memory
+        model = TinyGPT(config).to(dtype=getattr(torch, dtype)).train(False)
     parameter_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     cache_bytes = kv_cache_bytes(
         config.layers, config.n_kv_heads, config.head_dim, prompt + 1, bytes_per_element=size

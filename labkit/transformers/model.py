@@ -14,6 +14,9 @@ it); without torch the import is one line naming the install command.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from labkit.core.optional import import_optional
 from labkit.core.validate import check_choice
@@ -131,3 +134,125 @@ class TinyGPT(nn.Module):
             x, layer_cache = block(x, None if cache is None else cache[i])
             new_cache.append(layer_cache)
         return F.linear(self.ln_f(x), self.tokens.weight), new_cache
+
+
+@dataclass(frozen=True)
+class FlopCheck:
+    """labkit's count of one block's matrix-product FLOPs against torch's FlopCounterMode."""
+
+    batch: int
+    queries: int
+    keys: int
+    labkit_flops: int
+    counter_flops: int
+    by_op: dict[str, int]
+
+    @property
+    def agree(self) -> bool:
+        return self.labkit_flops == self.counter_flops
+
+    def __str__(self) -> str:
+        ops = ", ".join(f"{name} {flops:,}" for name, flops in self.by_op.items())
+        verdict = (
+            "equal"
+            if self.agree
+            else f"differ by {self.counter_flops / self.labkit_flops - 1:+.2%}"
+        )
+        return (
+            f"batch {self.batch}, {self.queries:,} {'query' if self.queries == 1 else 'queries'} "
+            f"over {self.keys:,} keys: labkit "
+            f"{self.labkit_flops:,} FLOPs, FlopCounterMode {self.counter_flops:,} ({ops}): {verdict}"
+        )
+
+
+def check_flop_counts(
+    config: GPTConfig, shapes: Sequence[tuple[int, int]] = ((1, 128), (1, 1024), (4, 128))
+) -> list[FlopCheck]:
+    """Run one block (math attention) at each (batch, tokens) under FlopCounterMode; compare.
+
+    FlopCounterMode counts matrix products only (2 FLOPs per multiply-add);
+    labkit's :func:`~labkit.transformers.costs.block_costs` counts every step,
+    so the comparison is with its ``matmul_flops``. A last check runs one
+    decode step against a cache of the first shape's tokens.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from labkit.transformers.costs import block_costs
+
+    torch.manual_seed(0)
+    block = Block(config, attention="math").train(False)
+    checks = []
+    with torch.no_grad():
+        for batch, tokens in shapes:
+            x = torch.randn(batch, tokens, config.d_model)
+            with FlopCounterMode(display=False) as counter:
+                _, cache = block(x)
+            checks.append(_flop_check(counter, block_costs(config, batch, tokens)))
+        batch, tokens = shapes[0]
+        _, cache = block(torch.randn(batch, tokens, config.d_model))
+        with FlopCounterMode(display=False) as counter:
+            block(torch.randn(batch, 1, config.d_model), cache)
+        checks.append(_flop_check(counter, block_costs(config, batch, 1, tokens + 1)))
+    return checks
+
+
+def _flop_check(counter: Any, costs: Any) -> FlopCheck:
+    flops = counter.get_flop_counts().get("Global", {})
+    by_op = {
+        str(getattr(op, "_qualified_op_name", op)).replace("::", "."): int(n)
+        for op, n in flops.items()
+    }
+    return FlopCheck(
+        costs.batch, costs.queries, costs.keys, costs.matmul_flops, counter.get_total_flops(), by_op
+    )
+
+
+@dataclass(frozen=True)
+class ModelChecks:
+    """Two properties of :class:`TinyGPT` that must hold, measured on random tokens."""
+
+    parameters: int
+    config_parameters: int
+    future_change: float
+    cache_difference: float
+    tokens: int
+
+    def __str__(self) -> str:
+        causal = (
+            "no effect" if self.future_change == 0 else f"changed them by {self.future_change:.1e}"
+        )
+        return "\n".join(
+            [
+                f"parameters: {self.parameters:,} in the model, {self.config_parameters:,} from "
+                "GPTConfig.params()",
+                f"causal mask: changing token {self.tokens - 1} had {causal} on the logits of "
+                f"tokens 0 to {self.tokens - 2}",
+                f"KV cache: the last token's logits from a {self.tokens - 1}-token prefill plus one "
+                f"cached decode step differ from one {self.tokens}-token pass by at most "
+                f"{self.cache_difference:.0e} (float32 rounding; 0 would be bit-identical)",
+            ]
+        )
+
+
+def model_checks(config: GPTConfig, *, tokens: int = 32) -> ModelChecks:
+    """Check causality and the KV cache of a random TinyGPT on ``tokens`` random tokens."""
+    if tokens < 2 or tokens > config.context:
+        raise ValueError(f"tokens must be from 2 to the context ({config.context}), got {tokens}")
+    torch.manual_seed(0)
+    model = TinyGPT(config).train(False)
+    gen = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, config.vocab, (1, tokens), generator=gen)
+    other = idx.clone()
+    other[0, -1] = (idx[0, -1] + 1) % config.vocab
+    with torch.no_grad():
+        full, _ = model(idx)
+        changed, _ = model(other)
+        _, cache = model(idx[:, :-1])
+        last, _ = model(idx[:, -1:], cache)
+    return ModelChecks(
+        parameters=sum(p.numel() for p in model.parameters()),
+        config_parameters=config.params(),
+        future_change=float((full[:, :-1] - changed[:, :-1]).abs().max()),
+        cache_difference=float((full[:, -1] - last[:, -1]).abs().max()),
+        tokens=tokens,
+    )

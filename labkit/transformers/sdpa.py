@@ -46,6 +46,14 @@ BACKENDS = {
     "cudnn": "CUDNN_ATTENTION",
 }
 DTYPES = ("float32", "bfloat16", "float16")
+#: The math backend's peak, in float32 score matrices: the scores, their softmax and a
+#: temporary (measured on a CPU: 3.0× the float32 scores; it computes 16-bit inputs in float32).
+MATH_PEAK_SCORE_COPIES = 3
+
+
+def math_peak_bytes(seq_len: int, *, batch: int, heads: int) -> int:
+    """An upper estimate of the math backend's extra memory at ``seq_len``, any dtype."""
+    return MATH_PEAK_SCORE_COPIES * batch * heads * seq_len * seq_len * 4
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,7 @@ class SdpaRun:
     backend: str
     seq_len: int
     median_ms: float
+    ratio: float
     ratio_low: float
     ratio_high: float
     peak_bytes: int
@@ -89,9 +98,23 @@ class SdpaSweep:
             f"{self.heads} heads of {self.head_dim}; peak = most bytes allocated at once "
             "during the call, its inputs excluded"
         )
-        rows = [["backend", "N", "median", "speed vs math, per round", "peak memory", "N×N scores"]]
+        base = self.runs[0].backend if self.runs else "math"
+        rows = [
+            [
+                "backend",
+                "N",
+                "median",
+                f"speed vs {base}: median (range) per round",
+                "peak memory",
+                "N×N scores",
+            ]
+        ]
         for r in self.runs:
-            span = f"{r.ratio_low:.2f}× to {r.ratio_high:.2f}×" if r.backend != "math" else ""
+            span = (
+                f"{r.ratio:.2f}× ({r.ratio_low:.2f}× to {r.ratio_high:.2f}×)"
+                if r.backend != base
+                else ""
+            )
             rows.append(
                 [
                     r.backend,
@@ -115,8 +138,11 @@ def _inputs(torch: Any, batch: int, heads: int, n: int, head_dim: int, dtype: An
     ]
 
 
-def backend_problem(backend: str, device: Any = "cpu", dtype: str = "float32") -> str | None:
-    """None if ``backend`` runs here for ``dtype``, else why not (the error's first line)."""
+def backend_problem(
+    backend: str, device: Any = "cpu", dtype: str = "float32", head_dim: int = 64
+) -> str | None:
+    """None if ``backend`` runs here for ``dtype`` and ``head_dim``, else why not (the error's
+    first line): which fused kernels exist depends on the device, dtype, head size and build."""
     torch = import_optional("torch", "scaled_dot_product_attention")
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -124,7 +150,7 @@ def backend_problem(backend: str, device: Any = "cpu", dtype: str = "float32") -
     member = getattr(SDPBackend, BACKENDS[name], None)
     if member is None:
         return f"this torch ({torch.__version__}) has no SDPBackend.{BACKENDS[name]}"
-    q, k, v = _inputs(torch, 1, 1, 16, 64, getattr(torch, dtype), torch.device(device))
+    q, k, v = _inputs(torch, 1, 1, 16, head_dim, getattr(torch, dtype), torch.device(device))
     try:
         with sdpa_kernel(member):
             torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -200,11 +226,10 @@ def sdpa_sweep(
     from labkit.timing.interleave import interleave
 
     dev = torch.device(device)
-    size = dtype_bytes(dtype)
     if "math" in names:  # the math path holds the scores and their softmax at once
         n = max(lens)
         require_memory_fits(
-            2 * batch * heads * n * n * size,
+            math_peak_bytes(n, batch=batch, heads=heads),
             dev,
             arrays=1,
             what=f"sdpa_sweep's math backend at N = {n:,}",
@@ -212,7 +237,7 @@ def sdpa_sweep(
     missing = {}
     usable = []
     for name in names:
-        problem = backend_problem(name, dev, dtype)
+        problem = backend_problem(name, dev, dtype, head_dim)
         if problem is None:
             usable.append(name)
         else:
@@ -232,6 +257,7 @@ def sdpa_sweep(
             rounds=max(rounds, 2),
             rep_ms=rep_ms,
             warmup_ms=warmup_ms,
+            baseline="math" if "math" in usable else None,
             device=str(dev),
         )
         for name in usable:
@@ -240,6 +266,7 @@ def sdpa_sweep(
                     backend=name,
                     seq_len=n,
                     median_ms=timed[name].median_ms,
+                    ratio=timed[name].ratio,
                     ratio_low=timed[name].ratio_low,
                     ratio_high=timed[name].ratio_high,
                     peak_bytes=peak_bytes(functools.partial(call, name), dev),

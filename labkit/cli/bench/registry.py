@@ -174,6 +174,14 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "CPU against device time, the phases of a step, and the cost of a .item() every step. "
         + _RECORDED,
     ),
+    Benchmark(
+        "attention",
+        "attention's backends (math vs fused) against sequence length, and decode tokens/s by batch",
+        "Time causal scaled_dot_product_attention with each backend that runs on the best device "
+        "(math, flash, memory-efficient, cuDNN) against the sequence length, with each one's peak "
+        "memory (the math backend stores the N×N scores, the fused ones do not), and one decode "
+        "step of a small GPT with a KV cache against the batch size (tokens/s). " + _RECORDED,
+    ),
 )
 
 #: Benchmark name -> its row.
