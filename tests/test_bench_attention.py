@@ -184,7 +184,7 @@ def test_fake_summary_is_built_from_the_numbers() -> None:
     summary = fake_results().summary()
     assert summary[0] == (
         "cuda: causal attention (scaled_dot_product_attention), bfloat16, batch 1, 16 heads of "
-        "64; peak = the most bytes the call allocated at once, its inputs excluded"
+        "64; peak = the most bytes the call allocated at once, beyond q, k and v"
     )
     # the fastest fused backend against math: 0.5 / 0.1 ms, 80 / 2 MiB; scores 16 × 1024² × 2
     assert summary[1] == (

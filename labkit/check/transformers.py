@@ -97,8 +97,9 @@ def decode_ceiling(tokens_per_s: Any) -> CheckResult:
 
 # --- which attention backend fits N = 8,192 in a memory budget ---
 
-#: The exercise: one sequence, 32 heads of 128, bfloat16, N = 8,192, 2 GiB free for attention.
-FIT_CASE = {"batch": 1, "heads": 32, "head_dim": 128, "bytes": 2, "n": 8192, "budget": 2 << 30}
+#: The exercise: one sequence, 32 heads of 128, bfloat16 inputs, N = 8,192, 2 GiB free for
+#: attention. PyTorch's math backend computes 16-bit inputs in float32: 4 bytes per score.
+FIT_CASE = {"batch": 1, "heads": 32, "head_dim": 128, "bytes": 4, "n": 8192, "budget": 2 << 30}
 FIT_BACKENDS = ("math", "flash")
 
 
@@ -131,16 +132,17 @@ def attention_fits(backends: Any) -> CheckResult:
             exercise,
             True,
             True,
-            f"flash only: the scores alone are {scores / 2**30:.0f} GiB, twice the budget, "
-            "before their softmax; the fused kernel keeps tiles of them on chip, and its extra "
-            "memory grows with N, not N².",
+            f"flash only: the math backend's float32 scores alone are {scores / 2**30:.0f} GiB, "
+            "four times the budget, before their softmax (even stored in bfloat16 they would be "
+            "4 GiB); the fused kernel keeps tiles of them on chip, and its extra memory grows "
+            "with N, not N².",
         )
     if "math" in chosen:
         return CheckResult(
             exercise,
             False,
             True,
-            f"math needs the 32 × 8,192 × 8,192 scores in memory: {scores / 2**30:.0f} GiB at "
-            "2 bytes each, over the 2 GiB budget.",
+            f"math needs the 32 × 8,192 × 8,192 scores in memory: {scores / 2**30:.0f} GiB in "
+            "float32, which it computes 16-bit inputs in, far over the 2 GiB budget.",
         )
     return CheckResult(exercise, False, True, "Name the backends that fit; at least one does.")

@@ -98,6 +98,19 @@ def _spread(values: list[float]) -> float:
     return (max(values) - min(values)) / middle
 
 
+def round_verdict(ratio_low: float, ratio_high: float) -> str:
+    """What every round agrees on, from the smallest and largest per-round speed ratio.
+
+    Only a ratio above 1 in every round is "faster" (below 1 in every round,
+    "slower"); anything else is within the run's own variation.
+    """
+    if ratio_low > 1:
+        return "faster in every round"
+    if ratio_high < 1:
+        return "slower in every round"
+    return "faster in some rounds and slower in others"
+
+
 @dataclass(frozen=True)
 class VariantRuns(JsonRecord):
     """One variant's runs, one :class:`Timing` per round, and their spreads.
@@ -233,12 +246,7 @@ class Interleaved(JsonRecord):
         for i, v in enumerate(self.variants):
             if i == self.baseline_index:
                 continue
-            if v.ratio_low > 1:
-                how = "faster in every round"
-            elif v.ratio_high < 1:
-                how = "slower in every round"
-            else:
-                how = "faster in some rounds and slower in others"
+            how = round_verdict(v.ratio_low, v.ratio_high)
             lines.append(f"{v.label} against {self.baseline.label}: {how}")
         drifted = [v.label for v in self.variants if v.drifted]
         if drifted:

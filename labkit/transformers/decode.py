@@ -38,8 +38,30 @@ from labkit.transformers.kv_cache import kv_cache_bytes
 #: The decode experiment's model: about 43 million parameters, 170 MB in float32, so its
 #: weights do not fit in a laptop's or a server's last-level cache.
 DECODE_CONFIG = GPTConfig(vocab=256, context=256, layers=6, heads=12, d_model=768)
+#: The GPU's decode model: 32 layers of 4,096, 6.4 billion parameters (12.9 GB in bfloat16).
+#: A GPU reads DECODE_CONFIG's weights in tens of microseconds, less than a step's kernel
+#: launches take, so its step time would measure the launches, not the bandwidth.
+GPU_DECODE_CONFIG = GPTConfig(vocab=256, context=64, layers=32, heads=32, d_model=4096)
+#: Smaller GPU models, largest first, for GPUs whose memory budget cannot hold the one above.
+GPU_DECODE_FALLBACKS = (
+    GPTConfig(vocab=256, context=64, layers=24, heads=16, d_model=2048),  # 1.2 billion
+    GPTConfig(vocab=256, context=64, layers=12, heads=16, d_model=1024),  # 0.15 billion
+)
 DTYPES = ("float32", "bfloat16")
 CACHE_PASSES = 3  # torch.cat reads and writes the cache, attention reads it
+
+
+def gpu_decode_config(device: Any = "cuda", dtype: str = "bfloat16") -> GPTConfig:
+    """The largest of the GPU decode models whose weights fit labkit's memory budget twice
+    (decode_sweep's own check), so that a 16 or 24 GB GPU runs a smaller model, not an error."""
+    from labkit.machine.memory import budget_bytes
+
+    budget = budget_bytes(device=str(device))
+    size = dtype_bytes(dtype)
+    for config in (GPU_DECODE_CONFIG, *GPU_DECODE_FALLBACKS):
+        if 2 * config.params() * size <= budget:
+            return config
+    return GPU_DECODE_FALLBACKS[-1]
 
 
 @dataclass(frozen=True)
@@ -50,6 +72,8 @@ class DecodePoint:
     median_ms: float
     bytes_per_step: int
     flops_per_step: int
+    low_ms: float = 0.0  # the fastest and the slowest round's median
+    high_ms: float = 0.0
 
     @property
     def tokens_per_s(self) -> float:
@@ -90,22 +114,30 @@ class DecodeSweep:
             f"{self.config.d_model} ({format_bytes(self.parameter_bytes)} of parameters), "
             f"one new token per sequence after a {self.prompt}-token prompt"
         )
-        cols = ["batch", "per step", "tokens/s", "bytes/step", "FLOP/byte", "bytes/time"]
+        cols = [
+            "batch",
+            "per step: median (range over rounds)",
+            "rate",
+            "bytes/step",
+            "FLOP/byte",
+            "bytes/time",
+        ]
         if self.bandwidth_gb_per_s is not None:
             cols += [f"ceiling at {self.bandwidth_gb_per_s:.3g} GB/s", "measured/ceiling"]
         rows = [cols]
         for p in self.points:
             row = [
                 f"{p.batch}",
-                format_duration(p.median_ms),
-                f"{p.tokens_per_s:,.0f}",
+                f"{format_duration(p.median_ms)} ({format_duration(p.low_ms)} to "
+                f"{format_duration(p.high_ms)})",
+                f"{p.tokens_per_s:,.0f} tokens/s",
                 format_bytes(p.bytes_per_step),
                 f"{p.flop_per_byte:.3g}",
                 format_gb_per_s(p.gb_per_s),
             ]
             ceiling = self.ceiling_tokens_per_s(p)
             if ceiling is not None:
-                row += [f"{ceiling:,.0f}", f"{p.tokens_per_s / ceiling:.2f}"]
+                row += [f"{ceiling:,.0f} tokens/s", f"{p.tokens_per_s / ceiling:.2f}×"]
             rows.append(row)
         return "\n".join([head, *align_columns(rows)])
 
@@ -118,7 +150,7 @@ def decode_sweep(
     dtype: str = "float32",
     device: Any = "cpu",
     bandwidth_gb_per_s: float | None = None,
-    rounds: int = 2,
+    rounds: int = 3,
     warmup_ms: float = 20.0,
     rep_ms: float = 100.0,
 ) -> DecodeSweep:
@@ -181,6 +213,8 @@ def decode_sweep(
             median_ms=timed[f"batch {b}"].median_ms,
             bytes_per_step=parameter_bytes + CACHE_PASSES * b * cache_bytes,
             flops_per_step=b * (2 * weights + attention_flops),
+            low_ms=min(t.median_ms for t in timed[f"batch {b}"].runs),
+            high_ms=max(t.median_ms for t in timed[f"batch {b}"].runs),
         )
         for b in sizes
     )

@@ -17,8 +17,8 @@ reaches; the published figures beside them say how close real ones get.
 from __future__ import annotations
 
 from labkit.core.units import format_bytes, format_duration
-from labkit.machine.prediction import GpuPrediction, choose_figures, spec_values, spec_verdicts
-from labkit.machine.published import GpuSpec
+from labkit.machine.prediction import GpuPrediction, by_id, spec_values, spec_verdicts
+from labkit.machine.published import GpuSpec, PublishedFigure, gpu_spec, published_figures
 from labkit.transformers.kv_cache import decode_ceiling_tokens_per_s, kv_cache_bytes
 
 #: The decode example: 8 billion parameters in bfloat16, 32 layers, 8 key/value heads of 128.
@@ -34,6 +34,20 @@ ATTENTION_N = 8192
 ATTENTION_HEADS = 32
 #: Passes over the scores in the math path: write q·kᵀ, read and write the softmax, read for × v.
 SCORE_PASSES = 4
+
+#: The published figures every GPU sees: FlashAttention's memory and its fraction of the
+#: tensor cores' peak on an A100 and an H100, and decoding GPT-J 6B at batch 1 and 64.
+ATTENTION_FIGURES = (
+    "flashattention-paper-memory-20x-a100-40gb",
+    "flashattention2-fwd-tflops-a100-sxm4",
+    "flashattention3-fp16-fwd-tflops-h100-sxm5",
+    "a100-trtllm-gptj-6b-fp16-bs1",
+    "h100-trtllm-gptj-6b-fp8-bs1",
+    "h100-trtllm-gptj-6b-fp8-bs64-128-128",
+)
+#: GPT-J 6B's parameters, from its name (6 billion); bytes per parameter by precision.
+GPTJ_PARAMS = 6e9
+PRECISION_BYTES = {"FP16": 2, "FP8": 1}
 
 
 def _decode_lines(found: dict[str, float]) -> list[str]:
@@ -68,8 +82,8 @@ def _decode_lines(found: dict[str, float]) -> list[str]:
         room = memory * 1e9 - weights
         fits = int(room // cache) if room > 0 else 0
         lines.append(
-            f"  {memory:g} GB of memory holds the weights and the caches of at most {fits:,} "
-            "such sequences (nothing else counted)"
+            f"  {memory:g} GB of memory (taken as {memory:g} × 10⁹ bytes) holds the weights and the "
+            f"caches of at most {fits:,} such sequences (nothing else counted)"
         )
     return lines
 
@@ -79,14 +93,15 @@ def _attention_lines(found: dict[str, float]) -> list[str]:
     scores = h * n * n * BYTES_PER_ELEMENT
     flops = 4 * h * n * n * d  # q·kᵀ and scores × v, 2·N²·d each per head
     lines = [
-        f"attention, one sequence of N = {n:,}, {h} heads of {d}, bfloat16: the scores take "
-        f"{format_bytes(scores)}; q·kᵀ and × v are {flops / 1e12:.2f} TFLOP (every score, "
+        f"attention, one sequence of N = {n:,}, {h} heads of {d}, bfloat16: stored in bfloat16 "
+        f"the scores take {format_bytes(scores)} (PyTorch's math backend computes 16-bit inputs "
+        f"in float32, twice that); q·kᵀ and × v are {flops / 1e12:.2f} TFLOP (every score, "
         "masked or not)"
     ]
     bandwidth, peak = found.get("memory_gb_per_s"), found.get("bf16_tflop_per_s")
     if bandwidth:
         lines.append(
-            f"  math path: {SCORE_PASSES} passes over the scores take at least "
+            f"  unfused, scores in bfloat16: {SCORE_PASSES} passes over them take at least "
             f"{format_duration(SCORE_PASSES * scores / (bandwidth * 1e9) * 1e3)} at the peak "
             "bandwidth"
         )
@@ -99,17 +114,49 @@ def _attention_lines(found: dict[str, float]) -> list[str]:
     return lines
 
 
+def _decode_verdicts(figures: tuple[PublishedFigure, ...]) -> list[str]:
+    """Published batch-1 decode rates against the bandwidth ceiling of their GPU's sheet."""
+    table = {f.id: f for f in figures}
+    lines = []
+    for key in ("a100-trtllm-gptj-6b-fp16-bs1", "h100-trtllm-gptj-6b-fp8-bs1"):
+        f = table.get(key)
+        if f is None or f.spec_name is None:
+            continue
+        precision = next(p for p in PRECISION_BYTES if p in f.method)
+        weights = GPTJ_PARAMS * PRECISION_BYTES[precision]
+        bandwidth = gpu_spec(f.spec_name).need("memory_gb_per_s")
+        ceiling = bandwidth * 1e9 / weights
+        lines.append(
+            f"{f.gpu}, GPT-J 6B in {precision} at batch 1: {f.value:,.0f} tokens/s published, "
+            f"against a ceiling of {bandwidth:,.0f} GB/s ÷ {weights / 1e9:.0f} GB of weights "
+            f"(6 billion parameters, as the name says; the cache not counted) = {ceiling:,.0f} "
+            f"tokens/s: {f.value / ceiling:.0%} of it"
+        )
+    one, many = (
+        table.get("h100-trtllm-gptj-6b-fp8-bs1"),
+        table.get("h100-trtllm-gptj-6b-fp8-bs64-128-128"),
+    )
+    if one is not None and many is not None:
+        lines.append(
+            f"{one.gpu}, GPT-J 6B in FP8: batch 64 gave {many.value / one.value:.1f}× the "
+            "tokens/s of batch 1, for 64× the sequences; the batch-1 run reached only a fraction "
+            "of its ceiling (the line above), so part of that gain is batch 1's shortfall (two "
+            "rows of one table; the batch-1 row states no output length)"
+        )
+    return lines
+
+
 def predict_attention(gpu: GpuSpec) -> GpuPrediction:
-    """Decode's bandwidth ceiling and attention's floors on ``gpu`` (notebook 11's GPU cell)."""
+    """Decode's bandwidth ceiling and attention's floors on ``gpu`` (notebook 11's GPU cell),
+    beside :data:`ATTENTION_FIGURES` and up to two more published for ``gpu`` itself."""
     found, missing = spec_values(gpu, "memory_gb_per_s", "memory_gb", "bf16_tflop_per_s")
     model = (*_decode_lines(found), *_attention_lines(found))
-    figures = choose_figures("attention", gpu)
-    return GpuPrediction(
-        "attention",
-        gpu,
-        tuple(model),
-        figures,
-        tuple(spec_verdicts(figures)),
-        tuple(found),
-        missing,
-    )
+    figures = by_id(ATTENTION_FIGURES)
+    own = [
+        f
+        for f in published_figures("attention")
+        if f.spec_name == gpu.name and f.id not in ATTENTION_FIGURES
+    ]
+    figures = (*figures, *own[:2])
+    verdicts = (*spec_verdicts(figures), *_decode_verdicts(figures))
+    return GpuPrediction("attention", gpu, model, figures, verdicts, tuple(found), missing)

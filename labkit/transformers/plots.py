@@ -51,7 +51,7 @@ def plot_block_shares(
     for ax, kind, title in zip(
         axes,
         ("flops", "bytes"),
-        ("share of the FLOPs", "share of the bytes moved (unfused)"),
+        ("FLOPs", "bytes moved (unfused)"),
         strict=True,
     ):
         bottom = [0.0] * len(seq_lens)
@@ -62,9 +62,13 @@ def plot_block_shares(
             ax,
             xlabel="sequence length N (tokens)",
             ylabel="share of one block's forward pass",
-            title=f"{title}, d_model {config.d_model}, {config.heads} heads",
+            title=f"share of the {title}",
         )
         ax.set_ylim(0, 1)
+    fig.suptitle(
+        f"One block, d_model {config.d_model}, {config.heads} heads, batch {batch}, "
+        f"{bytes_per_element}-byte values"
+    )
     axes[1].legend(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize="small")
     fig.tight_layout()
     return axes

@@ -12,7 +12,8 @@ Time: the backends run round-robin at each length (:func:`labkit.interleave`).
 Peak memory: one more call per backend and length, measured on a GPU with
 ``torch.cuda.max_memory_allocated`` and on a CPU with the profiler's memory
 timeline (``torch.profiler.profile(profile_memory=True).export_memory_timeline``):
-the most bytes the call had allocated at once, its inputs excluded.
+the most bytes the call had allocated at once, beyond q, k and v (the CPU's
+timeline counts them too; they are subtracted).
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ BACKENDS = {
     "cudnn": "CUDNN_ATTENTION",
 }
 DTYPES = ("float32", "bfloat16", "float16")
+#: Backends PyTorch implements for CUDA devices only; on a CPU their probe fails with its
+#: generic "No viable backend" message, which names no reason.
+CPU_LESS = ("efficient", "cudnn")
 #: The math backend's peak, in float32 score matrices: the scores, their softmax and a
 #: temporary (measured on a CPU: 3.0× the float32 scores; it computes 16-bit inputs in float32).
 MATH_PEAK_SCORE_COPIES = 3
@@ -96,7 +100,7 @@ class SdpaSweep:
         head = (
             f"causal attention on {self.device}, {self.dtype}, batch {self.batch}, "
             f"{self.heads} heads of {self.head_dim}; peak = most bytes allocated at once "
-            "during the call, its inputs excluded"
+            "during the call, beyond q, k and v"
         )
         base = self.runs[0].backend if self.runs else "math"
         rows = [
@@ -160,8 +164,15 @@ def backend_problem(
     return None
 
 
-def peak_bytes(call: Any, device: Any) -> int:
-    """The most bytes ``call()`` had allocated at once, beyond what was allocated before it."""
+def peak_bytes(call: Any, device: Any, *, input_bytes: int = 0) -> int:
+    """The most bytes ``call()`` had allocated at once, beyond what was allocated before it.
+
+    On a GPU the allocator's peak over what was allocated before the call. On a
+    CPU the profiler's memory timeline, which also counts the tensors the call
+    reads (they exist while it runs: a call that only reads q, k and v peaks at
+    their size), so the caller passes their bytes as ``input_bytes`` and they
+    are subtracted.
+    """
     torch = import_optional("torch", "measuring peak memory")
     dev = torch.device(device)
     if dev.type == "cuda":
@@ -173,9 +184,18 @@ def peak_bytes(call: Any, device: Any) -> int:
         return max(0, torch.cuda.max_memory_allocated(dev) - before)
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(
-        activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True
-    ) as prof:
+    from labkit.profiling.common import captured_output_fds
+
+    notices: list[str] = []  # Kineto's timestamped "profiler_start" lines, kept off the output
+    with (
+        captured_output_fds(notices),
+        profile(
+            activities=[ProfilerActivity.CPU],
+            profile_memory=True,
+            record_shapes=True,
+            with_stack=True,
+        ) as prof,
+    ):
         call()
     fd, path = tempfile.mkstemp(suffix=".json", prefix="labkit-memory-")
     os.close(fd)
@@ -187,7 +207,7 @@ def peak_bytes(call: Any, device: Any) -> int:
             _times, sizes = json.load(f)
     finally:
         os.unlink(path)
-    return max((sum(s) for s in sizes), default=0)
+    return max(0, max((sum(s) for s in sizes), default=0) - input_bytes)
 
 
 def sdpa_sweep(
@@ -238,6 +258,11 @@ def sdpa_sweep(
     usable = []
     for name in names:
         problem = backend_problem(name, dev, dtype, head_dim)
+        if problem is not None and dev.type == "cpu" and name in CPU_LESS:
+            problem = (
+                "PyTorch has no CPU kernel for it: on a CPU it chooses between flash and math "
+                "only (sdp_utils_cpp.cpp, select_sdp_backend_cpp)"
+            )
         if problem is None:
             usable.append(name)
         else:
@@ -269,7 +294,11 @@ def sdpa_sweep(
                     ratio=timed[name].ratio,
                     ratio_low=timed[name].ratio_low,
                     ratio_high=timed[name].ratio_high,
-                    peak_bytes=peak_bytes(functools.partial(call, name), dev),
+                    peak_bytes=peak_bytes(
+                        functools.partial(call, name),
+                        dev,
+                        input_bytes=sum(t.numel() * t.element_size() for t in (q, k, v)),
+                    ),
                 )
             )
     return SdpaSweep(str(dev), dtype, batch, heads, head_dim, tuple(runs), missing)

@@ -16,7 +16,8 @@ one, else the CPU):
 - :func:`labkit.transformers.decode.decode_sweep`: one decode step with a KV
   cache, tokens/s against the batch size: on a CPU in float32 for
   :data:`~labkit.transformers.decode.DECODE_CONFIG` (43 million parameters);
-  on a GPU in bfloat16 for :data:`GPU_DECODE_CONFIG` (6.4 billion, 12.9 GB),
+  on a GPU in bfloat16 for :data:`~labkit.transformers.decode.GPU_DECODE_CONFIG`
+  (6.4 billion, 12.9 GB; a smaller one where the memory budget is smaller),
   because a GPU reads the small model's 86 MB in about 20 µs, far less than
   the hundred-odd kernel launches of a step take: its time would measure the
   launches, not the bandwidth.
@@ -38,7 +39,6 @@ from typing import Any
 from labkit.accel.common import ratio, times
 from labkit.cli.bench.run import part_failed
 from labkit.core.units import format_bytes, format_duration
-from labkit.transformers.config import GPTConfig
 
 #: The recording ``--record`` writes.
 REFERENCE_NAME = "attention"
@@ -58,13 +58,8 @@ CPU_SDPA: dict[str, Any] = {"seq_lens": (256, 512, 1024, 2048), "dtype": "float3
 QUICK_SDPA: dict[str, Any] = {"seq_lens": (64, 128), "rounds": 2, "warmup_ms": 0.5, "rep_ms": 2.0}
 
 #: decode_sweep's arguments, the same way.
-#: The GPU's decode model: 32 layers of 4,096 (6.4 billion parameters, 12.9 GB in bfloat16).
-GPU_DECODE_CONFIG = GPTConfig(vocab=256, context=64, layers=32, heads=32, d_model=4096)
-GPU_DECODE: dict[str, Any] = {
-    "batches": (1, 4, 16, 64, 256),
-    "dtype": "bfloat16",
-    "config": GPU_DECODE_CONFIG,
-}
+#: (the model is the largest that fits: labkit.transformers.decode.gpu_decode_config)
+GPU_DECODE: dict[str, Any] = {"batches": (1, 4, 16, 64, 256), "dtype": "bfloat16"}
 CPU_DECODE: dict[str, Any] = {"batches": (1, 2, 4, 8, 16), "dtype": "float32"}
 QUICK_DECODE: dict[str, Any] = {
     "batches": (1, 2),
@@ -132,7 +127,7 @@ def sdpa_lines(sweep: Any, left_out: Sequence[int] = (), budget: int | None = No
     lines = [
         f"{dev}: causal attention (scaled_dot_product_attention), {sweep.dtype}, batch "
         f"{sweep.batch}, {sweep.heads} heads of {sweep.head_dim}; peak = the most bytes the "
-        "call allocated at once, its inputs excluded"
+        "call allocated at once, beyond q, k and v"
     ]
     if not sweep.runs:
         return lines
@@ -384,10 +379,18 @@ def measure(quick: bool = False) -> AttentionResults:
         failed.append(("scaled_dot_product_attention sweep", part_failed(COMMAND, "sdpa", exc)))
 
     decode_args = dict(GPU_DECODE if device == "cuda" else CPU_DECODE)
+    if device == "cuda" and not quick:
+        from labkit.transformers.decode import gpu_decode_config
+
+        decode_args["config"] = gpu_decode_config(device, decode_args["dtype"])
     if quick:
         decode_args.update(QUICK_DECODE, config=quick_config())
     decode = None
     try:
+        if device == "cuda" and not quick:  # the ceiling beside each batch: this GPU's roof
+            from labkit.bandwidth.stream import peak_bandwidth
+
+            decode_args["bandwidth_gb_per_s"] = peak_bandwidth(device).gb_per_s
         decode = decode_sweep(device=device, **decode_args)
         settle()
     except Exception as exc:
