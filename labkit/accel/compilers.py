@@ -123,6 +123,8 @@ class CompileResult:
         if returned is None or kept is None or returned - kept < 1:
             return ""
         extra_ms = self.eager_as_allocated.median_ms - self.eager_median_ms
+        if extra_ms <= 0:  # returning the memory cost nothing measurable: noise, not a cost
+            return "; no cost measurable here"
         return f"; {format_duration(extra_ms / (returned - kept))} more per extra fault"
 
     def _rates(self) -> str:
