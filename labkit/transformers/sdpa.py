@@ -159,6 +159,11 @@ def backend_problem(
         with sdpa_kernel(member):
             torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     except RuntimeError as exc:
+        if q.device.type == "cpu" and name in CPU_LESS:  # torch's message names no reason
+            return (
+                "PyTorch has no CPU kernel for it: on a CPU it chooses between flash and math "
+                "only (sdp_utils_cpp.cpp, select_sdp_backend_cpp)"
+            )
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return first[:200]
     return None
@@ -258,11 +263,6 @@ def sdpa_sweep(
     usable = []
     for name in names:
         problem = backend_problem(name, dev, dtype, head_dim)
-        if problem is not None and dev.type == "cpu" and name in CPU_LESS:
-            problem = (
-                "PyTorch has no CPU kernel for it: on a CPU it chooses between flash and math "
-                "only (sdp_utils_cpp.cpp, select_sdp_backend_cpp)"
-            )
         if problem is None:
             usable.append(name)
         else:

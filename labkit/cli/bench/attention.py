@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from labkit.accel.common import ratio, times
-from labkit.cli.bench.run import part_failed
+from labkit.cli.bench.run import QUICK_NOTE, part_failed
 from labkit.core.units import format_bytes, format_duration
 
 #: The recording ``--record`` writes.
@@ -69,8 +69,6 @@ QUICK_DECODE: dict[str, Any] = {
     "rep_ms": 2.0,
 }
 
-_QUICK = "(--quick: toy sizes and tiny time budgets; the numbers mean little)"
-
 
 def quick_config() -> Any:
     """--quick's model: one layer of 32, two heads, a 32-token context."""
@@ -79,28 +77,21 @@ def quick_config() -> Any:
     return GPTConfig(vocab=64, context=32, layers=1, heads=2, d_model=32)
 
 
-def math_scores_bytes(seq_len: int, *, batch: int, heads: int, dtype: str) -> int:
-    """What sdpa_sweep's math backend holds at ``seq_len`` (its own estimate; any ``dtype``
-    is computed in float32 there)."""
-    from labkit.transformers.sdpa import math_peak_bytes
-
-    del dtype
-    return math_peak_bytes(seq_len, batch=batch, heads=heads)
-
-
 def lengths_that_fit(
-    seq_lens: Sequence[int], *, batch: int, heads: int, dtype: str, budget: int
+    seq_lens: Sequence[int], *, batch: int, heads: int, budget: int
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(the lengths whose math-backend scores fit ``budget``, the ones left out).
+    """(the lengths whose math-backend temporaries fit ``budget``, the ones left out), by
+    sdpa_sweep's own estimate (:func:`labkit.transformers.sdpa.math_peak_bytes`: it computes
+    any dtype in float32, so the dtype does not enter).
 
     The smallest length is always kept, so that sdpa_sweep itself says why it
     does not fit rather than this running nothing in silence.
     """
+    from labkit.transformers.sdpa import math_peak_bytes
+
     lens = sorted(seq_lens)
     kept = [
-        n
-        for n in lens
-        if math_scores_bytes(n, batch=batch, heads=heads, dtype=dtype) <= budget or n == lens[0]
+        n for n in lens if math_peak_bytes(n, batch=batch, heads=heads) <= budget or n == lens[0]
     ]
     return tuple(kept), tuple(n for n in lens if n not in kept)
 
@@ -312,7 +303,7 @@ class AttentionResults:
             lines += decode_lines(self.decode)
         lines += [f"{self.device}: {what}: not measured ({why})" for what, why in self.failed]
         if self.quick:
-            lines.append(_QUICK)
+            lines.append(QUICK_NOTE)
         return lines
 
     def to_dict(self) -> dict[str, Any]:
@@ -335,7 +326,7 @@ class AttentionResults:
             parts.append(str(self.decode))
         tail = [f"{what}: not measured ({why})" for what, why in self.failed]
         if self.quick:
-            tail.append(_QUICK)
+            tail.append(QUICK_NOTE)
         if tail:
             parts.append("\n".join(tail))
         return "\n\n".join(parts)
@@ -370,7 +361,6 @@ def measure(quick: bool = False) -> AttentionResults:
             sdpa_args["seq_lens"],
             batch=sdpa_args.get("batch", 1),
             heads=sdpa_args.get("heads", 4),
-            dtype=sdpa_args["dtype"],
             budget=budget,
         )
         sdpa = sdpa_sweep(device=device, **sdpa_args)

@@ -21,6 +21,7 @@ from typing import Any
 
 from labkit.batching import memory_fit
 from labkit.batching.largest import RECORDED_SHAPE
+from labkit.cli.bench.run import QUICK_NOTE
 
 #: The recording ``--record`` writes.
 REFERENCE_NAME = "batching"
@@ -32,8 +33,6 @@ QUICK_LARGEST_SHAPE = (3, 16, 16)
 CPU_LARGEST_BUDGET = 1 << 30
 QUICK_CPU_BUDGET = 64 << 20
 QUICK_BATCHES = (1, 2, 4)
-
-_QUICK = "(--quick: toy sizes and tiny time budgets; the numbers mean little)"
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,7 @@ class BatchingResults:
     def summary(self) -> list[str]:
         lines = self.sweep.summary() + self.largest.summary()
         if self.quick:
-            lines.append(_QUICK)
+            lines.append(QUICK_NOTE)
         return lines
 
     def to_dict(self) -> dict[str, Any]:
@@ -62,7 +61,7 @@ class BatchingResults:
 
     def __str__(self) -> str:
         text = f"{self.sweep}\n\n{self.largest}"
-        return f"{text}\n{_QUICK}" if self.quick else text
+        return f"{text}\n{QUICK_NOTE}" if self.quick else text
 
 
 def measure(quick: bool = False) -> BatchingResults:

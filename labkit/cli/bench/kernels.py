@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from labkit.cli.bench.run import part_failed
+from labkit.cli.bench.run import QUICK_NOTE, part_failed
 from labkit.core.results import JsonRecord, error_line
 from labkit.kernels import autotune
 
@@ -64,8 +64,6 @@ TUNE_TRANSPOSE_N, TUNE_SGEMM_N = 4096, 2048
 FULL_BUDGET: dict[str, float] = {}
 
 COMMAND = "labkit bench kernels"
-
-_QUICK = "(--quick: toy sizes and tiny time budgets; the numbers mean little)"
 
 
 @dataclass(frozen=True)
@@ -115,7 +113,7 @@ class KernelsBenchResult(JsonRecord):
         lines += list(self.tuning_notes)
         lines += [f"{name} failed: {error}" for name, error in self.errors.items()]
         if self.quick:
-            lines.append(_QUICK)
+            lines.append(QUICK_NOTE)
         return lines
 
     def __str__(self) -> str:
@@ -134,7 +132,7 @@ class KernelsBenchResult(JsonRecord):
             lines += ["", "Failed (each part runs on its own):"]
             lines += [f"  {name}: {error}" for name, error in self.errors.items()]
         if self.quick:
-            lines.append(_QUICK)
+            lines.append(QUICK_NOTE)
         return "\n".join(lines)
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.accel.common import ratio, times
+from labkit.cli.bench.run import QUICK_NOTE
 from labkit.core.units import format_duration
 
 #: The recording ``--record`` writes.
@@ -37,8 +38,6 @@ QUICK_SHAPE = {"batch": 4, "steps": 8, "features": 8, "units": 8}
 #: The kinds each framework times; the first of each pair is compared with the second.
 KERAS_KINDS = ("SimpleRNN", "LSTM", "LSTM-no-cudnn")
 TORCH_KINDS = ("nn.RNN", "nn.LSTM", "nn.LSTMCell loop")
-
-_QUICK = "(--quick: toy sizes and tiny time budgets; the numbers mean little)"
 
 
 def tensorflow_available() -> bool:
@@ -100,7 +99,7 @@ class RnnResults:
             note = f"both: {path}" if both else f"{fused}: {path}"
             lines.append(f"{dev}: {name} = {times(r)} ({note})")
         if self.quick:
-            lines.append(_QUICK)
+            lines.append(QUICK_NOTE)
         return lines
 
     def to_dict(self) -> dict[str, Any]:
@@ -120,7 +119,7 @@ class RnnResults:
         lines += [f"  {kind:<18} {format_duration(ms)}" for kind, ms in self.median_ms.items()]
         lines += [f"  {name} = {times(r)}" for name, r in self.ratios().items()]
         if self.quick:
-            lines.append(_QUICK)
+            lines.append(QUICK_NOTE)
         return "\n".join(lines)
 
 

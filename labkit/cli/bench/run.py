@@ -8,6 +8,9 @@ from typing import Any
 
 from labkit.core.optional import MissingPackageError, import_optional
 
+#: The line a ``--quick`` run's summary and text end with.
+QUICK_NOTE = "(--quick: toy sizes and tiny time budgets; the numbers mean little)"
+
 
 class UsageError(ValueError):
     """A command line that cannot work: the CLI prints it as one line and exits with code 2."""
