@@ -31,6 +31,7 @@ from labkit.core.validate import (
     check_positive_int,
     check_torch_device,
 )
+from labkit.roofline.model import dtype_bytes
 from labkit.transformers.config import GPTConfig
 from labkit.transformers.decode import CACHE_PASSES, DECODE_CONFIG
 from labkit.transformers.kv_cache import kv_cache_bytes
@@ -286,7 +287,7 @@ def precision_sweep(
         )
     runs = []
     for name, (model, dtype) in models.items():
-        size = torch.empty((), dtype=dtype).element_size()
+        size = dtype_bytes(dtype)
         cache = kv_cache_bytes(
             config.layers, config.n_kv_heads, config.head_dim, prompt + 1, bytes_per_element=size
         )
