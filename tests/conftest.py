@@ -16,6 +16,12 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, settings
 
+from labkit.core.optional import preload_triton
+
+# Some test files import TensorFlow themselves (pytest.importorskip), and a worker that has
+# TensorFlow dies at its first import of Triton (torch.compile imports it): Triton goes first.
+preload_triton()
+
 settings.register_profile(
     "default",
     derandomize=True,

@@ -36,6 +36,28 @@ def test_tensorflow_keeps_its_default_onednn_setting() -> None:
     assert result.stdout.split() == ["None", "3"]
 
 
+BOTH = _optional.is_installed("tensorflow") and _optional.is_installed("triton")
+
+
+@pytest.mark.skipif(not BOTH, reason="needs TensorFlow and Triton")
+def test_triton_after_tensorflow_still_ends_the_process() -> None:
+    """The clash that preload_triton works around: when this fails, the workaround can go."""
+    result = _run("import tensorflow\nimport triton\nprint('both imported')")
+    assert result.returncode != 0 and "both imported" not in result.stdout
+    assert "LLVM ERROR" in result.stderr
+
+
+@pytest.mark.skipif(not BOTH, reason="needs TensorFlow and Triton")
+def test_import_tensorflow_leaves_room_for_triton() -> None:
+    # torch._dynamo imports triton at import time wherever it is installed: torch.compile's path.
+    result = _run(
+        "import labkit\ntf = labkit.import_tensorflow()\nimport torch._dynamo, triton\n"
+        "tf.reduce_sum(tf.ones([4])).numpy()\nprint('both work')"
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "both work"
+
+
 def test_missing_package_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "tensorflow", None)
     assert not _optional.is_installed("tensorflow")

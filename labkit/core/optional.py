@@ -25,6 +25,7 @@ INSTALL_HINTS: dict[str, str] = {
     "matplotlib": "pip install matplotlib",
     "sklearn": "pip install scikit-learn",
     "nbformat": "pip install nbformat",
+    "triton": "pip install 'gpu-labkit[cpu]' (or: pip install triton; Linux only)",
 }
 
 #: Set before TensorFlow is imported; afterwards they have no effect.
@@ -105,6 +106,7 @@ def import_tensorflow(purpose: str | None = None) -> ModuleType:
         return sys.modules["tensorflow"]
     if not is_installed("tensorflow"):
         raise MissingPackageError("tensorflow", purpose)
+    preload_triton()
     for key, value in TF_QUIET_ENV.items():
         os.environ.setdefault(key, value)
     try:
@@ -116,6 +118,28 @@ def import_tensorflow(purpose: str | None = None) -> ModuleType:
     with contextlib.suppress(Exception):
         tf.get_logger().setLevel("ERROR")
     return tf
+
+
+def preload_triton() -> None:
+    """Import Triton now, if it is installed, so that TensorFlow can come after it.
+
+    Why: Triton and TensorFlow each bring their own LLVM. With the pinned
+    versions (triton 3.9.0, TensorFlow 2.21), importing Triton *after*
+    TensorFlow kills the process (``LLVM ERROR: inconsistency in registered
+    CommandLine options``), and the other order works. torch imports Triton by
+    itself wherever it is installed (``torch._dynamo`` does, so every
+    ``torch.compile``), and torch's CUDA wheels install Triton on Linux, so a
+    process with TensorFlow would die at its first ``torch.compile``. Every
+    TensorFlow import in labkit goes through :func:`import_tensorflow`, which
+    calls this first; code that imports TensorFlow directly must import
+    Triton before it (``tests/test_optional.py`` checks that the clash still
+    exists). Nothing happens where TensorFlow is already imported: it is
+    too late then, and importing Triton would end the process.
+    """
+    if "tensorflow" in sys.modules or "triton" in sys.modules or not is_installed("triton"):
+        return
+    with contextlib.suppress(ImportError):
+        importlib.import_module("triton")
 
 
 def try_import(name: str, purpose: str | None = None) -> ModuleType | None:
