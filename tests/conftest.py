@@ -13,13 +13,20 @@ a strategy).
 
 from __future__ import annotations
 
+import os
+
 import pytest
+import torch
 from hypothesis import HealthCheck, settings
 
 from labkit.core.optional import preload_triton
 
 # Some test files import TensorFlow themselves (pytest.importorskip), and a worker that has
 # TensorFlow dies at its first import of Triton (torch.compile imports it): Triton goes first.
+# Without a GPU, Triton's kernels run only in its interpreter, which must be chosen before
+# Triton is imported (labkit/triton_kernels/setup.py).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 preload_triton()
 
 settings.register_profile(

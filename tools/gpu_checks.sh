@@ -127,6 +127,9 @@ step bench_profile 90 json env LABKIT_REFERENCE_DIR="$OUT/reference" \
 # Notebook 11: attention's backends against sequence length, and decode tokens/s by batch.
 step bench_attention 60 json env LABKIT_REFERENCE_DIR="$OUT/reference" \
     "$PYTHON" -m labkit bench attention --json --record
+# Notebook 12: the Triton kernels compiled (first launches and autotune's 15 configs compile).
+step bench_triton 120 json env LABKIT_REFERENCE_DIR="$OUT/reference" \
+    "$PYTHON" -m labkit bench triton --json --record
 
 # `make test-gpu` (tools/gpu_notebooks.py, issue 13): every notebook with the GPU visible; no cell
 # may raise, each GPU cell must run live and print sane values (bandwidth within the card's

@@ -182,6 +182,16 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "memory (the math backend stores the N×N scores, the fused ones do not), and one decode "
         "step of a small GPT with a KV cache against the batch size (tokens/s). " + _RECORDED,
     ),
+    Benchmark(
+        "triton",
+        "notebook 12's Triton kernels: checked against torch, timed in the interpreter or on a GPU",
+        "Check the Triton copy, strided copy, softmax and matmul kernels against torch on random "
+        "inputs and edge sizes. Without a GPU they run in Triton's interpreter, whose time is set "
+        "beside torch's and against the number of programs; on an NVIDIA GPU they are timed with "
+        "labkit.bench and triton.testing.do_bench against torch and notebook 07's CUDA C, and "
+        "triton.autotune picks SGEMM tiles. Shows the code torch.compile's Inductor writes for a "
+        "fused softmax (C++ on a CPU, Triton on a GPU). " + _RECORDED,
+    ),
 )
 
 #: Benchmark name -> its row.
