@@ -32,6 +32,7 @@ STEPS = (
     "bench_batching",
     "bench_profile",
     "bench_attention",
+    "bench_triton",
     "gpu_notebooks",  # before the tests: on the H200 they left it too little time
     "pytest_gpu",
     "notebook_times",
