@@ -58,8 +58,12 @@ from labkit.check.setup import (
     summary_statistics,
 )
 from labkit.check.transformers import attention_fits, decode_ceiling, kv_cache
+from labkit.check.triton_kernels import interpreter_time, tile_reuse, triton_grid
 
 __all__ = [
+    "interpreter_time",
+    "tile_reuse",
+    "triton_grid",
     "attention_fits",
     "decode_ceiling",
     "kv_cache",
