@@ -101,7 +101,7 @@ test-gpu: $(STAMP)
 	$(PY) tools/gpu_notebooks.py --json build/gpu_notebooks.json $(NOTEBOOKS)
 
 # The environment matrix (issue 8): the notebooks where optional packages are
-# missing, for real. b-torch has torch only (no TensorFlow, CuPy, numba,
+# missing, for real. b-torch has torch only (no TensorFlow, CuPy, numba, Triton,
 # scikit-learn or Kernel Tuner); c-torch-tf adds tensorflow-cpu and Keras. Their
 # outputs differ from the committed ones by design, so instead of strict nbval
 # tools/run_notebooks.py checks that each notebook runs to the end with no
@@ -112,7 +112,7 @@ MATRIX            := .venv-matrix
 MATRIX_ENVS       := b-torch c-torch-tf
 MATRIX_b-torch    := notebook-runner
 MATRIX_c-torch-tf := notebook-runner,tensorflow
-NOT_IN_MATRIX     := cupy,numba,numba_cuda,kernel_tuner,sklearn
+NOT_IN_MATRIX     := cupy,numba,numba_cuda,kernel_tuner,sklearn,triton
 
 setup-matrix: $(MATRIX_ENVS:%=$(MATRIX)/%/.installed)
 

@@ -35,6 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("profiling",),
     ("scaling",),
     ("transformers",),
+    ("triton_kernels",),
     ("check", "notebook"),
     ("cli", "__main__"),
 )

@@ -44,6 +44,7 @@ RUNNERS = {
     "batching": ("labkit.cli.bench.batching", "run_batching_benchmark"),
     "profile": ("labkit.cli.bench.profile", "run_profile_benchmark"),
     "attention": ("labkit.cli.bench.attention", "run_attention_benchmark"),
+    "triton": ("labkit.cli.bench.triton", "run_triton_benchmark"),
 }
 WITH_QUICK = [name for name in RUNNERS if name not in ("timing", "bandwidth")]
 COMMANDS = ["doctor", *(f"bench {name}" for name in RUNNERS)]

@@ -36,6 +36,7 @@ LESSONS = set(reference.RECORD_COMMANDS) | {
     "profile",
     "allreduce",
     "attention",
+    "triton",
 }
 
 

@@ -29,7 +29,7 @@ from nbcheck import KERNEL_NAME  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 NAMES = [p.name for p in NOTEBOOKS]
-N_EXERCISES = 31
+N_EXERCISES = 34
 BEGIN, END, STUB = "### BEGIN SOLUTION", "### END SOLUTION", student.CODE_STUB
 BLANK = "= ...  # your answer"
 # The fastest notebook with exercises (about 15 s): the nbgrader end-to-end run.
@@ -97,7 +97,7 @@ def pairs(student_dir: Path) -> list[tuple[str, nbformat.NotebookNode, nbformat.
 
 
 def test_every_notebook_and_exercise_is_built(student_dir: Path, pairs: list) -> None:
-    assert len(NOTEBOOKS) == 12
+    assert len(NOTEBOOKS) == 13
     assert sorted(p.name for p in student_dir.glob("*.ipynb")) == NAMES
     assert not list(student_dir.glob(".*")), "a temporary file was left behind"
     umask = os.umask(0)

@@ -83,6 +83,7 @@ def optional_packages() -> tuple[Optional, ...]:
         Optional("cupy", ("cupy",), INSTALL_HINTS["cupy"], ("00",)),
         Optional("numba-cuda", ("numba", "numba_cuda"), NUMBA_CUDA_HINT, ("07",)),
         Optional("sklearn", ("sklearn",), INSTALL_HINTS["sklearn"], ("05",)),
+        Optional("triton", ("triton",), INSTALL_HINTS["triton"], ("12",)),
     )
 
 

@@ -8,7 +8,7 @@ the L2. Where the two agree, the figure does not depend on the tool; for
 arrays many times the L2's size they should. Every variant's output is
 checked against torch once before it is timed, so nothing wrong is timed.
 
-Sizes: arrays of up to 256 MiB (several times an H100's or H200's 50 MB L2),
+Sizes: arrays of up to 256 MiB (five times an H100 SXM5's 50 MB L2),
 shrunk to labkit's GPU memory budget; SGEMM 4,096³ in float32 with full
 float32 products (``input_precision="ieee"``, TF32 off in torch), as the
 CUDA C kernels of notebook 07 compute.

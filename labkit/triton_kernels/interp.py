@@ -86,9 +86,14 @@ def interpreter_times(
     return out
 
 
-def interpreter_table(times: Sequence[InterpreterTime]) -> str:
+def times(ratio: float) -> str:
+    """A ratio as "4748×" (no thousands comma) from 100 up, "47.2×" below."""
+    return f"{ratio:.0f}×" if ratio >= 100 else f"{ratio:.1f}×"
+
+
+def interpreter_table(results: Sequence[InterpreterTime]) -> str:
     rows = [["kernel", "size", "programs", "interpreter", "torch", "interpreter / torch"]]
-    for t in times:
+    for t in results:
         rows.append(
             [
                 t.kernel,
@@ -96,7 +101,7 @@ def interpreter_table(times: Sequence[InterpreterTime]) -> str:
                 f"{t.programs:,}",
                 format_duration(t.interpreter_ms),
                 format_duration(t.torch_ms),
-                f"{t.ratio:,.0f}× ({t.ratio_low:,.0f}× to {t.ratio_high:,.0f}×)",
+                f"{times(t.ratio)} ({times(t.ratio_low)} to {times(t.ratio_high)})",
             ]
         )
     return "\n".join(align_columns(rows))

@@ -199,3 +199,15 @@ def load(*, prefer_gpu: bool = True) -> Kernels:
     """
     setup = triton_setup(prefer_gpu=prefer_gpu)
     return Kernels(setup, load_kernels(setup))
+
+
+def try_load(*, prefer_gpu: bool = True) -> Kernels | None:
+    """:func:`load` for a notebook cell: None, after one line with the install command, where
+    Triton is missing (macOS and Windows have no Triton wheels), so the notebook runs on."""
+    from labkit.core.optional import MissingPackageError
+
+    try:
+        return load(prefer_gpu=prefer_gpu)
+    except MissingPackageError as exc:
+        print(f"Skipped: {exc}")
+        return None

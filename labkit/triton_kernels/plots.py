@@ -16,7 +16,7 @@ def plot_program_sweep(sweep: ProgramSweep) -> Any:
     highs = [hi - m for m, hi in zip(sweep.median_ms, sweep.high_ms, strict=True)]
     ax.errorbar(sweep.programs, sweep.median_ms, yerr=[lows, highs], fmt="o-", capsize=3)
     for p, m, b in zip(sweep.programs, sweep.median_ms, sweep.blocks, strict=True):
-        ax.annotate(f"BLOCK {b:,}", (p, m), textcoords="offset points", xytext=(6, -12))
+        ax.annotate(f"BLOCK {b:,}", (p, m), textcoords="offset points", xytext=(-8, 6), ha="right")
     style_axes(
         ax,
         xlabel="programs in the grid (n / BLOCK)",
@@ -26,6 +26,7 @@ def plot_program_sweep(sweep: ProgramSweep) -> Any:
         logx=True,
         logy=True,
     )
+    ax.margins(x=0.25, y=0.2)
     plain_log_ticks(ax.xaxis)
     plain_log_ticks(ax.yaxis)
     fig.tight_layout()
