@@ -210,3 +210,51 @@ def test_importing_the_modules_imports_no_triton() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+# --------------------------------------------------------------------------- what the checks catch
+
+
+def test_a_store_without_its_mask_is_caught_outside_the_output(kit: launch.Kernels) -> None:
+    """The interpreter does not bounds-check a store: only the guard around the output sees it."""
+    import triton
+    import triton.language as tl
+
+    if setup.triton_imported_interpreted() is False and kit.setup.interpreted:
+        pytest.skip("Triton was imported for the GPU in this process")
+
+    @triton.jit
+    def unmasked_copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(axis=0) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offsets, mask=offsets < n, other=0.0)
+        tl.store(y_ptr + offsets, x)  # no mask: the last block writes past the end
+
+    x = _randn(kit, 100, seed=1)
+    buffer, out = verify.guarded_output((100,), kit.device)
+    unmasked_copy[(1,)](x, out, 100, BLOCK=128)
+    check = verify.compare("copy", "100", "128", out, x, outside=verify.outside_writes(buffer, out))
+    assert check.outside_writes == 28 and not check.ok
+    assert check.rel_err == 0 and check.nan == 0  # inside the output, all is well
+
+
+def test_exercise_checks() -> None:
+    from labkit import check
+
+    assert check.triton_grid(40, 240)
+    assert not check.triton_grid(39, 240) and "round the division up" in str(
+        check.triton_grid(39, 0)
+    )
+    assert not check.triton_grid(40, 0)
+    assert check.tile_reuse(32) and not check.tile_reuse(1024) and not check.tile_reuse(4096)
+    assert "every program" in str(check.tile_reuse(1024))
+    assert check.interpreter_time(512 * 0.4, 400.0, n=65_536, block=128)
+    assert "microseconds" in str(check.interpreter_time(512 * 400.0, 400.0, n=65_536, block=128))
+    assert not check.triton_grid(None, None).passed and not check.tile_reuse(...).passed
+
+
+def test_out_must_be_contiguous_and_apart_from_x(kit: launch.Kernels) -> None:
+    x = torch.randn(100, device=kit.device)
+    with pytest.raises(ValueError, match="out must be contiguous"):
+        kit.copy(x, out=torch.empty(200, device=kit.device)[::2])
+    with pytest.raises(ValueError, match="out must not overlap the input"):
+        kit.copy(x, out=x)

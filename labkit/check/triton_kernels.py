@@ -90,9 +90,9 @@ def interpreter_time(predicted_ms: Any, per_program_us: float, n: int, block: in
 
 # --- how often a tiled matmul loads each element of A ---
 
-#: The exercise: C = A @ B with n = 4,096, tiles of BLOCK_M = BLOCK_N = 64.
+#: The exercise: C = A @ B with n = 4,096, tiles of BLOCK_M = BLOCK_N = 128.
 TILE_N = 4096
-TILE_BLOCK = 64
+TILE_BLOCK = 128
 
 
 def tile_reuse(loads_of_each_a_element: Any) -> CheckResult:
@@ -110,8 +110,8 @@ def tile_reuse(loads_of_each_a_element: Any) -> CheckResult:
             f"{ref}: every program in A's tile row (N / BLOCK_N = {ref} of them) loads it once. "
             f"An element of A feeds {TILE_N:,} multiply-adds, so each load serves {TILE_BLOCK} "
             "of them: bigger tiles mean fewer loads per FLOP, which is what the tiles in "
-            "shared memory and registers of sgemm.cu buy, and what the L2 then catches "
-            "(grouped program order keeps those loads in it).",
+            "shared memory and registers of sgemm.cu buy. The repeats, one tile loaded by "
+            "several programs, can hit in the L2; grouped program order makes that likelier.",
         )
     mistakes = [
         (TILE_N, "That is one load per multiply-add, the naive kernel's count; tiles share loads."),

@@ -91,4 +91,53 @@ def cuda_c_recorded_lines() -> list[str]:
         f"Notebook 07's CUDA C kernels, recorded by this kit on an {recording.gpu} "
         f"({recording.recorded}; labkit bench kernels --record), for comparison:",
         *(f"  {line}" for line in keep),
+        *_against_sheet(recording.gpu, keep),
+    ]
+
+
+def _against_sheet(gpu_name: str, lines: list[str]) -> list[str]:
+    """The recorded copy and cuBLAS rates as fractions of the recorded GPU's own spec sheet."""
+    import re
+
+    from labkit.machine.published import gpu_spec
+
+    try:
+        sheet = gpu_spec(gpu_name.removeprefix("NVIDIA ").strip())
+    except ValueError:
+        return []
+    text = "\n".join(lines)
+    copy = re.search(r"device-to-device copy.*?: ([\d.]+) GB/s", text)
+    sgemm = re.search(r"cuBLAS SGEMM[^:]*: ([\d.]+) TFLOP/s", text)
+    bandwidth, fp32 = sheet.get("memory_gb_per_s"), sheet.get("fp32_tflop_per_s")
+    parts = []
+    if copy and bandwidth:
+        parts.append(
+            f"the device copy reached {float(copy.group(1)) / bandwidth:.0%} of its "
+            f"{bandwidth:,.0f} GB/s"
+        )
+    if sgemm and fp32:
+        parts.append(
+            f"cuBLAS SGEMM {float(sgemm.group(1)) / fp32:.0%} of its {fp32:g} TFLOP/s FP32"
+        )
+    return [f"  against the {sheet.name}'s spec sheet: " + "; ".join(parts)] if parts else []
+
+
+def recorded_triton_code(max_lines: int = 40) -> list[str]:
+    """The Triton kernel Inductor wrote on a GPU for section 6's softmax, from the recording."""
+    from labkit.machine.reference import load
+
+    recording = load("triton")
+    inductor = recording.results.get("inductor") if recording is not None else None
+    if recording is None or not inductor or inductor.get("language") != "Triton":
+        return [
+            "No recording of the Triton code Inductor writes on a GPU exists yet; make one on a "
+            "GPU machine with: labkit bench triton --record"
+        ]
+    lines = str(inductor["kernel_source"]).splitlines()
+    if len(lines) > max_lines:
+        lines = lines[:max_lines] + [f"... ({len(lines) - max_lines} more lines)"]
+    return [
+        f"The Triton kernel Inductor wrote for softmax(2x + 1) on an {recording.gpu} "
+        f"({recording.recorded}; labkit bench triton --record):",
+        *lines,
     ]

@@ -10,6 +10,8 @@ share it (``num_warps`` sets how many warps it gets).
 
 Outputs start filled with NaN, not zeros: an element the kernel failed to
 write then shows up in any comparison instead of passing as a plausible 0.
+Offsets are 32-bit inside the kernels (``pid * BLOCK`` of int32 arguments),
+so tensors stop below 2³¹ elements.
 """
 
 from __future__ import annotations
@@ -32,6 +34,18 @@ def _check_block(name: str, block: int, *, low: int = 1, high: int = 1 << 16) ->
     return block
 
 
+#: The most elements a tensor may have: the kernels index with 32-bit integers.
+MAX_ELEMENTS = 2**31 - 1
+
+#: The compiled kernel each launcher ran last (GPU only: n_regs, n_spills, asm["ptx"]).
+LAST_COMPILED: dict[str, Any] = {}
+
+
+def _remember(name: str, handle: Any) -> None:
+    if hasattr(handle, "n_regs"):  # a CompiledKernel; the interpreter returns None
+        LAST_COMPILED[name] = handle
+
+
 def _check_tensor(name: str, x: Any, ndim: int, device: str) -> None:
     import torch
 
@@ -48,6 +62,11 @@ def _check_tensor(name: str, x: Any, ndim: int, device: str) -> None:
         raise ValueError(f"{name} must be float32 (the kernels' dtype); got {x.dtype}")
     if not x.is_contiguous():
         raise ValueError(f"{name} must be contiguous; call .contiguous() first")
+    if x.numel() > MAX_ELEMENTS:
+        raise ValueError(
+            f"{name} has {x.numel():,} elements; these kernels index with 32-bit integers, so at "
+            f"most {MAX_ELEMENTS:,}"
+        )
 
 
 def _output(out: Any, x: Any, shape: tuple[int, ...] | None = None) -> Any:
@@ -62,6 +81,12 @@ def _output(out: Any, x: Any, shape: tuple[int, ...] | None = None) -> Any:
             f"out must be a {x.dtype} tensor of shape {shape} on {x.device}; got "
             f"{out.dtype} {tuple(out.shape)} on {out.device}"
         )
+    if not out.is_contiguous():
+        raise ValueError("out must be contiguous: the kernels write it with contiguous offsets")
+    start, end = out.data_ptr(), out.data_ptr() + out.numel() * out.element_size()
+    x_start = x.data_ptr()
+    if start < x_start + x.numel() * x.element_size() and x_start < end:
+        raise ValueError("out must not overlap the input: a program would read what another wrote")
     return out
 
 
@@ -75,7 +100,7 @@ def copy(
     _check_block("block", block)
     y = _output(out, x)
     n = x.numel()
-    kernels.copy_kernel[(triton.cdiv(n, block),)](x, y, n, BLOCK=block)
+    _remember("copy", kernels.copy_kernel[(triton.cdiv(n, block),)](x, y, n, BLOCK=block))
     return y
 
 
@@ -101,12 +126,19 @@ def strided_copy(
         raise ValueError(f"stride must be at most 65,535 (the grid's y limit); got {stride}")
     m = n // stride
     y = _output(out, x)
-    kernels.strided_copy_kernel[(triton.cdiv(m, block), stride)](x, y, m, stride, BLOCK=block)
+    grid = (triton.cdiv(m, block), stride)
+    _remember("strided_copy", kernels.strided_copy_kernel[grid](x, y, m, stride, BLOCK=block))
     return y
 
 
 #: The longest row softmax takes: one program holds a whole row in registers.
 MAX_SOFTMAX_COLS = 1 << 16
+
+
+def softmax_warps(block: int) -> int:
+    """Warps per program for a row of ``block`` lanes, as Triton's fused-softmax tutorial picks
+    them (4, 8 from 2,048, 16 from 4,096): a long row over too few threads spills registers."""
+    return 16 if block >= 4096 else 8 if block >= 2048 else 4
 
 
 def softmax(kernels: ModuleType, x: Any, *, device: str = "cpu", out: Any = None) -> Any:
@@ -121,7 +153,9 @@ def softmax(kernels: ModuleType, x: Any, *, device: str = "cpu", out: Any = None
         )
     y = _output(out, x)
     block = triton.next_power_of_2(cols)
-    kernels.softmax_kernel[(rows,)](x, y, cols, x.stride(0), BLOCK=block)
+    warps = softmax_warps(block)
+    handle = kernels.softmax_kernel[(rows,)](x, y, cols, x.stride(0), BLOCK=block, num_warps=warps)
+    _remember("softmax", handle)
     return y
 
 
@@ -160,11 +194,12 @@ def matmul(
     c = _output(out, a, (M, N))
     grid = (triton.cdiv(M, block_m) * triton.cdiv(N, block_n),)
     options = {k: v for k, v in (("num_warps", num_warps), ("num_stages", num_stages)) if v}
-    kernels.matmul_kernel[grid](
+    handle = kernels.matmul_kernel[grid](
         a, b, c, M, N, K,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, **options,
     )  # fmt: skip
+    _remember("matmul", handle)
     return c
 
 

@@ -103,7 +103,7 @@ def kernels_interpreted(module: ModuleType) -> bool:
 
 def load_kernels(setup: TritonSetup) -> ModuleType:
     """The kernels' module, defined the way ``setup`` chose (see the module's docstring)."""
-    module = importlib.import_module(KERNELS_MODULE)
+    module = importlib.import_module("labkit.triton_kernels.kernels")  # = KERNELS_MODULE
     if kernels_interpreted(module) != setup.interpreted:
         raise RuntimeError(
             f"The Triton kernels in this process were defined "

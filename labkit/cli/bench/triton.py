@@ -45,7 +45,9 @@ class TritonResults:
 
     @property
     def measured(self) -> bool:
-        return self.checks is not None and all(c.ok for c in self.checks)
+        """Every check passed and, on a GPU, at least one kernel was timed."""
+        checked = self.checks is not None and all(c.ok for c in self.checks)
+        return checked and (self.gpu is None or bool(self.gpu.times))
 
     def summary(self) -> list[str]:
         dev = self.device
@@ -81,6 +83,12 @@ class TritonResults:
                 )
             if self.gpu.autotune:
                 lines.append(f"{dev}: triton.autotune chose {self.gpu.autotune['best']}")
+            for kernel, facts in self.gpu.compiled.items():
+                lines.append(
+                    f"{dev}: {kernel} compiled to {facts['n_regs']} registers per thread, "
+                    f"{facts['n_spills']} spilled; PTX global loads: {facts['ptx_ld_global_v4']} "
+                    f"of 4 floats, {facts['ptx_ld_global_v2']} of 2, {facts['ptx_ld_global']} in all"
+                )
             lines += [f"{dev}: skipped: {s}" for s in self.gpu.skipped]
         if self.inductor is not None:
             lines.append(str(self.inductor).replace("\n", "; "))
@@ -183,7 +191,9 @@ def run_triton_benchmark(
     on_gpu = results.gpu is not None
     if record and on_gpu and not results.measured:
         print(
-            f"{COMMAND} --record: a kernel check failed, so nothing was recorded", file=sys.stderr
+            f"{COMMAND} --record: a kernel check failed, or no kernel was timed, so nothing was "
+            "recorded",
+            file=sys.stderr,
         )
     code = record_and_report(
         "triton",
