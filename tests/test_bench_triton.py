@@ -47,6 +47,16 @@ def fake_results() -> bench_triton.TritonResults:
             GpuTime("matmul", "torch", "4,096³ float32", 4.0, 4.1, flops=2 * 4096**3),
         ],
         autotune={"best": {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8}, "timings_ms": []},
+        compiled={
+            "copy, block 1024": {
+                "n_regs": 16,
+                "n_spills": 0,
+                "ptx_ld_global_v4": 2,
+                "ptx_ld_global_v2": 0,
+                "ptx_ld_global": 2,
+                "ptx_cp_async": 0,
+            }
+        },
         skipped=["strided copy in CUDA C: CuPy cannot run kernels here"],
     )
     check = KernelCheck("copy", "1", "256", 0.0, 1.0, 0.0, 0.0, 1, 1, 0)
@@ -78,6 +88,10 @@ def test_the_summary_prints_rates_worked_out_by_hand() -> None:
     )
     assert any(line.startswith("Test GPU: triton.autotune chose {'BLOCK_M': 128") for line in lines)
     assert "Test GPU: skipped: strided copy in CUDA C: CuPy cannot run kernels here" in lines
+    assert (
+        "Test GPU: copy, block 1024: 16 registers per thread, 0 words of local memory; in the "
+        "PTX 2 ld.global (2 of 4 values, 0 of 2) and 0 cp.async"
+    ) in lines
     assert lines[-1] == "cuda: Inductor wrote 1 Triton kernel: triton_per_fused__softmax_add_mul_0"
 
 
@@ -164,4 +178,5 @@ def test_compiled_facts_count_the_ptx_loads() -> None:
         "ptx_ld_global_v4": 1,
         "ptx_ld_global_v2": 0,
         "ptx_ld_global": 2,
+        "ptx_cp_async": 0,
     }

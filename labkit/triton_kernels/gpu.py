@@ -90,7 +90,13 @@ class GpuResults:
 
 
 def compiled_facts(handle: Any) -> dict[str, Any]:
-    """Registers and spills per thread, and the PTX's global loads by width, of a compiled kernel."""
+    """A compiled kernel's registers per thread, local memory, and the PTX's loads by kind.
+
+    ``n_spills`` is Triton's name for the kernel's local memory in 4-byte words
+    (CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES / 4): spilled registers live there.
+    Pipelined loops load tiles with ``cp.async`` (global to shared memory)
+    rather than ``ld.global``, so both are counted.
+    """
     ptx = str(getattr(handle, "asm", {}).get("ptx", ""))
     return {
         "n_regs": getattr(handle, "n_regs", None),
@@ -98,6 +104,7 @@ def compiled_facts(handle: Any) -> dict[str, Any]:
         "ptx_ld_global_v4": ptx.count("ld.global.v4"),
         "ptx_ld_global_v2": ptx.count("ld.global.v2"),
         "ptx_ld_global": ptx.count("ld.global"),
+        "ptx_cp_async": ptx.count("cp.async.ca") + ptx.count("cp.async.cg"),
     }
 
 

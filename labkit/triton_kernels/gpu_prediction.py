@@ -54,7 +54,7 @@ def predict_triton(gpu: GpuSpec) -> GpuPrediction:
             f"once): the same floor, {format_duration(2 * rows * cols * 4 / (bandwidth * 1e9) * 1e3)}"
         )
         model.append(
-            "strided copy (notebook 07's sector model, a ceiling): "
+            "strided copy (notebook 07's sector model applied to the peak bandwidth): "
             + ", ".join(
                 f"stride {s} {strided_copy_fraction(s) * bandwidth:,.0f} GB/s" for s in STRIDES
             )

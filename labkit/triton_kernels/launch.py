@@ -37,7 +37,8 @@ def _check_block(name: str, block: int, *, low: int = 1, high: int = 1 << 16) ->
 #: The most elements a tensor may have: the kernels index with 32-bit integers.
 MAX_ELEMENTS = 2**31 - 1
 
-#: The compiled kernel each launcher ran last (GPU only: n_regs, n_spills, asm["ptx"]).
+#: The compiled kernel each launcher ran last for each specialization ("softmax, block 16384,
+#: 16 warps"): GPU only, with n_regs, n_spills and asm["ptx"].
 LAST_COMPILED: dict[str, Any] = {}
 
 
@@ -100,7 +101,8 @@ def copy(
     _check_block("block", block)
     y = _output(out, x)
     n = x.numel()
-    _remember("copy", kernels.copy_kernel[(triton.cdiv(n, block),)](x, y, n, BLOCK=block))
+    handle = kernels.copy_kernel[(triton.cdiv(n, block),)](x, y, n, BLOCK=block)
+    _remember(f"copy, block {block}", handle)
     return y
 
 
@@ -127,7 +129,8 @@ def strided_copy(
     m = n // stride
     y = _output(out, x)
     grid = (triton.cdiv(m, block), stride)
-    _remember("strided_copy", kernels.strided_copy_kernel[grid](x, y, m, stride, BLOCK=block))
+    handle = kernels.strided_copy_kernel[grid](x, y, m, stride, BLOCK=block)
+    _remember(f"strided_copy, stride {stride}, block {block}", handle)
     return y
 
 
@@ -136,8 +139,9 @@ MAX_SOFTMAX_COLS = 1 << 16
 
 
 def softmax_warps(block: int) -> int:
-    """Warps per program for a row of ``block`` lanes, as Triton's fused-softmax tutorial picks
-    them (4, 8 from 2,048, 16 from 4,096): a long row over too few threads spills registers."""
+    """Warps per program for a row padded to ``block`` lanes: 4, 8 for a block of 2,048 and 16
+    from 4,096, as earlier versions of Triton's fused-softmax tutorial chose them (more threads
+    per row as the row grows; the current tutorial fixes 8 and sizes a persistent grid)."""
     return 16 if block >= 4096 else 8 if block >= 2048 else 4
 
 
@@ -155,7 +159,7 @@ def softmax(kernels: ModuleType, x: Any, *, device: str = "cpu", out: Any = None
     block = triton.next_power_of_2(cols)
     warps = softmax_warps(block)
     handle = kernels.softmax_kernel[(rows,)](x, y, cols, x.stride(0), BLOCK=block, num_warps=warps)
-    _remember("softmax", handle)
+    _remember(f"softmax, block {block}, {warps} warps", handle)
     return y
 
 
@@ -199,7 +203,7 @@ def matmul(
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m, **options,
     )  # fmt: skip
-    _remember("matmul", handle)
+    _remember(f"matmul, tiles {block_m} x {block_n} x {block_k}", handle)
     return c
 
 

@@ -85,9 +85,11 @@ class TritonResults:
                 lines.append(f"{dev}: triton.autotune chose {self.gpu.autotune['best']}")
             for kernel, facts in self.gpu.compiled.items():
                 lines.append(
-                    f"{dev}: {kernel} compiled to {facts['n_regs']} registers per thread, "
-                    f"{facts['n_spills']} spilled; PTX global loads: {facts['ptx_ld_global_v4']} "
-                    f"of 4 floats, {facts['ptx_ld_global_v2']} of 2, {facts['ptx_ld_global']} in all"
+                    f"{dev}: {kernel}: {facts['n_regs']} registers per thread, "
+                    f"{facts['n_spills']} words of local memory; in the PTX "
+                    f"{facts['ptx_ld_global']} ld.global ({facts['ptx_ld_global_v4']} of 4 "
+                    f"values, {facts['ptx_ld_global_v2']} of 2) and "
+                    f"{facts.get('ptx_cp_async', 0)} cp.async"
                 )
             lines += [f"{dev}: skipped: {s}" for s in self.gpu.skipped]
         if self.inductor is not None:
