@@ -180,3 +180,15 @@ def test_compiled_facts_count_the_ptx_loads() -> None:
         "ptx_ld_global": 2,
         "ptx_cp_async": 0,
     }
+
+
+def test_the_gpu_run_checks_each_variant_with_verifys_rules() -> None:
+    torch = pytest.importorskip("torch")
+    from labkit.triton_kernels.gpu import _check
+
+    ref = torch.randn(100)
+    _check("copy", "triton copy", ref.clone(), ref)  # exact: passes
+    with pytest.raises(RuntimeError, match=r"triton copy: .*0 non-zero of 100"):
+        _check("copy", "triton copy", torch.zeros(100), ref)
+    with pytest.raises(RuntimeError, match=r"SGEMM: .*tolerance 1e-05"):
+        _check("matmul", "SGEMM", ref * (1 + 1e-3), ref.double())

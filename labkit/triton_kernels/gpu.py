@@ -121,10 +121,17 @@ def _time(
     return ours.median_ms, float(theirs)
 
 
-def _check(label: str, out: Any, ref: Any, rtol: float) -> None:
-    err = float((out.float() - ref.float()).abs().max() / ref.float().abs().max().clamp_min(1e-30))
-    if not math.isfinite(err) or err > rtol:
-        raise RuntimeError(f"{label}: max |err| / max |torch| = {err:.2e}, over {rtol:.0e}")
+def _check(kernel: str, label: str, out: Any, ref: Any) -> None:
+    """Raise unless ``out`` passes :func:`labkit.triton_kernels.verify.compare` (its tolerance)."""
+    from labkit.triton_kernels.verify import compare
+
+    check = compare(kernel, label, "", out, ref)
+    if not check.ok:
+        raise RuntimeError(
+            f"{label}: max |err| / max |torch| = {check.rel_err:.2e} (tolerance "
+            f"{check.rtol:.0e}), {check.nan} NaN, {check.nonzero:,} non-zero of "
+            f"{check.ref_nonzero:,}"
+        )
 
 
 def _cupy() -> Any | None:
@@ -166,7 +173,7 @@ def measure_copies(kit: Kernels, results: GpuResults, *, quick: bool) -> None:
     size = f"{n:,} float32 ({n * 4 / 2**20:.0f} MiB per array)"
     y.fill_(math.nan)
     kit.copy(x, out=y)
-    _check("triton copy", y, x, 0.0)
+    _check("copy", "triton copy", y, x)
     for variant, fn in (
         ("triton", lambda: kit.copy(x, out=y)),
         ("torch", lambda: y.copy_(x)),
@@ -191,7 +198,7 @@ def measure_copies(kit: Kernels, results: GpuResults, *, quick: bool) -> None:
             y.fill_(math.nan)  # what a kernel does not write stays NaN and fails the check
             fn()
             torch.cuda.synchronize()
-            _check(f"{variant} strided copy, stride {s}", y, ref, 0.0)
+            _check("strided_copy", f"{variant} strided copy, stride {s}", y, ref)
             ms, db = _time(fn, quick=quick)
             results.times.append(
                 GpuTime(f"strided copy, stride {s}", variant, size, ms, db, bytes_moved=8 * n)
@@ -205,7 +212,9 @@ def measure_softmax(kit: Kernels, results: GpuResults, *, quick: bool) -> None:
         rows = SOFTMAX_ROWS if not quick else 256
         x = torch.randn(rows, cols, device="cuda") * 4
         y = torch.full_like(x, math.nan)
-        _check(f"triton softmax {rows} x {cols}", kit.softmax(x, out=y), torch.softmax(x, 1), 1e-5)
+        _check(
+            "softmax", f"triton softmax {rows} x {cols}", kit.softmax(x, out=y), torch.softmax(x, 1)
+        )
         for variant, fn in (
             ("triton", partial(kit.softmax, x, out=y)),
             ("torch", partial(torch.softmax, x, dim=1)),
@@ -264,7 +273,7 @@ def measure_matmul(kit: Kernels, results: GpuResults, *, quick: bool) -> None:
             c.fill_(math.nan)
             fn()
             torch.cuda.synchronize()
-            _check(f"{variant} SGEMM", c.double(), ref, 1e-5)
+            _check("matmul", f"{variant} SGEMM", c.double(), ref)
             ms, db = _time(fn, quick=quick)
             results.times.append(GpuTime("matmul", variant, size, ms, db, flops=flops))
         best = tuned.best_config

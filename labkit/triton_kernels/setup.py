@@ -23,7 +23,6 @@ from types import ModuleType
 
 from labkit.core.optional import MissingPackageError, is_installed
 
-KERNELS_MODULE = "labkit.triton_kernels.kernels"
 INTERPRET_ENV = "TRITON_INTERPRET"
 
 
@@ -103,7 +102,7 @@ def kernels_interpreted(module: ModuleType) -> bool:
 
 def load_kernels(setup: TritonSetup) -> ModuleType:
     """The kernels' module, defined the way ``setup`` chose (see the module's docstring)."""
-    module = importlib.import_module("labkit.triton_kernels.kernels")  # = KERNELS_MODULE
+    module = importlib.import_module("labkit.triton_kernels.kernels")
     if kernels_interpreted(module) != setup.interpreted:
         raise RuntimeError(
             f"The Triton kernels in this process were defined "

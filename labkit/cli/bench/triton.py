@@ -163,7 +163,7 @@ def measure(quick: bool = False) -> TritonResults:
     except Exception as exc:
         failed.append(("Inductor's code", part_failed(COMMAND, "inductor", exc)))
     return TritonResults(
-        device=dev if dev == "cpu" else gpu.device if gpu is not None else dev,
+        device=gpu.device if gpu is not None else dev,
         setup=str(kit.setup),
         checks=checks,
         interpreter=interpreter,
